@@ -1,0 +1,53 @@
+"""`peer-rl bench ...`: speed figures live here, never in timed unit tests."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def _best_of(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def bench_rewards(n_groups: int = 10_000, group_size: int = 4, dim: int = 384) -> list[tuple]:
+    from peer_rl.algos import compute_grpo_outcome_advantage
+    from peer_rl.rewards import group_similarity, length_coefficient, rur_reweight
+    import torch
+
+    rng = np.random.default_rng(0)
+    n = n_groups * group_size
+    rewards = rng.uniform(0, 3, n)
+    s_hist, s_group = rng.uniform(0, 1, n), rng.uniform(0, 1, n)
+    words = rng.integers(1, 60, n)
+    emb = rng.normal(size=(n, dim)).astype(np.float32)
+    index = torch.arange(n_groups).repeat_interleave(group_size)
+    rows = [
+        ("length_coefficient", n, _best_of(lambda: length_coefficient(words))),
+        ("rur_reweight", n, _best_of(lambda: rur_reweight(rewards, s_hist, s_group,
+                                                         length_coefficient(words)))),
+        ("group_similarity (d=384)", n, _best_of(lambda: group_similarity(emb, group_size))),
+        ("grpo advantages", n, _best_of(lambda: compute_grpo_outcome_advantage(
+            torch.as_tensor(rewards), index), repeats=1)),
+    ]
+    return rows
+
+
+def main(what: str, rest: list[str]) -> int:
+    if what == "rewards":
+        n_groups = int(rest[0]) if rest else 10_000
+        print(f"reward math on {n_groups} groups of 4 (median of 5 runs)")
+        print(f"{'function':28s} {'items':>8s} {'seconds':>10s} {'items/s':>12s}")
+        for name, items, sec in bench_rewards(n_groups):
+            print(f"{name:28s} {items:8d} {sec:10.4f} {items / max(sec, 1e-12):12.0f}")
+        return 0
+    if what == "step":
+        from peer_rl.bench_step import main as step_main
+
+        return step_main(rest)
+    raise ValueError(what)

@@ -1,0 +1,82 @@
+"""Load validated PEER-layout files as `datasets.Dataset`s with typed features.
+
+Validation runs first (validate.py) so that a bad row is reported with its path and line; only
+then are rows handed to `datasets`, whose Features enforce the column types.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+from datasets import Features, Sequence, Value
+
+from peer_rl.data.layout import DataFile, discover
+from peer_rl.data.validate import FileReport, check_file
+
+_MSG = [{"role": Value("string"), "content": Value("string")}]
+FEATURES = {
+    "ser": Features({"id": Value("string"), "lang": Value("string"), "source": Value("string"),
+                     "messages": _MSG, "images": Sequence(Value("string"))}),
+    "sft": Features({"id": Value("string"), "language": Value("string"),
+                     "modality": Value("string"), "messages": _MSG,
+                     "images": Sequence(Value("string"))}),
+    "grpo": Features({"id": Value("string"), "messages": _MSG, "history": _MSG,
+                      "solution": Value("string"), "language": Value("string"),
+                      "modality": Value("string"), "source": Value("string"),
+                      "images": Sequence(Value("string")), "strategy": Value("string")}),
+    "safety": Features({"id": Value("string"), "history": _MSG, "category": Value("string"),
+                        "group": Value("string"), "source": Value("string"),
+                        "language": Value("string")}),
+}
+
+
+class InvalidDataError(ValueError):
+    """Raised when strict loading meets invalid rows; carries every problem found."""
+
+    def __init__(self, reports: list[FileReport]):
+        self.problems = [p for r in reports for p in r.problems]
+        shown = "\n".join(str(p) for p in self.problems[:20])
+        more = f"\n... and {len(self.problems) - 20} more" if len(self.problems) > 20 else ""
+        super().__init__(f"{len(self.problems)} problem(s) in the data:\n{shown}{more}\n"
+                         "(pass skip_invalid=True / --skip-invalid to drop invalid rows and count them)")
+
+
+@dataclass
+class LoadResult:
+    dataset: datasets.Dataset
+    reports: list[FileReport]
+
+    @property
+    def n_skipped(self) -> int:
+        return sum(r.n_invalid for r in self.reports)
+
+
+def _to_dataset(subset: str, rows: list[dict]) -> datasets.Dataset:
+    features = FEATURES[subset]
+    cols = {name: [row.get(name) for row in rows] for name in features}
+    return datasets.Dataset.from_dict(cols, features=features)
+
+
+def load_subset(root: str | Path, subset: str, pattern: str = "*", skip_invalid: bool = False,
+                ) -> LoadResult:
+    """All files of one subset whose name matches `pattern`, validated, as one Dataset.
+
+    Image paths are made absolute (they are relative to the subset directory on disk).
+    """
+    if subset not in FEATURES:
+        raise ValueError(f"unknown subset {subset!r}; expected one of {sorted(FEATURES)}")
+    files: list[DataFile] = [f for f in discover(root) if f.subset == subset
+                             and f.path.match(pattern if pattern.endswith(".jsonl") else pattern + ".jsonl")]
+    if not files:
+        raise FileNotFoundError(f"{root}: no {subset}/ files matching {pattern!r}")
+    reports = [check_file(f) for f in files]
+    if not skip_invalid and any(r.problems for r in reports):
+        raise InvalidDataError(reports)
+    rows: list[dict] = []
+    for rep in reports:
+        for row in rep.rows:
+            if row.get("images"):
+                row = {**row, "images": [str(rep.file.subset_dir / p) for p in row["images"]]}
+            rows.append(row)
+    return LoadResult(_to_dataset(subset, rows), reports)

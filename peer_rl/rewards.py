@@ -1,0 +1,158 @@
+"""Reward math (DESIGN 1.2-1.3): verdict parsing, the PEER reward and RUR reweighting.
+
+Everything here is a function of strings and arrays: no model, no Ray, no config object.
+"""
+from __future__ import annotations
+
+import enum
+import re
+import unicodedata
+
+import numpy as np
+
+
+class Preference(enum.IntEnum):
+    FIRST = 0     # "The first sentence is better"      / 第一句更好
+    SECOND = 1    # "The second sentence is better"     / 第二句更好
+    TIE = 2       # "The two sentences are almost good" / 差不多
+    NEITHER = 3   # "Neither sentence is available"     / 都不可用
+
+
+def _normalise(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).strip().lower()
+
+
+_TRUE = re.compile(r"\btrue\b|正确|对的")
+_FALSE = re.compile(r"\bfalse\b|错误|不正确|不对")
+
+
+def parse_step_verdict(text: str) -> bool | None:
+    """`True` / `False` (zh 正确 / 错误) anywhere in the answer; both or neither -> None."""
+    t = _normalise(text)
+    is_false = bool(_FALSE.search(t))
+    is_true = bool(_TRUE.search(t.replace("不正确", "")))
+    if is_true == is_false:
+        return None
+    return is_true
+
+
+_PREFERENCE_PATTERNS = (
+    (Preference.FIRST, re.compile(r"\bfirst\b[^.!?\n]*\bbetter\b|第一句[^。！？\n]*更好|第一[条个]?更好")),
+    (Preference.SECOND, re.compile(r"\bsecond\b[^.!?\n]*\bbetter\b|第二句[^。！？\n]*更好|第二[条个]?更好")),
+    (Preference.TIE, re.compile(r"\balmost\s+(?:equally\s+)?good\b|差不多|相差无几")),
+    (Preference.NEITHER, re.compile(r"\bneither\b[^.!?\n]*\bavailable\b|都不可用|均不可用")),
+)
+
+
+def parse_preference(text: str) -> Preference | None:
+    """The 4-way preference verdict; exactly one recognised phrase, else None."""
+    t = _normalise(text)
+    found = {p for p, pattern in _PREFERENCE_PATTERNS if pattern.search(t)}
+    return found.pop() if len(found) == 1 else None
+
+
+def candidate_preference_ok(verdict: Preference | None, candidate_first: bool) -> bool | None:
+    """Map a positional verdict back to the candidate: better than or as good as the reference.
+
+    The candidate's position was randomised, so FIRST means "candidate" only when it was shown
+    first. None (unparseable) stays None and scores 0.
+    """
+    if verdict is None:
+        return None
+    if verdict is Preference.TIE:
+        return True
+    if verdict is Preference.NEITHER:
+        return False
+    return (verdict is Preference.FIRST) == candidate_first
+
+
+STEP_WEIGHT = 0.5        # per reasoning step judged True
+PREFERENCE_WEIGHT = 0.5  # candidate better than or about as good as the reference
+FORMAT_WEIGHT = 1.0      # all four steps present
+
+
+def peer_reward(step_verdicts, preference_ok, format_complete) -> float:
+    """r = 0.5 * #(steps True) + 0.5 * [pref ok] + 1 * [format complete], in [0, 3]."""
+    steps = sum(STEP_WEIGHT for v in step_verdicts if v is True)
+    return float(steps + PREFERENCE_WEIGHT * (preference_ok is True)
+                 + FORMAT_WEIGHT * bool(format_complete))
+
+
+def peer_rewards(step_true: np.ndarray, preference_ok: np.ndarray,
+                 format_complete: np.ndarray) -> np.ndarray:
+    """Batched peer_reward: step_true (N, 3) bool (None/unparseable already False)."""
+    return (STEP_WEIGHT * np.asarray(step_true, dtype=np.float64).sum(axis=-1)
+            + PREFERENCE_WEIGHT * np.asarray(preference_ok, dtype=np.float64)
+            + FORMAT_WEIGHT * np.asarray(format_complete, dtype=np.float64))
+
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+
+
+def count_words(text: str) -> int:
+    """Length L of DESIGN 1.3: whitespace words, with each CJK character one word."""
+    n_cjk = len(_CJK.findall(text))
+    rest = _CJK.sub(" ", text)
+    n_words = sum(1 for tok in rest.split() if any(ch.isalnum() for ch in tok))
+    return n_cjk + n_words
+
+
+def length_coefficient(n_words, alpha: float = 0.5, beta: float = 5.0):
+    """tau = sigmoid(alpha * (L - beta)): short replies are barely penalised for redundancy."""
+    x = alpha * (np.asarray(n_words, dtype=np.float64) - beta)
+    tau = 1.0 / (1.0 + np.exp(-x))
+    return float(tau) if np.ndim(tau) == 0 else tau
+
+
+def rur_reweight(rewards, s_hist, s_group, tau) -> np.ndarray:
+    """r~_i = r_i / ((1 + tau_i * s_i^hi) * (1 + tau_i * s_i^in)), similarities clipped to [0, 1]."""
+    r = np.asarray(rewards, dtype=np.float64)
+    tau = np.asarray(tau, dtype=np.float64)
+    s_hi = np.clip(np.asarray(s_hist, dtype=np.float64), 0.0, 1.0)
+    s_in = np.clip(np.asarray(s_group, dtype=np.float64), 0.0, 1.0)
+    return r / ((1.0 + tau * s_hi) * (1.0 + tau * s_in))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def history_similarity(replies: np.ndarray, history: np.ndarray, history_owner: np.ndarray,
+                       reply_owner: np.ndarray, agg: str = "max") -> np.ndarray:
+    """s^hi: max (or mean) cosine between each reply and the history utterances of its prompt.
+
+    replies (N, d), history (M, d); history_owner (M,) and reply_owner (N,) give the prompt index
+    of each row. One (N, M) product, masked to same-prompt pairs; a prompt with no history -> 0.
+    """
+    if len(history) == 0 or len(replies) == 0:
+        return np.zeros(len(replies))
+    sims = _unit(replies) @ _unit(history).T
+    same = np.asarray(reply_owner)[:, None] == np.asarray(history_owner)[None, :]
+    n_same = same.sum(axis=1)
+    if agg == "max":
+        out = np.where(same, sims, -np.inf).max(axis=1)
+    elif agg == "mean":
+        out = np.where(same, sims, 0.0).sum(axis=1) / np.maximum(n_same, 1)
+    else:
+        raise ValueError(f"history aggregator {agg!r}: expected 'max' or 'mean'")
+    return np.clip(np.where(n_same > 0, out, 0.0), 0.0, 1.0)
+
+
+def group_similarity(replies: np.ndarray, group_size: int, agg: str = "mean") -> np.ndarray:
+    """s^in: mean (or max) cosine between each reply and the other G-1 replies of its group.
+
+    replies (B*G, d) ordered group by group; one batched (B, G, G) product.
+    """
+    g = group_size
+    if g < 2:
+        return np.zeros(len(replies))
+    e = _unit(replies).reshape(-1, g, replies.shape[-1])
+    sims = e @ e.transpose(0, 2, 1)
+    if agg == "mean":
+        out = (sims.sum(axis=2) - np.diagonal(sims, axis1=1, axis2=2)) / (g - 1)
+    elif agg == "max":
+        out = np.where(np.eye(g, dtype=bool)[None], -np.inf, sims).max(axis=2)
+    else:
+        raise ValueError(f"group aggregator {agg!r}: expected 'mean' or 'max'")
+    return np.clip(out.reshape(-1), 0.0, 1.0)
