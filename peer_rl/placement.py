@@ -1,0 +1,149 @@
+"""The placement layer: turns the plain worker classes into Ray actors on placement groups.
+
+One placement group per pool, sized from the recipe (`<pool>.num_workers`,
+`resources.<pool>.{cpus,gpus}_per_worker`), so each pool scales independently. This is the only
+place (with the CLI) where peer_rl reaches into workers/.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from peer_rl.controller import Pools
+
+PG_TIMEOUT_S = float(os.environ.get("PEER_RL_PG_TIMEOUT_S", "120"))
+
+
+def engine_env(kv_cache_gib: float) -> dict:
+    """Environment for an actor that runs vLLM: bounded KV cache on CPU, no hub access."""
+    return {"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(kv_cache_gib)))) if kv_cache_gib >= 1
+            else "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
+
+
+def _bundle(res) -> dict:
+    b = {"CPU": float(res.cpus_per_worker)}
+    if res.gpus_per_worker:
+        b["GPU"] = float(res.gpus_per_worker)
+    return b
+
+
+def _pool_pg(name: str, res, n: int, strategy: str = "PACK"):
+    pg = placement_group([_bundle(res)] * n, strategy=strategy, name=f"peer-rl-{name}")
+    ready, _ = ray.wait([pg.ready()], timeout=PG_TIMEOUT_S)
+    if not ready:
+        remove_placement_group(pg)
+        raise RuntimeError(
+            f"resources.{name}: could not place {n} x {_bundle(res)} within {PG_TIMEOUT_S:.0f} s; "
+            f"cluster resources: {ray.cluster_resources()}. Lower {name}.num_workers or "
+            f"resources.{name}.*_per_worker, or add nodes.")
+    return pg
+
+
+def _opts(pg, i: int, res, env: dict, max_restarts: int = 0) -> dict:
+    return {"num_cpus": res.cpus_per_worker, "num_gpus": res.gpus_per_worker,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+            "runtime_env": {"env_vars": env}, "max_restarts": max_restarts, "max_task_retries": 0}
+
+
+@ray.remote(num_cpus=0)
+def _node_address() -> tuple[str, int]:
+    """Address and a free port on the node of policy rank 0 (torch.distributed rendezvous)."""
+    ip = ray.util.get_node_ip_address()
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return ip, s.getsockname()[1]
+
+
+class PoolFactory:
+    """Creates (and re-creates, after a crash) the actors of every pool."""
+
+    def __init__(self, cfg, policy_path: str, judge_path: str):
+        self.cfg, self.policy_path, self.judge_path = cfg, policy_path, judge_path
+        self.pgs: dict = {}
+
+    def rollout(self, i: int):
+        from workers.rollout import RolloutWorker
+
+        c, res = self.cfg.rollout, self.cfg.resources.rollout
+        cls = ray.remote(RolloutWorker).options(
+            **_opts(self.pgs["rollout"], i, res, engine_env(c.kv_cache_gib)),
+            name=None)
+        return cls.remote(self.policy_path, seed=self.cfg.trainer.seed + i,
+                          kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
+                          gpu_memory_utilization=c.gpu_memory_utilization)
+
+    def reward_model(self, i: int):
+        from workers.unifireward import UnifiRewardWorker
+
+        c, res = self.cfg.reward_model, self.cfg.resources.reward_model
+        cls = ray.remote(UnifiRewardWorker).options(
+            **_opts(self.pgs["reward_model"], i, res, engine_env(c.kv_cache_gib)))
+        return cls.remote(self.judge_path, seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
+                          max_tokens=c.max_tokens, max_model_len=c.max_model_len)
+
+    def redundancy(self, i: int = 0):
+        from workers.redundancy import RedundancyWorker
+
+        r, res = self.cfg.algorithm.rur, self.cfg.resources.redundancy
+        cls = ray.remote(RedundancyWorker).options(
+            **_opts(self.pgs["redundancy"], i, res, {"HF_HUB_OFFLINE": "1",
+                                                     "TOKENIZERS_PARALLELISM": "false"}))
+        return cls.remote(r.embedding_model, batch_size=r.batch_size, alpha=r.alpha, beta=r.beta,
+                          history_agg=r.history_agg, group_agg=r.group_agg)
+
+    def actor_group(self) -> list:
+        from workers.policy import PolicyWorker
+
+        a, res = self.cfg.actor, self.cfg.resources.actor
+        pg = self.pgs["actor"]
+        addr, port = ray.get(_node_address.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=0)).remote())
+        env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+        return [ray.remote(PolicyWorker).options(**_opts(pg, r, res, env)).remote(
+            rank=r, world_size=a.world_size, master_addr=addr, master_port=port,
+            model_path=self.policy_path, lr=a.lr, weight_decay=a.weight_decay,
+            grad_clip=a.grad_clip, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
+            clip_ratio=a.clip_ratio, entropy_coeff=a.entropy_coeff,
+            ppo_mini_batch_size=a.ppo_mini_batch_size, ppo_micro_batch_size=a.ppo_micro_batch_size,
+            ppo_epochs=a.ppo_epochs, seed=self.cfg.trainer.seed) for r in range(a.world_size)]
+
+    def make_pools(self) -> Pools:
+        cfg = self.cfg
+        sizes = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
+                 "actor": cfg.actor.world_size}
+        if cfg.algorithm.rur.enable:
+            sizes["redundancy"] = 1
+        for name, n in sizes.items():
+            self.pgs[name] = _pool_pg(name, cfg.resources[name], n,
+                                      "SPREAD" if name == "rollout" else "PACK")
+        pools = Pools(rollout=[self.rollout(i) for i in range(sizes["rollout"])],
+                      reward_model=[self.reward_model(i) for i in range(sizes["reward_model"])],
+                      actor=self.actor_group(),
+                      redundancy=[self.redundancy()] if cfg.algorithm.rur.enable else [],
+                      restart=self.restart)
+        # surface constructor failures (bad model path, engine OOM) now, naming the pool
+        for name, handles in (("rollout", pools.rollout), ("reward_model", pools.reward_model),
+                              ("actor", pools.actor), ("redundancy", pools.redundancy)):
+            try:
+                ray.get([h.health.remote() for h in handles])
+            except ray.exceptions.RayActorError as exc:
+                raise RuntimeError(f"pool {name!r} failed to start: {exc}") from None
+        return pools
+
+    def restart(self, pool: str, i: int):
+        return getattr(self, pool)(i)
+
+    def shutdown(self, pools: Pools | None = None) -> None:
+        """Stop engines cleanly (their core processes), then free the placement groups."""
+        if pools is not None:
+            closing = [h.close.remote() for h in pools.rollout + pools.reward_model]
+            closing += [h.shutdown.remote() for h in pools.actor]
+            ray.wait(closing, num_returns=len(closing), timeout=30)
+        for pg in self.pgs.values():
+            remove_placement_group(pg)
+        self.pgs.clear()

@@ -1,0 +1,56 @@
+"""Batch types that cross the controller <-> worker boundary (plain, picklable dataclasses).
+
+Workers take and return these; the controller never sees an engine object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Prompt:
+    uid: int                      # position of the prompt in the step's batch
+    messages: list[dict]          # chat messages for the policy (system + user)
+    images: list[str] = field(default_factory=list)  # absolute image paths (visual rows)
+
+
+@dataclass
+class SamplingConfig:
+    n: int = 4                    # rollout.n: samples per prompt (G)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256         # rollout.response_length
+    seed: int = 0
+
+
+@dataclass
+class Sample:
+    uid: int                      # prompt uid this sample answers
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]  # sampler log-probs of response_ids (for diagnostics)
+    text: str
+    finish_reason: str = ""
+
+
+@dataclass
+class JudgeItem:
+    """One candidate to judge: the dialogue, its parsed steps, its reply and the reference."""
+    history: list[dict]
+    lang: str
+    steps: list[str | None]       # Steps 1-3 bodies; None where the step is missing
+    reply: str
+    reference: str
+    candidate_first: bool         # position of the candidate in round 4 (seeded coin)
+    format_complete: bool
+
+
+@dataclass
+class JudgeResult:
+    step_verdicts: list[bool | None]   # 3 entries; None: not asked or unparseable
+    preference: int | None              # rewards.Preference value as parsed; None unparseable
+    preference_ok: bool | None          # mapped back to the candidate
+    reward: float
+    parse_failures: int                 # unparseable answers among those asked
+    asked: int                          # verdicts requested from the judge
+    raw: list[str] = field(default_factory=list)  # judge answers (for logging.log_samples)

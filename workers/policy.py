@@ -1,0 +1,316 @@
+"""One rank of the FSDP2 policy group (DESIGN 2, step 7): old/ref log-probs and the GRPO update.
+
+A plain class, no Ray import: the placement layer wraps it (`ray.remote(num_cpus=1)(PolicyWorker)`)
+and the GPU machine, which has no Ray, can drive it directly. Every rank receives the SAME full
+batch and shards it itself, so the controller just broadcasts one object reference.
+
+Conventions
+- Batches: `input_ids`, `attention_mask`, `response_mask` (N, T), right-padded prompt+response;
+  `advantages` (N,). Optional: `old_log_probs`, `ref_log_prob` (N, T) to skip recomputation, and
+  a scalar `temperature` (the rollout temperature; logits are divided by it, as verl does).
+- Log-probs are returned token-aligned, (N, T): column t is log p(input_ids[t] | input_ids[:t]),
+  i.e. it comes from the logits at position t-1 (column 0 has no prediction and is 0; padding is
+  0). This lines up with `response_mask` and with the sampler's per-token log-probs.
+- Mini-batches are drawn from one seeded permutation of the GLOBAL batch (the same on every rank),
+  each rank takes rows rank::world_size of a mini-batch, and the loss of a micro-batch is scaled
+  so that the accumulated, FSDP-averaged gradient is the token-mean over the whole global
+  mini-batch. Hence world_size 1 and world_size 2 produce the same weights (tested to 1e-5).
+  Ranks with fewer rows run zero-weight padding rows so all ranks issue the same collectives.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from safetensors.torch import load_file, save as st_save, save_file
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from peer_rl.algos import (compute_policy_loss, entropy_from_logits, kl_penalty,
+                           logprobs_from_logits, masked_mean)
+
+_WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _tensor(x, dtype=None) -> torch.Tensor:
+    """Copy (Ray hands over read-only numpy views, which torch.as_tensor warns about)."""
+    t = x.detach().clone() if torch.is_tensor(x) else torch.tensor(np.asarray(x))
+    return t if dtype is None else t.to(dtype)
+
+
+class PolicyWorker:
+    """FSDP2-sharded trainable policy plus a frozen FSDP2-sharded reference, on one rank.
+
+    The reference is sharded like the policy rather than kept as a full copy per rank: a full
+    fp32 copy of an 8B model is 32 GB on every rank, sharding divides it by world_size, and it
+    reuses the same collectives. It is loaded from `model_path` and never changes, also across
+    checkpoint resumes (GRPO's KL anchor is the initial policy). Dropout stays off (eval mode) in
+    both, so old and new log-probs of identical weights agree and the first ratio is exactly 1.
+    Every rank loads the full checkpoint from disk before sharding (simple; a rank-0 load with
+    broadcast would save host memory for large models).
+    """
+
+    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
+                 model_path: str, lr: float = 1e-6, weight_decay: float = 0.0,
+                 grad_clip: float = 1.0, kl_loss_coef: float = 0.001,
+                 kl_loss_type: str = "low_var_kl", clip_ratio: float = 0.2,
+                 entropy_coeff: float = 0.0, ppo_mini_batch_size: int = 8,
+                 ppo_micro_batch_size: int = 4, ppo_epochs: int = 1, seed: int = 0,
+                 backend: str | None = None):
+        self.rank, self.world_size, self.model_path = rank, world_size, model_path
+        self.grad_clip, self.kl_loss_coef, self.kl_loss_type = grad_clip, kl_loss_coef, kl_loss_type
+        self.clip_ratio, self.entropy_coeff, self.seed = clip_ratio, entropy_coeff, seed
+        self.mini, self.micro, self.ppo_epochs = ppo_mini_batch_size, ppo_micro_batch_size, ppo_epochs
+        self.global_step = 0
+        self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if self.backend == "nccl":
+            local = int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count())))
+            torch.cuda.set_device(local)
+            self.device = torch.device("cuda", local)
+        else:
+            self.device = torch.device("cpu")
+        dist.init_process_group(self.backend, init_method=f"tcp://{master_addr}:{master_port}",
+                                rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(minutes=30))
+        self.mesh = init_device_mesh(self.device.type, (world_size,))
+        torch.manual_seed(seed)
+
+        self.config = AutoConfig.from_pretrained(model_path)
+        dt = getattr(self.config, "dtype", None) or torch.float32
+        self.export_dtype = getattr(torch, dt) if isinstance(dt, str) else dt
+        # bf16 compute with fp32 master weights and gradient reduction on GPU; plain fp32 on CPU.
+        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if self.device.type == "cuda" else MixedPrecisionPolicy())
+        self.model = self._load_sharded(mp)
+        self.ref = self._load_sharded(mp).requires_grad_(False)
+        self.optim = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    # ------------------------------------------------------------------ model plumbing
+    def _load_sharded(self, mp) -> torch.nn.Module:
+        """HF model -> fully_shard each decoder layer, then the root (embeddings, norm, head)."""
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).eval()
+        if not hasattr(self, "hf_keys"):
+            sd = model.state_dict()
+            self.hf_keys = list(sd)          # the keys vLLM / from_pretrained(...).state_dict() use
+            first = {}
+            self.tied = {k: first.setdefault(v.data_ptr(), k) for k, v in sd.items()}
+            self.tied = {k: v for k, v in self.tied.items() if k != v}  # duplicate -> source key
+        layer_cls = set(getattr(model, "_no_split_modules", None) or [])
+        for m in model.modules():
+            if type(m).__name__ in layer_cls:
+                fully_shard(m, mesh=self.mesh, mp_policy=mp)
+        fully_shard(model, mesh=self.mesh, mp_policy=mp)
+        return model
+
+    def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False):
+        """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T)."""
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp = F.pad(logprobs_from_logits(logits, ids[:, 1:]), (1, 0))
+        if not entropy:
+            return logp, None
+        if self.entropy_coeff:
+            return logp, F.pad(entropy_from_logits(logits), (1, 0))
+        with torch.no_grad():                 # metric only: keep the (B, T, V) graph small
+            return logp, F.pad(entropy_from_logits(logits), (1, 0))
+
+    def _shard_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's rows[rank::ws], padded (with rows[0], weight 0) to ceil(len/ws) rows."""
+        mine = rows[self.rank::self.world_size]
+        per = -(-len(rows) // self.world_size)
+        pad = per - len(mine)
+        weight = torch.cat([torch.ones(len(mine)), torch.zeros(pad)])
+        return torch.cat([mine, rows[:1].expand(pad)]), weight
+
+    def _gather_rows(self, local: torch.Tensor, n: int) -> torch.Tensor:
+        """Inverse of _shard_rows over the whole batch: all ranks get the full (n, ...) tensor."""
+        parts = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(parts, local.contiguous())
+        full = torch.empty((n, *local.shape[1:]), dtype=local.dtype)
+        for r, part in enumerate(parts):
+            full[r::self.world_size] = part[:len(range(r, n, self.world_size))].cpu()
+        return full
+
+    @torch.no_grad()
+    def _log_probs(self, ids, attn, temperature):
+        """(old, ref) token-aligned log-probs of the full batch, each rank computing its shard."""
+        n = len(ids)
+        rows, _ = self._shard_rows(torch.arange(n))
+        out = []
+        for model in (self.model, self.ref):
+            chunks = [self._token_logp(model, ids[r].to(self.device), attn[r].to(self.device),
+                                       temperature)[0] for r in rows.split(self.micro)]
+            out.append(self._gather_rows(torch.cat(chunks), n) * attn)
+        return out
+
+    # ------------------------------------------------------------------ public API
+    def compute_log_prob(self, batch: dict) -> dict:
+        """Current-policy and reference log-probs, (N, T) float32 numpy, token-aligned."""
+        ids, attn = _tensor(batch["input_ids"], torch.long), _tensor(batch["attention_mask"], torch.long)
+        old, ref = self._log_probs(ids, attn, float(batch.get("temperature", 1.0)))
+        return {"old_log_probs": old.numpy(), "ref_log_prob": ref.numpy()}
+
+    def update(self, batch: dict) -> dict:
+        """ppo_epochs x seeded mini-batches of clipped loss + KL - entropy; one step per mini-batch."""
+        t0 = time.perf_counter()
+        ids, attn = _tensor(batch["input_ids"], torch.long), _tensor(batch["attention_mask"], torch.long)
+        adv = _tensor(batch["advantages"], torch.float32)
+        temperature = float(batch.get("temperature", 1.0))
+        mask = (_tensor(batch["response_mask"]) * attn).float()
+        mask[:, 0] = 0.0                      # column 0 has no prediction
+        if "old_log_probs" in batch and "ref_log_prob" in batch:
+            old, ref = _tensor(batch["old_log_probs"], torch.float32), _tensor(batch["ref_log_prob"], torch.float32)
+        else:
+            old, ref = self._log_probs(ids, attn, temperature)
+        t1 = time.perf_counter()
+
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.global_step)
+        sums = torch.zeros(6, dtype=torch.float64)   # token-weighted pg, kl, clip, ent, akl; tokens
+        grad_norms, skipped = [], 0
+        for _ in range(self.ppo_epochs):
+            for mb in torch.randperm(len(ids), generator=gen).split(self.mini):
+                mb_tokens = mask[mb].sum().clamp_min(1.0)  # global: every rank holds the full batch
+                rows, weight = self._shard_rows(mb)
+                self.optim.zero_grad(set_to_none=True)
+                for r, w in zip(rows.split(self.micro), weight.split(self.micro)):
+                    m = (mask[r] * w[:, None]).to(self.device)
+                    logp, ent = self._token_logp(self.model, ids[r].to(self.device),
+                                                 attn[r].to(self.device), temperature, entropy=True)
+                    pg, clip_frac, approx_kl = compute_policy_loss(
+                        old[r].to(self.device), logp, adv[r, None].to(self.device), m, self.clip_ratio)
+                    kl = masked_mean(kl_penalty(logp, ref[r].to(self.device), self.kl_loss_type), m)
+                    entropy = masked_mean(ent, m)
+                    loss = pg + self.kl_loss_coef * kl - self.entropy_coeff * entropy
+                    tokens = m.sum()
+                    # micro token-mean -> share of the global mini-batch token-mean; x ws undoes
+                    # FSDP's gradient averaging over ranks.
+                    (loss * (tokens * self.world_size / mb_tokens)).backward()
+                    sums += torch.stack([pg.detach(), kl.detach(), clip_frac, entropy.detach(),
+                                         approx_kl, torch.ones((), device=self.device)]).double().cpu() * float(tokens)
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+                norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+                if np.isfinite(norm):
+                    self.optim.step()
+                else:                          # verl: skip the step on a non-finite gradient
+                    skipped += 1
+                self.optim.zero_grad(set_to_none=True)
+                grad_norms.append(norm)
+        self.global_step += 1
+
+        t2 = time.perf_counter()
+        red = torch.cat([sums, torch.tensor([t1 - t0, t2 - t1, t2 - t0], dtype=torch.float64)])
+        red = red.to(self.device)
+        dist.all_reduce(red)
+        red = red.cpu()
+        tok = max(float(red[5]), 1.0)
+        pg, kl, clip, ent, akl = (float(x) / tok for x in red[:5])
+        t_logp, t_train, t_all = (float(x) / self.world_size for x in red[6:])
+        return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/clip_frac": clip,
+                "actor/entropy": ent, "actor/approx_kl": akl,
+                "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+                "actor/lr": float(self.optim.param_groups[0]["lr"]),
+                "actor/skipped_steps": float(skipped), "actor/tokens": float(red[5]),
+                "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
+                "timing_s/update_total": t_all}
+
+    def _hf_state(self, sd: dict, dtype=None, drop_tied: bool = False) -> dict:
+        """Full state dict -> HF keys with independent storage (safetensors refuses shared)."""
+        for dup, src in self.tied.items():
+            if dup not in sd and src in sd:
+                sd[dup] = sd[src]
+        out, seen = {}, set()
+        for k in self.hf_keys:
+            if drop_tied and k in self.tied:
+                continue
+            v = sd[k].detach().to("cpu", dtype or sd[k].dtype).contiguous()
+            if v.data_ptr() in seen:
+                v = v.clone()
+            seen.add(v.data_ptr())
+            out[k] = v
+        return out
+
+    def export_weights(self) -> bytes | None:
+        """Rank 0: safetensors blob, keys of from_pretrained(path).state_dict() (tied lm_head
+        included; vLLM skips it when tied), cast to the checkpoint's dtype. Others: None.
+        Collective: every rank must call it."""
+        sd = get_model_state_dict(self.model, options=_FULL)
+        if self.rank != 0:
+            return None
+        return st_save(self._hf_state(sd, self.export_dtype))
+
+    def save_checkpoint(self, directory: str) -> None:
+        """model/ (rank 0, HF format, fp32 master weights) + optim/rank_{r}.pt (each rank).
+
+        Optimizer shards hold only tensors and plain containers (torch.load(weights_only=True)),
+        keyed by parameter name; they are tied to this world_size (checked on load). Collective.
+        """
+        d = Path(directory)
+        sd = get_model_state_dict(self.model, options=_FULL)
+        if self.rank == 0:
+            (d / "model").mkdir(parents=True, exist_ok=True)
+            for f in Path(self.model_path).iterdir():  # config, generation config, tokenizer files
+                if f.is_file() and not f.name.endswith(_WEIGHT_FILES):
+                    shutil.copy2(f, d / "model" / f.name)
+            save_file(self._hf_state(sd, drop_tied=True), str(d / "model" / "model.safetensors"),
+                      metadata={"format": "pt"})
+        osd = get_optimizer_state_dict(self.model, self.optim)
+        state = {fqn: {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu().clone()
+                       if torch.is_tensor(v) else v for k, v in st.items()}
+                 for fqn, st in osd["state"].items()}
+        (d / "optim").mkdir(parents=True, exist_ok=True)
+        torch.save({"world_size": self.world_size, "rank": self.rank, "global_step": self.global_step,
+                    "state": state, "param_groups": osd["param_groups"]},
+                   d / "optim" / f"rank_{self.rank}.pt")
+        dist.barrier()
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore policy weights (rank 0 reads, broadcasts), optimizer shard and step counter."""
+        d = Path(directory)
+        full = load_file(str(d / "model" / "model.safetensors")) if self.rank == 0 else {}
+        if self.rank == 0:
+            full = self._hf_state(full)
+        set_model_state_dict(self.model, full, options=StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=True))
+        blob = torch.load(d / "optim" / f"rank_{self.rank}.pt", weights_only=True)
+        if blob["world_size"] != self.world_size:
+            raise ValueError(f"optimizer shards were written by world_size={blob['world_size']}, "
+                             f"this group has {self.world_size}")
+        params = dict(self.model.named_parameters())
+
+        def to_dtensor(fqn, v):
+            p = params[fqn]
+            if torch.is_tensor(v) and isinstance(p, DTensor) and v.dim() > 0:
+                return DTensor.from_local(v.to(self.device), p.device_mesh, p.placements,
+                                          shape=p.shape, stride=p.stride())
+            return v.to(self.device) if torch.is_tensor(v) and v.dim() > 0 else v
+
+        state = {fqn: {k: to_dtensor(fqn, v) for k, v in st.items()} for fqn, st in blob["state"].items()}
+        set_optimizer_state_dict(self.model, self.optim,
+                                 {"state": state, "param_groups": blob["param_groups"]})
+        self.global_step = int(blob["global_step"])
+        dist.barrier()
+
+    def health(self) -> dict:
+        return {"ok": dist.is_initialized(), "rank": self.rank, "world_size": self.world_size,
+                "backend": self.backend, "device": str(self.device), "host": socket.gethostname(),
+                "pid": os.getpid(), "global_step": self.global_step,
+                "num_params": sum(p.numel() for p in self.model.parameters())}
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,121 @@
+"""Rollout worker: G samples per prompt from a vLLM engine, with in-place weight sync.
+
+A plain class (no Ray import): the placement layer wraps it with `ray.remote`, tests use it
+in-process (DESIGN 2).
+"""
+from __future__ import annotations
+
+import os
+
+import logging
+import time
+
+from peer_rl.protocol import Prompt, Sample, SamplingConfig
+from workers.vllm_engine import make_llm, on_cpu
+
+log = logging.getLogger(__name__)
+
+
+class RolloutWorker:
+    """Generates with the policy's chat template; images go to multimodal models only.
+
+    Images: a multimodal model (Qwen2-VL style) gets each prompt's images as `image_pil` parts of
+    its last user turn (not exercised on CPU here: vLLM's Qwen2-VL needs torchvision, DESIGN 3).
+    A text-only model ignores them with a one-time warning, so the visual rows of a dataset
+    still train the text path of a tiny CPU model instead of aborting a run.
+    Log-probs are vLLM's raw (pre-temperature) log-probs of the sampled tokens.
+    """
+
+    def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
+                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.5):
+        t0 = time.perf_counter()
+        self.model_path = model_path
+        self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
+                            max_model_len=max_model_len,
+                            gpu_memory_utilization=gpu_memory_utilization)
+        self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
+        self.start_seconds = time.perf_counter() - t0
+        self.weight_syncs = 0
+        self._warned_images = False
+
+    def _messages(self, prompt: Prompt) -> list[dict]:
+        if not prompt.images:
+            return prompt.messages
+        if not self.multimodal:
+            if not self._warned_images:
+                log.warning("%s is text-only: ignoring the images of visual prompts",
+                            self.model_path)
+                self._warned_images = True
+            return prompt.messages
+        from PIL import Image
+
+        msgs = [dict(m) for m in prompt.messages]
+        last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+        images = [{"type": "image_pil", "image_pil": Image.open(p).convert("RGB")}
+                  for p in prompt.images]
+        msgs[last]["content"] = images + [{"type": "text", "text": msgs[last]["content"]}]
+        return msgs
+
+    def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Sample]:
+        """sampling.n samples per prompt, in prompt order then sample order.
+
+        Each prompt gets its own seed (seed + index * n; vLLM adds the sample index), so equal
+        prompts in one batch still draw different samples and a rerun reproduces them.
+        """
+        from vllm import SamplingParams
+
+        n = max(1, sampling.n)
+        params = [SamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
+                                 max_tokens=sampling.max_tokens, logprobs=0,
+                                 seed=sampling.seed + i * n)
+                  for i in range(len(prompts))]
+        outputs = self.llm.chat([self._messages(p) for p in prompts], params, use_tqdm=False)
+        samples = []
+        for prompt, out in zip(prompts, outputs):
+            for comp in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(comp.token_ids)
+                lps = [step[t].logprob for t, step in zip(ids, comp.logprobs or [])]
+                samples.append(Sample(uid=prompt.uid, prompt_ids=list(out.prompt_token_ids),
+                                      response_ids=ids, response_logprobs=lps, text=comp.text,
+                                      finish_reason=comp.finish_reason or ""))
+        return samples
+
+    def load_weights(self, blob: bytes) -> None:
+        """In-place sync from a safetensors blob (workers.vllm_engine.serialize_state_dict).
+
+        The prefix cache holds KV computed by the old weights, so it is reset too.
+        """
+        self.llm.collective_rpc("load_weights_blob", args=(blob,))
+        self.llm.reset_prefix_cache()
+        self.weight_syncs += 1
+
+    def prompt_logprobs(self, prompt_ids: list[list[int]]) -> list[list[float]]:
+        """log p(x_t | x_<t) for t >= 1 of each given sequence (len(seq) - 1 values each)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        outs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids],
+                                 params, use_tqdm=False)
+        return [[out.prompt_logprobs[t][ids[t]].logprob for t in range(1, len(ids))]
+                for ids, out in zip(prompt_ids, outs)]
+
+    def weights_checksum(self) -> str:
+        return self.llm.collective_rpc("weights_checksum")[0]
+
+    def health(self) -> dict:
+        """Cheap liveness probe: one greedy token through the engine."""
+        from vllm import SamplingParams
+
+        t0 = time.perf_counter()
+        self.llm.generate([{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1, temperature=0),
+                          use_tqdm=False)
+        return {"ok": True, "pid": os.getpid(), "model": self.model_path, "device": "cpu" if on_cpu() else "cuda",
+                "multimodal": self.multimodal, "weight_syncs": self.weight_syncs,
+                "start_seconds": round(self.start_seconds, 2),
+                "probe_seconds": round(time.perf_counter() - t0, 4)}
+
+    def close(self) -> None:
+        """Stop the engine's processes now rather than at interpreter exit."""
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None:
+            core.shutdown()

