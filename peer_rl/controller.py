@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,11 @@ from peer_rl.reasoning import parse_structured
 from peer_rl.rewards import rur_reweight
 
 STATE_FILE = "trainer_state.json"
+RECOVERY_TIMEOUT_S = float(os.environ.get("PEER_RL_RECOVERY_TIMEOUT_S", "600"))
+
+
+class PolicyGroupFailed(RuntimeError):
+    """A policy rank died: the FSDP group cannot continue; resume from the last checkpoint."""
 
 
 @dataclass
@@ -59,6 +65,8 @@ class Controller:
         self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
         self.G = cfg.rollout.n
         self.step = 0
+        self.restarts = 0                # rollout/judge actors recovered (cumulative)
+        self._weights_ref = None         # last exported policy weights (re-sync after a restart)
         cursor = None
         resume_dir = self._resume_dir()
         if resume_dir is not None:
@@ -70,7 +78,7 @@ class Controller:
                                    resume_step=self.step if resume_dir else None)
         if resume_dir is not None:
             print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
-            ray.get([a.load_checkpoint.remote(str(resume_dir / "policy")) for a in pools.actor])
+            self._policy_call("load_checkpoint", str(resume_dir / "policy"))
             self._sync_weights()
 
     # ---------------------------------------------------------------- resume / checkpoints
@@ -88,7 +96,7 @@ class Controller:
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "policy").mkdir(parents=True)
-        ray.get([a.save_checkpoint.remote(str(tmp / "policy")) for a in self.pools.actor])
+        self._policy_call("save_checkpoint", str(tmp / "policy"))
         state = {"step": self.step, "cursor": self.loader.cursor.state(),
                  "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
@@ -97,25 +105,101 @@ class Controller:
         os.replace(tmp, final)
         return final
 
+    # ---------------------------------------------------------------- fault tolerance
+    def _wait_alive(self, pool: str, i: int):
+        """Ray restarts a crashed rollout/judge actor (max_restarts); wait until it answers."""
+        handle = getattr(self.pools, pool)[i]
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        while True:
+            try:
+                ray.get(handle.health.remote(), timeout=60)
+                return handle
+            except ray.exceptions.ActorDiedError as exc:
+                # restarts exhausted: replace the actor if the placement layer can
+                if self.pools.restart is None:
+                    raise RuntimeError(f"{pool} worker {i} died and cannot be restarted: {exc}")
+                handle = self.pools.restart(pool, i)
+                getattr(self.pools, pool)[i] = handle
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{pool} worker {i} did not come back within "
+                                   f"{RECOVERY_TIMEOUT_S:.0f} s (PEER_RL_RECOVERY_TIMEOUT_S)")
+            time.sleep(2.0)
+
+    def _map_pool(self, pool: str, method: str, chunks: list, *args) -> list:
+        """Call `method(chunk, *args)` on each worker of a stateless pool, in order.
+
+        A worker that dies mid-call is restarted by Ray; the controller waits for it, re-syncs
+        the policy weights into it (rollout), and re-runs only that worker's chunk. Nothing of
+        the failed attempt is kept, so a retried step counts once.
+        """
+        handles = getattr(self.pools, pool)
+        refs = {i: getattr(h, method).remote(c, *args)
+                for i, (h, c) in enumerate(zip(handles, chunks)) if c}
+        out: dict[int, list] = {}
+        for i, ref in refs.items():
+            for attempt in range(self.cfg.trainer.max_actor_restarts + 1):
+                try:
+                    out[i] = ray.get(ref)
+                    break
+                except ray.exceptions.RayActorError as exc:
+                    if attempt == self.cfg.trainer.max_actor_restarts:
+                        raise RuntimeError(f"{pool} worker {i} failed {attempt + 1} time(s) in "
+                                           f"step {self.step + 1}; giving up: {exc}") from None
+                    print(f"[peer-rl] {pool} worker {i} died during step {self.step + 1} "
+                          f"({type(exc).__name__}); restarting and retrying its chunk",
+                          file=sys.stderr, flush=True)
+                    self.restarts += 1
+                    handle = self._wait_alive(pool, i)
+                    if pool == "rollout":  # a restarted engine holds the initial checkpoint
+                        if self._weights_ref is None:
+                            self._weights_ref = ray.put(self._policy_call("export_weights")[0])
+                        ray.get(handle.load_weights.remote(self._weights_ref))
+                    ref = getattr(handle, method).remote(chunks[i], *args)
+        return [out[i] for i in sorted(out)]
+
+    def _policy_call(self, method: str, *args) -> list:
+        """All ranks of the FSDP group, together; a dead rank ends the run (no partial state).
+
+        Results are collected as they finish so that a dead rank is seen at once, not after
+        the survivors time out in a collective; the survivors are then killed.
+        """
+        refs = [getattr(a, method).remote(*args) for a in self.pools.actor]
+        pending, results = list(refs), {}
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                results[ready[0]] = ray.get(ready[0])
+        except ray.exceptions.RayActorError as exc:
+            for a in self.pools.actor:
+                ray.kill(a, no_restart=True)
+            ckpt = latest_checkpoint(self.out)
+            raise PolicyGroupFailed(
+                f"a policy rank died during step {self.step + 1} ({type(exc).__name__}); the "
+                f"FSDP group cannot continue. Last complete checkpoint: "
+                f"{ckpt if ckpt else 'none'}. Rerun with resume=auto to continue from it.") from None
+        return [results[r] for r in refs]
+
     # ---------------------------------------------------------------- the stages
     def _generate(self, prompts: list[Prompt]) -> list:
         sampling = SamplingConfig(n=self.G, temperature=self.cfg.rollout.temperature,
                                   top_p=self.cfg.rollout.top_p,
                                   max_tokens=self.cfg.rollout.response_length,
                                   seed=self.cfg.trainer.seed * 100_003 + self.step)
-        chunks = shard(prompts, len(self.pools.rollout))
-        refs = [w.generate.remote(c, sampling) for w, c in zip(self.pools.rollout, chunks) if c]
-        return [s for part in ray.get(refs) for s in part]
+        parts = self._map_pool("rollout", "generate", shard(prompts, len(self.pools.rollout)),
+                               sampling)
+        return [s for part in parts for s in part]
 
     def _judge(self, items: list[JudgeItem]) -> list:
-        chunks = shard(items, len(self.pools.reward_model))
-        refs = [w.score.remote(c) for w, c in zip(self.pools.reward_model, chunks) if c]
-        return [r for part in ray.get(refs) for r in part]
+        parts = self._map_pool("reward_model", "score",
+                               shard(items, len(self.pools.reward_model)))
+        return [r for part in parts for r in part]
 
     def _sync_weights(self) -> None:
-        blobs = ray.get([a.export_weights.remote() for a in self.pools.actor])  # collective
-        blob_ref = ray.put(blobs[0])
-        ray.get([w.load_weights.remote(blob_ref) for w in self.pools.rollout])
+        blobs = self._policy_call("export_weights")  # collective: every rank takes part
+        self._weights_ref = ray.put(blobs[0])
+        self._map_pool("rollout", "load_weights", [self._weights_ref] * len(self.pools.rollout))
 
     def _policy_batch(self, samples, advantages: np.ndarray) -> dict:
         seqs = [s.prompt_ids + s.response_ids for s in samples]
@@ -166,7 +250,7 @@ class Controller:
         final = rewards
         if cfg.algorithm.rur.enable:
             histories = [[u["content"] for u in r["history"]] for r in batch_rows]
-            red = ray.get(self.pools.redundancy[0].similarities.remote(replies, histories, G))
+            red = self._map_pool("redundancy", "similarities", [replies], histories, G)[0]
             final = rur_reweight(rewards, red["s_hist"], red["s_group"], red["tau"])
         timing["redundancy"] = time.perf_counter() - t
         return {"samples": samples, "parsed": parsed, "replies": replies, "results": results,
@@ -188,7 +272,7 @@ class Controller:
         t = time.perf_counter()                                          # 7. policy update
         batch = self._policy_batch(samples, adv)
         batch["temperature"] = float(cfg.rollout.temperature)
-        actor_metrics = ray.get([a.update.remote(batch) for a in self.pools.actor])[0]
+        actor_metrics = self._policy_call("update", batch)[0]
         timing["update"] = time.perf_counter() - t
 
         t = time.perf_counter()                                          # 8. weight sync
@@ -217,6 +301,7 @@ class Controller:
             "response/distinct_2": distinct_n(replies, 2),
             "rollout/tokens_per_s": n_tokens / max(timing["rollout"], 1e-9),
             "data/epoch": self.loader.cursor.epoch,
+            "faults/actor_restarts": self.restarts,
         }
         m |= summarise("advantages", adv)
         m |= {k: v for k, v in actor_metrics.items() if isinstance(v, (int, float))}
@@ -256,4 +341,9 @@ class Controller:
                 self.save_checkpoint()
         bar.close()
         self.metrics.close()
+        from peer_rl.plot import plot_curves
+
+        plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
+                                                 "reward/rur_mean", "judge/parse_failure_rate"],
+                    self.out / "curves.png", title=f"{self.cfg.experiment_name}: GRPO")
         return self.step

@@ -71,8 +71,8 @@ class PoolFactory:
 
         c, res = self.cfg.rollout, self.cfg.resources.rollout
         cls = ray.remote(RolloutWorker).options(
-            **_opts(self.pgs["rollout"], i, res, engine_env(c.kv_cache_gib)),
-            name=None)
+            **_opts(self.pgs["rollout"], i, res, engine_env(c.kv_cache_gib),
+                    self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.policy_path, seed=self.cfg.trainer.seed + i,
                           kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
                           gpu_memory_utilization=c.gpu_memory_utilization)
@@ -82,7 +82,8 @@ class PoolFactory:
 
         c, res = self.cfg.reward_model, self.cfg.resources.reward_model
         cls = ray.remote(UnifiRewardWorker).options(
-            **_opts(self.pgs["reward_model"], i, res, engine_env(c.kv_cache_gib)))
+            **_opts(self.pgs["reward_model"], i, res, engine_env(c.kv_cache_gib),
+                    self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.judge_path, seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
                           max_tokens=c.max_tokens, max_model_len=c.max_model_len)
 
@@ -92,7 +93,8 @@ class PoolFactory:
         r, res = self.cfg.algorithm.rur, self.cfg.resources.redundancy
         cls = ray.remote(RedundancyWorker).options(
             **_opts(self.pgs["redundancy"], i, res, {"HF_HUB_OFFLINE": "1",
-                                                     "TOKENIZERS_PARALLELISM": "false"}))
+                                                     "TOKENIZERS_PARALLELISM": "false"},
+                    self.cfg.trainer.max_actor_restarts))
         return cls.remote(r.embedding_model, batch_size=r.batch_size, alpha=r.alpha, beta=r.beta,
                           history_agg=r.history_agg, group_agg=r.group_agg)
 
@@ -144,6 +146,9 @@ class PoolFactory:
             closing = [h.close.remote() for h in pools.rollout + pools.reward_model]
             closing += [h.shutdown.remote() for h in pools.actor]
             ray.wait(closing, num_returns=len(closing), timeout=30)
+            # then end the processes: a worker left to exit on its own can outlive the cluster
+            for h in pools.rollout + pools.reward_model + pools.actor + pools.redundancy:
+                ray.kill(h, no_restart=True)
         for pg in self.pgs.values():
             remove_placement_group(pg)
         self.pgs.clear()

@@ -93,5 +93,8 @@ def run(overrides: list[str]) -> Path:
         steps = Controller(cfg, pools, rows, out).fit()
     finally:
         factory.shutdown(pools)
+        import ray
+
+        ray.shutdown()  # flush actor logs now, before the summary lines below
     print(f"[peer-rl] done: {steps} step(s); output in {out}", flush=True)
     return out

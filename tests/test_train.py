@@ -1,9 +1,12 @@
 """`peer-rl train` as a user runs it: a fresh process, 2 steps, then `resume=auto` to step 3."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from peer_rl.config import load_config
@@ -13,14 +16,41 @@ from peer_rl.train import load_prompts
 pytestmark = pytest.mark.e2e
 
 
+def _cmd(out, tiny, *extra):
+    return [sys.executable, "-m", "peer_rl.cli", "train", f"trainer.output_dir={out}",
+            f"model.path={tiny['policy']}", f"reward_model.path={tiny['judge']}", "ray.address=local",
+            "trainer.save_freq=1", "logging.log_samples=true", *extra]
+
+
 def _train(out, tiny, *extra, timeout=900):
-    cmd = [sys.executable, "-m", "peer_rl.cli", "train", f"trainer.output_dir={out}",
-           f"model.path={tiny['policy']}", f"reward_model.path={tiny['judge']}", "ray.address=local",
-           "trainer.save_freq=1", "logging.log_samples=true", *extra]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(_cmd(out, tiny, *extra), capture_output=True, text=True,
+                          timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
+
+
+def _train_and_kill_a_policy_rank_after(out, tiny, step, *extra, timeout=900):
+    """Start a run; once checkpoint step_<step> is complete, SIGKILL one policy rank process."""
+    proc = subprocess.Popen(_cmd(out, tiny, *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    killed = None
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if killed is None and (out / "checkpoints" / f"step_{step}").is_dir():
+                ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                         if "ray::PolicyWorker" in " ".join(p.cmdline())]
+                if ranks:
+                    killed = ranks[-1].pid
+                    os.kill(killed, signal.SIGKILL)
+            time.sleep(0.3)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert killed is not None, "the run ended before a policy rank could be killed"
+    return proc.returncode, stdout, stderr
 
 
 def _metrics(out):
@@ -29,13 +59,17 @@ def _metrics(out):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_models):
+    """A 3-step run whose policy group loses a rank (SIGKILL) during step 3."""
     out = tmp_path_factory.mktemp("train")
-    proc = _train(out, tiny_models, "trainer.total_steps=2")
-    assert f"output in {out}" in proc.stdout
+    code, stdout, stderr = _train_and_kill_a_policy_rank_after(out, tiny_models, 2,
+                                                               "trainer.total_steps=3")
+    assert code == 3, stdout[-2000:] + stderr[-4000:]
+    assert "a policy rank died during step 3" in stderr and "resume=auto" in stderr
+    assert "Traceback" not in stderr.split("a policy rank died")[-1]
     return out
 
 
-def test_two_steps_write_metrics_config_and_checkpoints(run_dir):
+def test_killed_run_kept_complete_steps_metrics_and_checkpoints(run_dir):
     recs = _metrics(run_dir)
     assert [r["step"] for r in recs] == [1, 2]
     for key in ("reward/mean", "reward/rur_mean", "judge/parse_failure_rate", "rur/tau/mean",
@@ -49,7 +83,7 @@ def test_two_steps_write_metrics_config_and_checkpoints(run_dir):
         ck = run_dir / "checkpoints" / f"step_{step}"
         assert (ck / "trainer_state.json").exists()
         assert (ck / "policy" / "model" / "model.safetensors").exists()
-    assert not list((run_dir / "checkpoints").glob("*.tmp"))
+    assert not (run_dir / "checkpoints" / "step_3").exists()
 
 
 def test_rur_rewards_follow_the_formula_per_sample(run_dir):
@@ -59,10 +93,11 @@ def test_rur_rewards_follow_the_formula_per_sample(run_dir):
         assert s["final_reward"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-def test_resume_auto_continues_with_the_same_data_order(run_dir, tiny_models):
+def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, tiny_models):
     proc = _train(run_dir, tiny_models, "trainer.total_steps=3", "resume=auto")
     assert "resuming from" in proc.stdout and "step_2" in proc.stdout
-    assert [r["step"] for r in _metrics(run_dir)] == [1, 2, 3]
+    assert [r["step"] for r in _metrics(run_dir)] == [1, 2, 3]  # none duplicated or missing
+    assert (run_dir / "curves.png").exists()
     assert (run_dir / "checkpoints" / "step_3" / "trainer_state.json").exists()
     # step 3 saw exactly the prompts an uninterrupted run would have seen
     cfg = load_config([f"trainer.output_dir={run_dir}"])

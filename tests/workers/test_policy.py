@@ -98,7 +98,33 @@ def _sc_learn(w: PolicyWorker, out: str) -> dict:
             "metrics": metrics}
 
 
-SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "learn": _sc_learn}
+
+
+class _Payload:
+    """Unpickling this would create a marker file: proof that arbitrary code ran."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _sc_hostile(w: PolicyWorker, out: str) -> dict:
+    ckpt = os.path.join(out, "ckpt")
+    w.save_checkpoint(ckpt)
+    marker = os.path.join(out, "pwned")
+    with open(os.path.join(ckpt, "optim", f"rank_{w.rank}.pt"), "wb") as fh:
+        pickle.dump({"state": _Payload(marker)}, fh)
+    try:
+        w.load_checkpoint(ckpt)
+        error = None
+    except pickle.UnpicklingError as exc:
+        error = str(exc)
+    return {"error": error, "ran": os.path.exists(marker)}
+
+
+SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "learn": _sc_learn, "hostile": _sc_hostile}
 
 
 def _entry(rank, world_size, port, model_path, scenario, hp, out):
@@ -245,3 +271,10 @@ def test_ray_actors_match_world1(tiny_model, world1, monkeypatch):
     assert metrics[0]["actor/grad_norm"] == pytest.approx(world1[0]["metrics"]["actor/grad_norm"], rel=1e-4)
     assert max_diff(blobs[0], world1[0]["blob"]) < 1e-5
     assert [h["rank"] for h in health] == [0, 1] and health[0]["pid"] != health[1]["pid"]
+
+
+def test_a_pickled_object_in_a_checkpoint_is_refused_not_run(tiny_model, tmp_path):
+    """Checkpoints load weights-only: a crafted optimizer shard must not execute code."""
+    res = run_group(1, tiny_model, "hostile", tmp_path)[0]
+    assert res["error"] is not None and "Weights only load failed" in res["error"]
+    assert res["ran"] is False
