@@ -110,3 +110,20 @@ def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, 
         if s["prompt_id"] not in seen[s["step"]]:
             seen[s["step"]].append(s["prompt_id"])
     assert [seen[k] for k in (1, 2, 3)] == expected
+
+
+def test_two_rollout_workers_one_policy_rank_and_no_dialogue_text_in_logs(tmp_path, tiny_models):
+    """Pools scale independently; with logging.log_samples off no dialogue text is written."""
+    proc = _train(tmp_path, tiny_models, "trainer.total_steps=1", "rollout.num_workers=2",
+                  "actor.world_size=1", "logging.log_samples=false")
+    assert "rollout x2" in proc.stdout and "actor x1" in proc.stdout
+    assert [r["step"] for r in _metrics(tmp_path)] == [1]
+    cfg = load_config([f"trainer.output_dir={tmp_path}"])
+    snippets = {t["content"][:40] for r in load_prompts(cfg) for t in r["history"]
+                if len(t["content"]) >= 40}
+    written = proc.stdout + proc.stderr + "".join(
+        p.read_text(errors="ignore") for p in tmp_path.rglob("*")
+        if p.is_file() and p.suffix in (".jsonl", ".yaml", ".json", ".txt", ".log"))
+    leaked = [s for s in snippets if s in written]
+    assert not leaked, leaked[:3]
+    assert not (tmp_path / "samples.jsonl").exists()

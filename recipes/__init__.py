@@ -1,0 +1,1 @@
+"""Recipe YAML files (a package only so that they ship with a non-editable install)."""

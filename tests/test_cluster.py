@@ -1,0 +1,404 @@
+"""cluster/: the job runtime env, the launcher and KubeRay specs, and a real two-node local run.
+
+Fast tests check the three YAML files against what the installed Ray (and KubeRay's CRD fields)
+accept. The e2e test starts a two-node Ray cluster on loopback addresses (two `ray start --block`
+processes, on 127.0.0.2 and 127.0.0.3, dashboard on 127.0.0.1, 1 CPU each, so the tiny recipe's
+1.75 CPUs must span both nodes), submits the tiny recipe with `ray job submit --working-dir <repo>
+--runtime-env ...`, checks the job's result and its output directory, and stops exactly the
+processes it started.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zipfile
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+import ray
+from peer_rl.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER = REPO / "cluster"
+VENV_BIN = Path(sys.executable).parent
+RAY = VENV_BIN / "ray"
+# Loopback addresses, but not 127.0.0.1: `ray start` rewrites 127.0.0.1 / localhost (in --address
+# and --node-ip-address) to the machine's interface address unless
+# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, and with that setting a non-head `ray start` aborts
+# ("Multi-node Ray clusters are not supported on Windows and OSX"). Other 127/8 addresses are
+# kept as given (Linux routes all of 127/8 to the loopback device).
+HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
+
+
+def _load(name: str):
+    return yaml.safe_load((CLUSTER / name).read_text(encoding="utf-8"))
+
+
+def _demand(cfg) -> dict[str, float]:
+    """CPUs and GPUs the placement groups of a resolved config ask for (peer_rl/placement.py)."""
+    sizes = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
+             "actor": cfg.actor.world_size}
+    if cfg.algorithm.rur.enable:
+        sizes["redundancy"] = 1
+    return {"CPU": sum(n * cfg.resources[p].cpus_per_worker for p, n in sizes.items()),
+            "GPU": sum(n * cfg.resources[p].gpus_per_worker for p, n in sizes.items())}
+
+
+# ------------------------------------------------------------------ fast: the YAML files
+
+def test_runtime_env_is_accepted_by_ray():
+    from ray.runtime_env import RuntimeEnv
+    from ray.runtime_env.runtime_env import RuntimeEnvConfig, _merge_runtime_env
+
+    env = _load("runtime_env.yaml")
+    # RuntimeEnv(**env) takes unknown keys as plugin fields: check the names ourselves
+    assert set(env) <= RuntimeEnv.known_fields, set(env) - RuntimeEnv.known_fields
+    assert set(env.get("config", {})) <= RuntimeEnvConfig.known_fields
+    parsed = RuntimeEnv(**env)  # validates env_vars (str -> str), excludes, config
+    assert parsed["env_vars"]["HF_HUB_OFFLINE"] == "1"
+    assert parsed["env_vars"]["TOKENIZERS_PARALLELISM"] == "false"
+    assert {".git", ".venv"} <= set(env["excludes"])
+    assert "working_dir" not in env and "pip" not in env  # code from --working-dir, deps on nodes
+    # inside a job, `peer-rl train` calls ray.init(runtime_env={"env_vars": {"PYTHONPATH": ...}});
+    # Ray refuses the merge (ValueError at ray.init) when the job env sets the same variable
+    assert _merge_runtime_env(parsed, {"env_vars": {"PYTHONPATH": "/x"}}) is not None
+
+
+def test_runtime_env_upload_holds_the_code_and_excludes_venv_git_outputs(tmp_path):
+    """The zip `ray job submit --working-dir .` would upload (Ray's own packaging code)."""
+    from ray._private.runtime_env.packaging import create_package
+
+    env = _load("runtime_env.yaml")
+    pkg = tmp_path / "pkg.zip"
+    create_package(str(REPO), pkg, include_gitignore=True, excludes=env["excludes"])
+    names = set(zipfile.ZipFile(pkg).namelist())
+    for need in ("peer_rl/cli.py", "peer_rl/placement.py", "workers/rollout.py",
+                 "recipes/tiny.yaml", "recipes/peer_rur.yaml",
+                 "peer_rl/sample_data/grpo/textual.jsonl",
+                 "cluster/runtime_env.yaml"):
+        assert need in names, need
+    bad = [n for n in names if n.split("/")[0] in (".git", ".venv", "outputs", ".pytest_cache")
+           or "__pycache__" in n or ".egg-info/" in n]
+    assert not bad, bad[:10]
+    assert pkg.stat().st_size < 64 * 2**20  # Ray's hard limit is 512 MiB, warning from 256 MiB
+
+
+def test_launcher_config_validates_against_ray_schema():
+    import jsonschema
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    cfg = _load("ray-cluster.yaml")
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(cfg, schema)
+    validate_config(cfg)  # the schema plus the launcher's own cross-field checks
+    validate_config(prepare_config(copy.deepcopy(cfg)))  # after provider defaults are merged
+    for key in schema["required"] + ["head_node_type", "available_node_types",
+                                     "setup_commands", "head_start_ray_commands",
+                                     "worker_start_ray_commands"]:
+        assert key in cfg, key
+    with pytest.raises(jsonschema.ValidationError):  # the schema does reject what it should
+        validate_config({**cfg, "head_start_commands": []})
+
+    head = " ".join(cfg["head_start_ray_commands"])
+    assert "--head" in head and "--dashboard-host=127.0.0.1" in head
+    assert any("peer-rl[gpu]" in c and "-e" in c.split() for c in cfg["setup_commands"])
+    types = cfg["available_node_types"]
+    gpus = sum(t["resources"].get("GPU", 0) * (1 if n == cfg["head_node_type"] else
+                                                t.get("min_workers", 0)) for n, t in types.items())
+    cpus = sum(t["resources"].get("CPU", 0) * (1 if n == cfg["head_node_type"] else
+                                                t.get("min_workers", 0)) for n, t in types.items())
+    need = _demand(load_config(["recipe=peer_rur"]))
+    assert gpus >= need["GPU"] and cpus >= need["CPU"], (gpus, cpus, need)
+
+
+def _quantity(v) -> float:
+    return float(str(v).rstrip("m")) / (1000 if str(v).endswith("m") else 1)
+
+
+def test_rayjob_manifest_has_the_fields_kuberay_requires():
+    from ray.runtime_env import RuntimeEnv
+
+    job = _load("rayjob.yaml")
+    assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"])
+    spec = job["spec"]
+    argv = shlex.split(spec["entrypoint"])
+    assert argv[:3] == ["peer-rl", "train", "recipe=peer_rur"], argv
+    cfg = load_config(argv[2:])  # every override names a key of the schema
+    assert cfg.recipe == "peer_rur"
+    env = yaml.safe_load(spec["runtimeEnvYAML"])
+    RuntimeEnv(**env)
+    assert "PYTHONPATH" not in env.get("env_vars", {})
+    assert spec["shutdownAfterJobFinishes"] is True
+
+    rcs = spec["rayClusterSpec"]
+    assert rcs["rayVersion"] == ray.__version__
+    assert rcs["authOptions"]["mode"] == "token"
+    head = rcs["headGroupSpec"]  # CRD: headGroupSpec requires template
+    assert head["template"]["spec"]["containers"][0]["image"]
+    assert isinstance(head.get("rayStartParams", {}), dict)
+    gpus = 0.0
+    for group in rcs["workerGroupSpecs"]:  # CRD: groupName, minReplicas, maxReplicas, template
+        for key in ("groupName", "minReplicas", "maxReplicas", "template"):
+            assert key in group, key
+        assert group["minReplicas"] <= group.get("replicas", group["minReplicas"]) \
+            <= group["maxReplicas"]
+        containers = group["template"]["spec"]["containers"]
+        assert containers and all(c.get("name") and c.get("image") for c in containers)
+        limits = containers[0]["resources"]["limits"]
+        gpus += _quantity(limits.get("nvidia.com/gpu", 0)) * group["minReplicas"]
+    assert gpus >= _demand(cfg)["GPU"], (gpus, _demand(cfg))
+
+
+def test_local_cluster_script_is_valid_bash():
+    script = CLUSTER / "start-local-cluster.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "--dashboard-host=127.0.0.1" in text and "--node-ip-address" in text
+    assert not re.search(r"^[^#]*\bray stop\b", text, re.M)  # would stop other people's clusters
+
+
+# ------------------------------------------------------------------ e2e: a real 2-node cluster
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def _ours(ray_tmp: Path, sessions: set[int], known: set[int]) -> list[psutil.Process]:
+    """Live processes of this cluster: started in its sessions, seen as its descendants, or
+    naming its temp dir on their command line (raylet, gcs_server, agents)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid == os.getpid() or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if (os.getsid(p.pid) in sessions or p.pid in known
+                    or str(ray_tmp) in " ".join(p.info["cmdline"] or ())):
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+class LocalCluster:
+    def __init__(self, ray_tmp: Path, ports: dict[str, int], env: dict[str, str]):
+        self.ray_tmp, self.ports, self.env = ray_tmp, ports, env
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+        self.dashboard = f"http://127.0.0.1:{ports['dashboard']}"
+
+    def start_node(self, name: str, ip: str, args: list[str]):
+        # one temp dir per node, as on separate machines: nodes sharing one would share
+        # session_*/runtime_resources, and one node's runtime-env agent deletes the job's
+        # working_dir under the other's driver (os.getcwd() -> FileNotFoundError: [Errno 2])
+        log = self.ray_tmp / f"{name}.log"
+        (self.ray_tmp / name).mkdir()
+        with open(log, "wb") as f:
+            self.procs.append(subprocess.Popen(
+                [str(RAY), "start", "--block", f"--node-ip-address={ip}",
+                 f"--temp-dir={self.ray_tmp / name}", "--min-worker-port=0", "--max-worker-port=0",
+                 "--object-store-memory=200000000", "--disable-usage-stats", *args],
+                env=self.env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True))
+        self.logs.append(log)
+
+    def check_running(self):
+        for p, log in zip(self.procs, self.logs):
+            if p.poll() is not None:
+                raise AssertionError(f"`ray start` exited with {p.returncode}:\n{_tail(log)}")
+
+    def cli(self, *args: str, timeout: float = 60,
+            check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([str(RAY), *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO)
+        if check and proc.returncode:
+            raise AssertionError(f"ray {' '.join(args)} -> {proc.returncode}\n"
+                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return proc
+
+    def nodes(self) -> list[dict]:
+        out = self.cli("list", "nodes", "--address", self.dashboard, "--format", "json",
+                       "--detail", check=False)
+        if out.returncode:
+            return []
+        try:
+            return json.loads(out.stdout)
+        except json.JSONDecodeError:
+            return []
+
+    def wait_for_nodes(self, n: int, timeout: float = 120) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_running()
+            alive = [x for x in self.nodes() if x.get("state") == "ALIVE"]
+            if len(alive) >= n:
+                return alive
+            time.sleep(1)
+        raise AssertionError(f"fewer than {n} alive node(s) after {timeout:.0f} s: {self.nodes()}"
+                             + "".join(f"\n--- {log.name}\n{_tail(log)}" for log in self.logs))
+
+    def stop(self, grace_s: float = 30) -> list[str]:
+        """Stop exactly what this cluster started; returns what was still alive after the
+        `ray start --block` processes had exited (and had to be killed)."""
+        sessions = {p.pid for p in self.procs}
+        known: set[int] = set()
+        for p in self.procs:
+            try:
+                known |= {c.pid for c in psutil.Process(p.pid).children(recursive=True)}
+            except psutil.Error:
+                pass
+        # SIGTERM to `ray start --block` alone: it stops its raylet, GCS, agents and workers in
+        # order (~5 s). SIGTERM to the whole group at once took ~40 s to unwind.
+        for p in reversed(self.procs):  # worker node first
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # then the rest of each session
+            for p in self.procs:
+                try:
+                    os.killpg(p.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            for p in self.procs:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+        left = _ours(self.ray_tmp, sessions, known)
+        _, left = psutil.wait_procs(left, timeout=5)
+        report = []
+        for p in left:
+            try:
+                report.append(f"{p.pid} {' '.join(p.cmdline())[:160]}")
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(left, timeout=10)
+        return report
+
+
+@pytest.fixture
+def local_cluster():
+    # Unix socket paths must stay under 108 bytes: a short dir in /tmp, not pytest's tmp_path
+    ray_tmp = Path(tempfile.mkdtemp(prefix="prl-ray-", dir="/tmp"))
+    names = ["gcs", "dashboard", "client", "h_agent_http", "h_agent_grpc", "h_env_agent",
+             "h_metrics", "h_node_mgr", "h_obj_mgr", "w_agent_http", "w_agent_grpc", "w_env_agent",
+             "w_metrics", "w_node_mgr", "w_obj_mgr"]
+    ports = dict(zip(names, _free_ports(len(names))))
+    # A token of our own, in our temp dir: the test neither needs nor touches ~/.ray/auth_token
+    token = ray_tmp / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PEER_RL_"))}
+    env |= {"PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",  # the job's `python`
+            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "PYTHONUNBUFFERED": "1"}
+    cluster = LocalCluster(ray_tmp, ports, env)
+
+    def node_ports(prefix: str) -> list[str]:
+        return [f"--dashboard-agent-listen-port={ports[prefix + 'agent_http']}",
+                f"--dashboard-agent-grpc-port={ports[prefix + 'agent_grpc']}",
+                f"--runtime-env-agent-port={ports[prefix + 'env_agent']}",
+                f"--metrics-export-port={ports[prefix + 'metrics']}",
+                f"--node-manager-port={ports[prefix + 'node_mgr']}",
+                f"--object-manager-port={ports[prefix + 'obj_mgr']}"]
+
+    leftovers: list[str] = []
+    try:
+        cluster.start_node("head", HEAD_IP, [
+            "--head", f"--port={ports['gcs']}", "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={ports['dashboard']}", f"--ray-client-server-port={ports['client']}",
+            "--num-cpus=1", "--num-gpus=0", *node_ports("h_")])
+        cluster.wait_for_nodes(1)
+        cluster.start_node("worker", WORKER_IP, [
+            f"--address={HEAD_IP}:{ports['gcs']}", "--num-cpus=1", "--num-gpus=0",
+            '--resources={"node2": 1}', *node_ports("w_")])
+        cluster.wait_for_nodes(2)
+        yield cluster
+    finally:
+        leftovers = cluster.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert not leftovers, f"processes left after `ray start --block` got SIGTERM: {leftovers}"
+
+
+@pytest.mark.e2e
+def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, tiny_models,
+                                                                 tmp_path):
+    cluster = local_cluster
+    nodes = [n for n in cluster.nodes() if n["state"] == "ALIVE"]
+    assert sorted(n["node_ip"] for n in nodes) == [HEAD_IP, WORKER_IP], nodes
+    assert sum(n["resources_total"].get("CPU", 0) for n in nodes) == 2
+    assert any("node2" in n["resources_total"] for n in nodes)
+    need = _demand(load_config([]))
+    assert 1 < need["CPU"] <= 2, need  # more than one node holds: the pools must span both
+
+    # the repo's runtime env, plus a placement-group timeout that tolerates a busy machine
+    env = _load("runtime_env.yaml")
+    env["env_vars"]["PEER_RL_PG_TIMEOUT_S"] = "600"
+    runtime_env = tmp_path / "runtime_env.yaml"
+    runtime_env.write_text(yaml.safe_dump(env))
+    out = tmp_path / "out"
+    tiny_cache = Path(tiny_models["policy"]).parent  # built once per session, reused here
+    sid = f"peer-rl-e2e-{uuid.uuid4().hex[:8]}"
+    submit = cluster.cli(
+        "job", "submit", "--address", cluster.dashboard, "--submission-id", sid,
+        "--working-dir", str(REPO), "--runtime-env", str(runtime_env), "--",
+        "python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1",
+        f"trainer.output_dir={out}", f"model.tiny_cache_dir={tiny_cache}",
+        timeout=900, check=False)
+    jobs = json.loads(cluster.cli("list", "jobs", "--address", cluster.dashboard, "--format",
+                                  "json", "--detail").stdout)
+    status = next((j["status"] for j in jobs if j.get("submission_id") == sid), None)
+    logs = cluster.cli("job", "logs", "--address", cluster.dashboard, sid, check=False).stdout
+    assert status == "SUCCEEDED", (f"job status {status}\n--- ray job submit\n"
+                                   + submit.stdout[-3000:] + submit.stderr[-3000:]
+                                   + "\n--- job logs\n" + logs[-6000:])
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    assert "[peer-rl] done: 1 step(s)" in logs, logs[-6000:]
+
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [1]
+    assert (out / "checkpoints" / "step_1").is_dir()
+    assert (out / "config.yaml").exists()
+
+    # the worker actors really ran on both nodes
+    actors = json.loads(cluster.cli("list", "actors", "--address", cluster.dashboard,
+                                    "--format", "json", "--detail", "--limit", "1000").stdout)
+    kinds = {"RolloutWorker", "UnifiRewardWorker", "RedundancyWorker", "PolicyWorker"}
+    ours = [a for a in actors if a.get("class_name") in kinds]
+    assert {a["class_name"] for a in ours} == kinds, [a.get("class_name") for a in actors]
+    assert len({a["node_id"] for a in ours}) == 2, [(a["class_name"], a["node_id"]) for a in ours]
