@@ -111,6 +111,63 @@ def _add_data(sub) -> None:
     p.set_defaults(fn=_data_import_esconv)
 
 
+def _train(args) -> int:
+    from peer_rl.config import ConfigError
+    from peer_rl.controller import PolicyGroupFailed
+    from peer_rl.data.loading import InvalidDataError
+    from peer_rl.train import run
+
+    try:
+        run(args.overrides)
+    except (ConfigError, FileNotFoundError, InvalidDataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except PolicyGroupFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _supervised(args, kind: str) -> int:
+    from peer_rl.config import ConfigError
+    from peer_rl.config_supervised import load_supervised_config
+    from peer_rl.data.loading import InvalidDataError
+    from workers.sft_trainer import run_supervised
+
+    try:
+        run_supervised(load_supervised_config(args.overrides, kind), kind)
+    except (ConfigError, FileNotFoundError, InvalidDataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _eval_rm(args) -> int:
+    from peer_rl.data.sample import sample_root
+    from peer_rl.eval_rm import evaluate_rm, format_table
+
+    if not Path(args.model, "config.json").exists():
+        print(f"error: --model {args.model}: no config.json there (expected an HF model "
+              "directory, e.g. outputs/unifireward_tiny/final)", file=sys.stderr)
+        return 2
+    root = args.data or sample_root()
+    try:
+        report = evaluate_rm(root, args.model, args.out, max_tokens=args.max_tokens,
+                             kv_cache_gib=args.kv_cache_gib, max_model_len=args.max_model_len,
+                             limit=args.limit)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(report["metrics"]))
+    print(f"{report['n_rows'] - report['n_too_long']} SER test chat(s) judged in "
+          f"{report['seconds']:.1f} s ({report['n_too_long']} too long for the context); "
+          f"{report['note']}")
+    if report["metrics"]:
+        print(f"parse-failure rate: {report['metrics']['all']['parse_failure_rate']:.3f}")
+    print(f"wrote {Path(args.out).resolve()}")
+    return 0
+
+
 def _bench(args) -> int:
     from peer_rl import bench
 
@@ -121,6 +178,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="peer-rl", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     _add_data(sub)
+    p = sub.add_parser("train", help="GRPO training (default: the tiny recipe on the sample)",
+                       description="peer-rl train [recipe=NAME] [key=value ...], e.g. "
+                       "peer-rl train recipe=peer_rur rollout.num_workers=2 trainer.total_steps=5")
+    p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
+    p.set_defaults(fn=_train)
+    for name, kind, what in (("train-rm", "rm", "UnifiReward SFT on SER chats (default recipe "
+                              "unifireward_tiny)"),
+                             ("sft", "sft", "policy SFT on sft/ rows (default recipe sft_tiny)")):
+        p = sub.add_parser(name, help=what, description=f"peer-rl {name} [recipe=NAME] "
+                           "[key=value ...]; prints the output directory at the end")
+        p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
+        p.set_defaults(fn=lambda args, kind=kind: _supervised(args, kind))
+    ev = sub.add_parser("eval", help="evaluations").add_subparsers(dest="eval_cmd", required=True)
+    p = ev.add_parser("rm", help="UnifiReward on the SER test splits: step / preference "
+                      "accuracy, consistency, parse failures")
+    p.add_argument("--data", default="", help="PEER-layout root (default: the bundled sample)")
+    p.add_argument("--model", required=True, help="reward model directory (HF format)")
+    p.add_argument("--out", required=True, help="JSON report to write")
+    p.add_argument("--max-tokens", type=int, default=16, help="tokens per judge answer")
+    p.add_argument("--kv-cache-gib", type=float, default=1.0)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--limit", type=int, default=0, help="judge only the first N rows (0: all)")
+    p.set_defaults(fn=_eval_rm)
     p = sub.add_parser("bench", help="benchmarks that print a table")
     p.add_argument("what", choices=["rewards", "step"])
     p.add_argument("rest", nargs=argparse.REMAINDER)

@@ -180,16 +180,21 @@ _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_a
             "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",)}
 
 
-def _check_values(cfg: DictConfig) -> None:
-    for key in _POSITIVE:
+def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) -> None:
+    """Fail naming the key: sizes that must be > 0, amounts that must be >= 0, enumerations."""
+    for key in positive:
         if OmegaConf.select(cfg, key) <= 0:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected a positive value")
-    for key in _NON_NEGATIVE:
+    for key in non_negative:
         if OmegaConf.select(cfg, key) < 0:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected a value >= 0")
-    for key, allowed in _CHOICES.items():
+    for key, allowed in (choices or {}).items():
         if OmegaConf.select(cfg, key) not in allowed:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)!r}: expected one of {allowed}")
+
+
+def _check_values(cfg: DictConfig) -> None:
+    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
     for pool in ("rollout", "reward_model", "redundancy", "actor"):

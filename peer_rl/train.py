@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from peer_rl.config import load_config, save_config
+from peer_rl.runtime import init_ray
 
 
 def resolve_models(cfg) -> tuple[str, str]:
@@ -50,23 +51,6 @@ def load_prompts(cfg) -> list[dict]:
             rows.append({**row, "history": hist})
     print(f"[peer-rl] {len(rows)} training prompt(s) from {root}", flush=True)
     return rows
-
-
-def init_ray(cfg) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    # "" = RAY_ADDRESS or a `ray start` cluster if one runs here, else a new local one;
-    # "local" = always a new local cluster; anything else = that cluster's address
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
-    kwargs = {"address": address, "log_to_driver": True,
-              "runtime_env": {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}}}
-    if address in (None, "local"):
-        kwargs |= {"num_cpus": cfg.ray.num_cpus or os.cpu_count(), "include_dashboard": False,
-                   "dashboard_host": cfg.ray.dashboard_host}
-    ray.init(**kwargs)
 
 
 def run(overrides: list[str]) -> Path:

@@ -12,3 +12,19 @@ def tiny_models(tmp_path_factory) -> dict[str, str]:
     from peer_rl.tiny_models import ensure_tiny_models
 
     return ensure_tiny_models(tmp_path_factory.mktemp("tiny_models"))
+
+
+@pytest.fixture(scope="session")
+def trained_judge(tiny_models, tmp_path_factory) -> str:
+    """The tiny judge after a short real `peer-rl train-rm`: it emits parseable verdicts, so
+    GRPO rewards are non-zero (a random judge scores every sample 0)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("unifireward")
+    cmd = [sys.executable, "-m", "peer_rl.cli", "train-rm", f"trainer.output_dir={out}",
+           f"model.path={tiny_models['judge']}", "trainer.total_steps=80", "trainer.save_freq=0",
+           "ray.address=local"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return str(out / "final")

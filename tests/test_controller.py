@@ -13,23 +13,29 @@ import ray
 from peer_rl.config import load_config
 from peer_rl.controller import Controller, PolicyGroupFailed
 from peer_rl.placement import PoolFactory
-from peer_rl.train import init_ray, load_prompts
+from peer_rl.runtime import init_ray
+from peer_rl.train import load_prompts
 
 pytestmark = pytest.mark.e2e
 
 
 def _cfg(tmp_path, tiny, *extra):
     return load_config([f"trainer.output_dir={tmp_path}", f"model.path={tiny['policy']}",
-                        f"reward_model.path={tiny['judge']}", "ray.address=local",
+                        f"reward_model.path={tiny['trained_judge']}", "ray.address=local",
                         "trainer.total_steps=1", "logging.log_samples=true", *extra])
 
 
 @pytest.fixture(scope="module")
-def system(tmp_path_factory, tiny_models):
+def models(tiny_models, trained_judge):
+    return {**tiny_models, "trained_judge": trained_judge}
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory, models):
     out = tmp_path_factory.mktemp("controller")
-    cfg = _cfg(out, tiny_models)
+    cfg = _cfg(out, models)
     init_ray(cfg)
-    factory = PoolFactory(cfg, tiny_models["policy"], tiny_models["judge"])
+    factory = PoolFactory(cfg, models["policy"], models["trained_judge"])
     pools = factory.make_pools()
     yield cfg, pools, load_prompts(cfg), out
     factory.shutdown(pools)
@@ -74,20 +80,22 @@ def test_weight_sync_after_an_update_matches_policy_logprobs(system):
     assert diff < 1e-4, diff
 
 
-def test_rur_on_and_off_differ_exactly_as_the_formula(system, tiny_models, tmp_path):
+def test_rur_on_and_off_differ_exactly_as_the_formula(system, models, tmp_path):
     _, pools, rows, _ = system
     batch = rows[:4]
-    on = Controller(_cfg(tmp_path / "on", tiny_models), pools, rows, tmp_path / "on")
-    off = Controller(_cfg(tmp_path / "off", tiny_models, "algorithm.rur.enable=false"), pools,
+    on = Controller(_cfg(tmp_path / "on", models), pools, rows, tmp_path / "on")
+    off = Controller(_cfg(tmp_path / "off", models, "algorithm.rur.enable=false"), pools,
                      rows, tmp_path / "off")
     a, b = on.score_batch(batch), off.score_batch(batch)
     assert [s.text for s in a["samples"]] == [s.text for s in b["samples"]]  # seeded rollout
     np.testing.assert_array_equal(a["rewards"], b["rewards"])
+    assert a["rewards"].max() > 0  # the trained judge gives credit: the comparison is not 0 == 0
     np.testing.assert_array_equal(b["final"], b["rewards"])  # RUR off: r~ = r
     red = a["redundancy"]
     expected = a["rewards"] / ((1 + red["tau"] * red["s_hist"]) * (1 + red["tau"] * red["s_group"]))
     np.testing.assert_allclose(a["final"], expected, rtol=1e-12)
     assert np.all(red["s_group"] > 0) and np.all(red["tau"] > 0)
+    assert np.all(a["final"][a["rewards"] > 0] < a["rewards"][a["rewards"] > 0])  # penalised
 
 
 def _kill_later(pid: int, delay: float) -> threading.Thread:
@@ -99,11 +107,11 @@ def _kill_later(pid: int, delay: float) -> threading.Thread:
     return t
 
 
-def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system, tiny_models,
+def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system, models,
                                                                          tmp_path):
     """Runs last but one: kills the real rollout actor process while it generates."""
     cfg, pools, rows, _ = system
-    long_cfg = _cfg(tmp_path, tiny_models, "rollout.response_length=384", "trainer.total_steps=2")
+    long_cfg = _cfg(tmp_path, models, "rollout.response_length=384", "trainer.total_steps=2")
     ctl = Controller(long_cfg, pools, rows, tmp_path)
     pid = ray.get(pools.rollout[0].health.remote())["pid"]
     killer = _kill_later(pid, 1.0)

@@ -39,8 +39,8 @@ class UnifiRewardWorker:
         self.tokenizer = self.llm.get_tokenizer()
         self.start_seconds = time.perf_counter() - t0
 
-    def _chat(self, conversations: list[list[dict]]) -> list[str]:
-        """One batched greedy generation call (one judge round for all items)."""
+    def answer(self, conversations: list[list[dict]]) -> list[str]:
+        """One batched greedy call: the next judge turn of each conversation (one round)."""
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
@@ -90,7 +90,7 @@ class UnifiRewardWorker:
             asked = [i for i, t in enumerate(turns) if t[k] is not None]
             if not asked:
                 continue
-            replies = self._chat([convs[i] + [turns[i][k]] for i in asked])
+            replies = self.answer([convs[i] + [turns[i][k]] for i in asked])
             for i, text in zip(asked, replies):
                 convs[i] += [turns[i][k], {"role": "assistant", "content": text}]
                 answers[i][k] = text

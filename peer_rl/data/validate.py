@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from PIL import Image
 

@@ -43,13 +43,13 @@ def test_score_four_batched_rounds(tiny_models, monkeypatch):
     print(f"\njudge engine start: {time.perf_counter() - t0:.1f}s")
     try:
         calls: list[list[list[dict]]] = []
-        original = judge._chat
+        original = judge.answer
 
         def spy(conversations):
             calls.append(conversations)
             return original(conversations)
 
-        monkeypatch.setattr(judge, "_chat", spy)
+        monkeypatch.setattr(judge, "answer", spy)
         items = [item(), item(first=False), item(lang="zh", history=HISTORY_ZH),
                  item(steps=[STEPS[0], None, STEPS[2]], complete=False),
                  item(steps=[None, None, None], complete=False)]

@@ -1,0 +1,121 @@
+"""Typed schema of the supervised stages: `peer-rl train-rm` (UnifiReward on SER) and `peer-rl sft`.
+
+Same mechanics as the GRPO schema (peer_rl/config.py): a dataclass tree given to omegaconf, a
+recipe chosen by `recipe=NAME`, dotted `key=value` overrides, an unknown key or a wrong type
+failing at start-up naming the key, then the value checks below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import MISSING, DictConfig
+
+from peer_rl.config import ConfigError, RayConfig, check_ranges, load_config
+
+KINDS = ("rm", "sft")                       # train-rm | sft
+DEFAULT_RECIPE = {"rm": "unifireward_tiny", "sft": "sft_tiny"}
+
+
+@dataclass
+class SupervisedDataConfig:
+    root: str = ""                          # PEER-layout root; "" = the bundled sample
+    # Paths relative to root; globs allowed in the file part (ser/*/*_train.jsonl). ser/ files
+    # train the 4 verdict turns, sft/ files the last assistant turn.
+    train_files: list[str] = field(default_factory=lambda: ["ser/*/*_train.jsonl"])
+    skip_invalid: bool = False              # drop (and count) invalid rows instead of failing
+    max_rows: int = 0                       # 0 = all rows (a cap is handy for smoke runs)
+
+
+@dataclass
+class SupervisedModelConfig:
+    # HF model dir; "" = tiny random judge (rm) / policy (sft); "<...>" = a placeholder to set
+    path: str = ""
+    tiny_cache_dir: str = ""                # where tiny models are built ("" = ~/.cache/peer-rl/tiny)
+    gradient_checkpointing: bool = False    # recompute activations (large models)
+
+
+@dataclass
+class SupervisedTrainerConfig:
+    output_dir: str = "outputs/${experiment_name}"
+    total_steps: int = 0                    # optimizer steps; 0 = epochs x ceil(rows / batch_size)
+    epochs: int = 1                         # used when total_steps is 0
+    lr: float = 1e-5
+    lr_scheduler: str = "constant"          # constant | cosine (to min_lr_ratio x lr)
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    batch_size: int = 8                     # sequences per optimizer step, all ranks together
+    micro_batch_size: int = 4               # sequences per forward/backward on one rank
+    max_length: int = 1024                  # longer chats are dropped (and counted), never cut
+    save_freq: int = 0                      # checkpoint every k steps (0: only at the end)
+    keep_checkpoints: int = 2               # Ray Train CheckpointConfig(num_to_keep)
+    log_freq: int = 10                      # print / metrics.jsonl every k steps
+    world_size: int = 1                     # Ray Train workers = FSDP2 ranks
+    max_failures: int = 0                   # Ray Train FailureConfig: worker-group restarts
+    seed: int = 0
+    bf16: bool = True                       # bf16 compute (fp32 master weights) on GPU; CPU: fp32
+
+
+@dataclass
+class SupervisedResourcesConfig:
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0            # > 0 (or CUDA present): use_gpu, nccl
+
+
+@dataclass
+class SupervisedConfig:
+    recipe: str = "unifireward_tiny"
+    experiment_name: str = MISSING
+    kind: str = "rm"                        # rm (train-rm) | sft
+    # auto: continue from the newest checkpoint of this output_dir (Ray Train's run snapshot);
+    # disable: start fresh (refuses to run over existing checkpoints).
+    resume: str = "auto"
+    data: SupervisedDataConfig = field(default_factory=SupervisedDataConfig)
+    model: SupervisedModelConfig = field(default_factory=SupervisedModelConfig)
+    trainer: SupervisedTrainerConfig = field(default_factory=SupervisedTrainerConfig)
+    resources: SupervisedResourcesConfig = field(default_factory=SupervisedResourcesConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+
+_POSITIVE = ("trainer.epochs", "trainer.batch_size", "trainer.micro_batch_size",
+             "trainer.max_length", "trainer.world_size", "trainer.log_freq",
+             "trainer.keep_checkpoints")
+_NON_NEGATIVE = ("trainer.total_steps", "trainer.lr", "trainer.warmup_steps",
+                 "trainer.min_lr_ratio", "trainer.weight_decay", "trainer.grad_clip",
+                 "trainer.save_freq", "trainer.max_failures", "data.max_rows",
+                 "resources.cpus_per_worker", "resources.gpus_per_worker")
+_CHOICES = {"kind": KINDS, "trainer.lr_scheduler": ("constant", "cosine"),
+            "resume": ("auto", "disable")}
+
+
+def check_supervised(cfg: DictConfig) -> None:
+    path = cfg.model.path
+    if path.startswith("<") and path.endswith(">"):     # a recipe's placeholder: must be set
+        raise ConfigError(f"model.path: recipe {cfg.recipe!r} needs a starting model, {path} (an "
+                          "HF model directory); pass model.path=/path/to/model")
+    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
+    if not cfg.data.train_files:
+        raise ConfigError("data.train_files: expected at least one file (e.g. ser/*/*_train.jsonl)")
+    for rel in cfg.data.train_files:
+        parts = Path(rel).parts
+        if len(parts) < 2 or parts[0] not in ("ser", "sft"):
+            raise ConfigError(f"data.train_files: {rel!r}: expected a path under ser/ or sft/ "
+                              "relative to data.root")
+    if cfg.trainer.min_lr_ratio > 1:
+        raise ConfigError(f"trainer.min_lr_ratio={cfg.trainer.min_lr_ratio}: expected <= 1")
+
+
+def load_supervised_config(overrides=(), kind: str = "rm") -> DictConfig:
+    """Schema <- recipe (default: the tiny CPU recipe of `kind`) <- overrides; kind must match."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}: expected one of {KINDS}")
+    cfg = load_config(list(overrides), schema=SupervisedConfig,
+                      default_recipe=DEFAULT_RECIPE[kind], check=lambda c: None)
+    if cfg.kind != kind and cfg.kind in KINDS:
+        command = {"rm": "peer-rl train-rm", "sft": "peer-rl sft"}
+        raise ConfigError(f"recipe={cfg.recipe!r} is a kind={cfg.kind!r} recipe; run it with "
+                          f"`{command[cfg.kind]}` (this is `{command[kind]}`)")
+    check_supervised(cfg)
+    return cfg

@@ -1,0 +1,197 @@
+"""`peer-rl eval rm`: the UnifiReward judge on the SER test splits, as the paper evaluates it.
+
+For every SER test chat the judge answers the row's own 4 user turns (rounds 1-3: one reasoning
+step each; round 4: the two candidate replies), greedily, each round seeing its own earlier
+answers as assistant turns: the 9-message layout it is trained on. Its answers are parsed with
+the RL-time parsers (peer_rl.rewards) and compared with the row's labels (the row's own assistant
+turns), per language and modality.
+
+Metrics (per group; an unparseable verdict counts as wrong):
+- step_accuracy: for each of steps 1-3, share of samples whose True/False verdict equals the
+  label (plus their mean, step_accuracy_mean);
+- preference_accuracy: share of samples whose 4-way preference (first better / second better /
+  almost equally good / neither usable) equals the label;
+- consistency (process-outcome consistency): share of samples whose judgement reproduces the
+  label's joint pattern, i.e. all three step verdicts AND the preference verdict equal the
+  labels. A sample with right step verdicts but a wrong preference (or the reverse) contradicts
+  the labelled process-outcome pattern and is inconsistent;
+- parse_failure_rate: share of the judge's answers (4 per sample) that no parser recognises.
+
+The metric functions and the table are pure; `evaluate_rm` runs the judge (workers/unifireward.py's
+UnifiRewardWorker, in-process, vLLM). Visual rows are judged on their text: the judge worker is
+text-only (images are not passed), which the output says.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from peer_rl.rewards import Preference, parse_preference, parse_step_verdict
+
+STEP_TURNS = (2, 4, 6)      # assistant messages of a 9-message SER chat holding step verdicts
+PREFERENCE_TURN = 8
+USER_TURNS = (1, 3, 5, 7)
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Three step verdicts and the preference; None = unparseable (predictions only)."""
+    steps: tuple[bool | None, bool | None, bool | None]
+    preference: Preference | None
+
+    @classmethod
+    def parse(cls, answers: list[str]) -> "Verdicts":
+        """From 4 answers (3 step verdicts, then the preference), with the RL-time parsers."""
+        if len(answers) != 4:
+            raise ValueError(f"expected 4 answers, got {len(answers)}")
+        return cls(tuple(parse_step_verdict(a) for a in answers[:3]), parse_preference(answers[3]))
+
+    @property
+    def n_unparsed(self) -> int:
+        return sum(v is None for v in self.steps) + (self.preference is None)
+
+
+def ser_labels(row: dict) -> Verdicts:
+    """The labels of a SER row: its own assistant turns, which must all parse."""
+    msgs = row["messages"]
+    if len(msgs) != 9:
+        raise ValueError(f"{row.get('id', '?')}: expected a 9-message SER chat, got {len(msgs)}")
+    v = Verdicts.parse([msgs[i]["content"] for i in STEP_TURNS + (PREFERENCE_TURN,)])
+    if v.n_unparsed:
+        raise ValueError(f"{row.get('id', '?')}: a label does not parse: "
+                         f"{[msgs[i]['content'] for i in STEP_TURNS + (PREFERENCE_TURN,)]}")
+    return v
+
+
+def group_key(row: dict) -> str:
+    """'<lang>/<modality>': visual when the row has images."""
+    return f"{row.get('lang', '?')}/{'visual' if row.get('images') else 'text'}"
+
+
+def rm_metrics(labels: list[Verdicts], predictions: list[Verdicts]) -> dict:
+    """The four metrics over aligned (label, prediction) lists; see the module docstring."""
+    if len(labels) != len(predictions):
+        raise ValueError(f"{len(labels)} labels vs {len(predictions)} predictions")
+    n = len(labels)
+    if n == 0:
+        return {"n": 0}
+    step_ok = [[p.steps[k] is not None and p.steps[k] == y.steps[k] for y, p in
+                zip(labels, predictions)] for k in range(3)]
+    pref_ok = [p.preference is not None and p.preference == y.preference
+               for y, p in zip(labels, predictions)]
+    step_acc = {f"step{k + 1}": sum(step_ok[k]) / n for k in range(3)}
+    joint = [all(step_ok[k][i] for k in range(3)) and pref_ok[i] for i in range(n)]
+    return {
+        "n": n,
+        "step_accuracy": step_acc,
+        "step_accuracy_mean": sum(step_acc.values()) / 3,
+        "preference_accuracy": sum(pref_ok) / n,
+        "consistency": sum(joint) / n,
+        "parse_failure_rate": sum(p.n_unparsed for p in predictions) / (4 * n),
+    }
+
+
+def grouped_metrics(rows: list[dict], predictions: list[Verdicts]) -> dict[str, dict]:
+    """rm_metrics per '<lang>/<modality>' group (sorted) and over everything ('all')."""
+    labels = [ser_labels(r) for r in rows]
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[group_key(r)].append(i)
+    out = {g: rm_metrics([labels[i] for i in idx], [predictions[i] for i in idx])
+           for g, idx in sorted(groups.items())}
+    out["all"] = rm_metrics(labels, predictions)
+    return out
+
+
+def format_table(groups: dict[str, dict]) -> str:
+    """A fixed-width table: one line per group."""
+    head = (f"{'group':<11} {'n':>5} {'step1':>6} {'step2':>6} {'step3':>6} {'pref':>6} "
+            f"{'consist':>7} {'parse_fail':>10}")
+    lines = [head, "-" * len(head)]
+    for name, m in groups.items():
+        if not m.get("n"):
+            lines.append(f"{name:<11} {0:>5}")
+            continue
+        s = m["step_accuracy"]
+        lines.append(f"{name:<11} {m['n']:>5} {s['step1']:>6.3f} {s['step2']:>6.3f} "
+                     f"{s['step3']:>6.3f} {m['preference_accuracy']:>6.3f} "
+                     f"{m['consistency']:>7.3f} {m['parse_failure_rate']:>10.3f}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- judge runner
+def judge_rows(worker, rows: list[dict]) -> list[list[str]]:
+    """4 batched greedy rounds over the rows' own user turns: round k for every row at once,
+    each conversation carrying the judge's earlier answers (system + 4 x (user, assistant)).
+    `worker` is a UnifiRewardWorker (or anything with its `answer(conversations) -> texts`)."""
+    convs = [[r["messages"][0]] for r in rows]
+    answers: list[list[str]] = [[] for _ in rows]
+    for k in USER_TURNS:
+        replies = worker.answer([c + [r["messages"][k]] for c, r in zip(convs, rows)])
+        for i, text in enumerate(replies):
+            convs[i] += [rows[i]["messages"][k], {"role": "assistant", "content": text}]
+            answers[i].append(text)
+    return answers
+
+
+def _fits(worker, row: dict) -> bool:
+    """The whole chat (with verdict-length answers) fits the judge's context."""
+    tok, limit = getattr(worker, "tokenizer", None), getattr(worker, "max_model_len", None)
+    if tok is None or not limit:
+        return True
+    text = tok.apply_chat_template(row["messages"], tokenize=False)
+    return len(tok.encode(text, add_special_tokens=False)) + 4 * worker.max_tokens <= limit
+
+
+def load_test_rows(root: str | Path, pattern: str = "*_test") -> list[dict]:
+    """Validated SER rows of the test splits (ser/<lang>/{text,visual}_test.jsonl)."""
+    from peer_rl.data.loading import load_subset
+
+    return [dict(r) for r in load_subset(root, "ser", pattern).dataset]
+
+
+def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
+                worker=None, max_tokens: int = 16, kv_cache_gib: float = 1.0,
+                max_model_len: int = 4096, limit: int = 0, pattern: str = "*_test",
+                seed: int = 0) -> dict:
+    """Judge the SER test rows with the model at `model`; return (and write to `out`) the report.
+
+    `worker` defaults to a UnifiRewardWorker built on `model` (vLLM, in-process; a script that
+    calls this needs an `if __name__ == "__main__":` guard). Tests pass a scripted stand-in.
+    """
+    rows = load_test_rows(root, pattern)
+    if limit:
+        rows = rows[:limit]
+    own = worker is None
+    if own:
+        from workers.unifireward import UnifiRewardWorker
+
+        worker = UnifiRewardWorker(str(model), seed=seed, kv_cache_gib=kv_cache_gib,
+                                   max_tokens=max_tokens, max_model_len=max_model_len)
+    try:
+        t0 = time.perf_counter()
+        kept = [r for r in rows if _fits(worker, r)]
+        answers = judge_rows(worker, kept) if kept else []
+        seconds = time.perf_counter() - t0
+    finally:
+        if own:
+            worker.close()
+    predictions = [Verdicts.parse(a) for a in answers]
+    report = {
+        "model": str(model), "data": str(root), "pattern": pattern,
+        "n_rows": len(rows), "n_too_long": len(rows) - len(kept),
+        "note": "visual rows are judged on their text: the judge worker is text-only "
+                "(images are not passed)",
+        "metrics": grouped_metrics(kept, predictions) if kept else {},
+        "seconds": round(seconds, 2),
+        "samples": [{"id": r.get("id"), "group": group_key(r), "answers": a}
+                    for r, a in zip(kept, answers)],
+    }
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+    return report

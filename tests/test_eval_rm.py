@@ -1,0 +1,130 @@
+"""`peer-rl eval rm` metrics on a hand-built SER test set whose right answers are known."""
+import json
+
+import pytest
+from PIL import Image
+
+from peer_rl.eval_rm import (Verdicts, evaluate_rm, format_table, grouped_metrics, rm_metrics,
+                             ser_labels)
+from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS, JudgeTemplate
+from peer_rl.rewards import Preference
+
+T, F = True, False
+FIRST, SECOND, TIE, NEITHER = Preference.FIRST, Preference.SECOND, Preference.TIE, Preference.NEITHER
+
+# (id, lang, visual, label steps, label preference, the judge's 4 answers)
+CASES = [
+    # en/text: step1 4/4, step2 3/4 (one unparseable), step3 3/4, pref 3/4, consistent 1/4,
+    # 1 of 16 answers unparseable
+    ("en-1", "en", False, (T, F, T), FIRST,
+     ["True", "False", "True", "The first sentence is better"]),             # all right
+    ("en-2", "en", False, (T, T, F), SECOND,
+     ["True", "True", "False", "The first sentence is better"]),             # wrong preference
+    ("en-3", "en", False, (F, F, F), NEITHER,
+     ["False", "maybe", "False", "Neither sentence is available"]),          # step 2 unparseable
+    ("en-4", "en", False, (T, T, T), TIE,
+     ["True", "True", "False", "The two sentences are almost good"]),        # wrong step 3
+    # zh/visual: step1 1/2, step2 2/2, step3 2/2, pref 1/2, consistent 1/2, 1 of 8 unparseable
+    ("zh-1", "zh", True, (T, F, T), SECOND, ["正确", "错误", "正确", "第二句更好"]),
+    ("zh-2", "zh", True, (F, T, T), TIE, ["正确", "正确", "正确", "不知道"]),
+]
+
+
+def ser_row(case) -> dict:
+    rid, lang, visual, steps, pref, _ = case
+    verdicts = [STEP_VERDICTS[lang][0 if s else 1] for s in steps] + [PREFERENCE_VERDICTS[lang][pref]]
+    history = [{"role": "seeker", "content": f"dialogue of {rid}"}]
+    msgs = JudgeTemplate().conversation(history, [f"step {k} of {rid}" for k in (1, 2, 3)],
+                                        f"first reply of {rid}", f"second reply of {rid}",
+                                        verdicts, lang)
+    row = {"id": rid, "lang": lang, "source": "original", "messages": msgs}
+    if visual:
+        row["images"] = ["images/face.png"]
+    return row
+
+
+@pytest.fixture
+def ser_root(tmp_path):
+    """A PEER-layout root with ser/en/text_test.jsonl and ser/zh/visual_test.jsonl."""
+    (tmp_path / "ser" / "images").mkdir(parents=True)
+    Image.new("RGB", (8, 8), (200, 150, 120)).save(tmp_path / "ser" / "images" / "face.png")
+    for lang, name, visual in (("en", "text_test", False), ("zh", "visual_test", True)):
+        (tmp_path / "ser" / lang).mkdir(parents=True, exist_ok=True)
+        rows = [ser_row(c) for c in CASES if c[1] == lang and c[2] == visual]
+        (tmp_path / "ser" / lang / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    # a train split that must not be evaluated
+    (tmp_path / "ser" / "en" / "text_train.jsonl").write_text(
+        json.dumps(ser_row(("en-train", "en", False, (T, T, T), TIE, None))) + "\n",
+        encoding="utf-8")
+    return tmp_path
+
+
+class ScriptedJudge:
+    """Stands in for UnifiRewardWorker: answers each round from CASES, recording the chats."""
+
+    def __init__(self):
+        self.calls = []
+        self.answers = {c[0]: c[5] for c in CASES}
+
+    def answer(self, conversations):
+        self.calls.append(conversations)
+        out = []
+        for conv in conversations:
+            rid = next(c[0] for c in CASES if f"dialogue of {c[0]}" in conv[1]["content"])
+            out.append(self.answers[rid][(len(conv) - 2) // 2])
+        return out
+
+
+EXPECTED = {
+    "en/text": {"n": 4, "step_accuracy": {"step1": 1.0, "step2": 0.75, "step3": 0.75},
+                "preference_accuracy": 0.75, "consistency": 0.25, "parse_failure_rate": 1 / 16},
+    "zh/visual": {"n": 2, "step_accuracy": {"step1": 0.5, "step2": 1.0, "step3": 1.0},
+                  "preference_accuracy": 0.5, "consistency": 0.5, "parse_failure_rate": 1 / 8},
+    "all": {"n": 6, "step_accuracy": {"step1": 5 / 6, "step2": 5 / 6, "step3": 5 / 6},
+            "preference_accuracy": 4 / 6, "consistency": 2 / 6, "parse_failure_rate": 2 / 24},
+}
+
+
+def check(metrics: dict) -> None:
+    assert list(metrics) == ["en/text", "zh/visual", "all"]
+    for group, want in EXPECTED.items():
+        got = metrics[group]
+        assert got["n"] == want["n"]
+        assert got["step_accuracy"] == pytest.approx(want["step_accuracy"])
+        assert got["step_accuracy_mean"] == pytest.approx(sum(want["step_accuracy"].values()) / 3)
+        for key in ("preference_accuracy", "consistency", "parse_failure_rate"):
+            assert got[key] == pytest.approx(want[key]), (group, key)
+
+
+def test_labels_and_metrics_pure():
+    rows = [ser_row(c) for c in CASES]
+    assert ser_labels(rows[0]) == Verdicts((T, F, T), FIRST)
+    assert ser_labels(rows[5]) == Verdicts((F, T, T), TIE)
+    preds = [Verdicts.parse(c[5]) for c in CASES]
+    assert preds[2] == Verdicts((F, None, F), NEITHER) and preds[5].preference is None
+    check(grouped_metrics(rows, preds))
+    perfect = rm_metrics([ser_labels(r) for r in rows], [ser_labels(r) for r in rows])
+    assert (perfect["consistency"], perfect["parse_failure_rate"]) == (1.0, 0.0)
+
+
+def test_evaluate_writes_report_from_four_batched_rounds(ser_root, tmp_path):
+    judge = ScriptedJudge()
+    out = tmp_path / "report" / "eval.json"
+    report = evaluate_rm(ser_root, "scripted", out, worker=judge)
+    check(report["metrics"])
+    assert json.loads(out.read_text(encoding="utf-8"))["metrics"] == report["metrics"]
+    assert report["n_rows"] == 6 and report["n_too_long"] == 0    # the train split is not read
+    assert "text" in report["note"]
+    # 4 batched rounds over all test rows; round k = the row's own chat up to user turn k, with
+    # the judge's own earlier answers as assistant turns
+    assert len(judge.calls) == 4 and all(len(c) == 6 for c in judge.calls)
+    row = ser_row(CASES[1])
+    last = judge.calls[3][[c[0] for c in CASES].index("en-2")]
+    assert [m["role"] for m in last] == ["system"] + ["user", "assistant"] * 3 + ["user"]
+    assert last[0] == row["messages"][0] and last[-1] == row["messages"][7]
+    assert [m["content"] for m in last[2:7:2]] == CASES[1][5][:3]
+    table = format_table(report["metrics"])
+    assert table.splitlines()[0].split() == ["group", "n", "step1", "step2", "step3", "pref",
+                                             "consist", "parse_fail"]
+    assert "zh/visual" in table and "0.750" in table

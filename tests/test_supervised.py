@@ -1,0 +1,157 @@
+"""Supervised examples: labels only on assistant targets (no loss on prompt tokens), batching."""
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from peer_rl.config import ConfigError  # noqa: E402
+from peer_rl.config_supervised import load_supervised_config  # noqa: E402
+from peer_rl.data.sample import sample_root  # noqa: E402
+from peer_rl.supervised import (IGNORE_INDEX, batch_indices, build_examples, collate,  # noqa: E402
+                                count_targets, load_examples, lr_at, rank_rows, target_turns,
+                                tokenize_chat)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """The tiny models' real tokenizer (byte-level BPE, Qwen2 chat template); no model weights."""
+    from peer_rl.tiny_models import build_tokenizer
+
+    return build_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def targets_text(tok, ex) -> str:
+    return tok.decode([i for i, lab in zip(ex["input_ids"], ex["labels"]) if lab != IGNORE_INDEX])
+
+
+def runs(labels) -> list[tuple[int, int]]:
+    """[start, end) runs of target positions."""
+    out, start = [], None
+    for i, lab in enumerate(labels + [IGNORE_INDEX]):
+        if lab != IGNORE_INDEX and start is None:
+            start = i
+        elif lab == IGNORE_INDEX and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
+SER_ROW = {"id": "x", "lang": "en", "messages": [
+    {"role": "system", "content": "You judge. True or False appear here too."},
+    {"role": "user", "content": "Step 1: the seeker is sad. Is this step correct? True or False."},
+    {"role": "assistant", "content": "True"},
+    {"role": "user", "content": "Step 2: sentiment negative. True?"},
+    {"role": "assistant", "content": "False"},
+    {"role": "user", "content": "Step 3: Question. The first sentence is better?"},
+    {"role": "assistant", "content": "True"},
+    {"role": "user", "content": "First: hi. Second: hello. Which is better?"},
+    {"role": "assistant", "content": "The two sentences are almost good"}]}
+
+
+def test_ser_labels_only_on_the_four_verdicts(tokenizer):
+    ex = tokenize_chat(tokenizer, SER_ROW["messages"], target_turns("ser", SER_ROW["messages"]))
+    ids, labels = ex["input_ids"], ex["labels"]
+    assert len(ids) == len(labels)
+    # exactly the verdicts, each followed by the end-of-turn token, and nothing else
+    spans = runs(labels)
+    assert len(spans) == 4
+    eos = tokenizer.eos_token
+    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == [
+        f"True{eos}", f"False{eos}", f"True{eos}", f"The two sentences are almost good{eos}"]
+    # every labelled token is its own input id (teacher forcing), everything else is -100
+    assert all(lab in (IGNORE_INDEX, i) for i, lab in zip(ids, labels))
+    # the prompt (system + user turns + assistant headers) carries no loss: the words True /
+    # False / "better" inside the user turns are not labelled
+    prompt = tokenizer.decode([i for i, lab in zip(ids, labels) if lab == IGNORE_INDEX])
+    assert "True or False appear here too" in prompt and "Which is better?" in prompt
+    assert prompt.count("<|im_start|>assistant\n") == 4
+    # the ids are those of the whole rendered chat: what the model sees at inference
+    text = tokenizer.apply_chat_template(SER_ROW["messages"], tokenize=False)
+    assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_sft_labels_only_on_the_last_assistant_turn(tokenizer):
+    msgs = [{"role": "system", "content": "Be kind."},
+            {"role": "user", "content": "I feel low."},
+            {"role": "assistant", "content": "An earlier supporter turn."},
+            {"role": "user", "content": "Write Step 1..4."},
+            {"role": "assistant", "content": "Step 1: Conversation History Analysis.\nsad\n"
+                                             "Step 4: Response Generation.\nI'm here."}]
+    ex = tokenize_chat(tokenizer, msgs, target_turns("sft", msgs))
+    assert targets_text(tokenizer, ex) == msgs[-1]["content"] + tokenizer.eos_token
+    assert len(runs(ex["labels"])) == 1
+    assert "An earlier supporter turn." not in targets_text(tokenizer, ex)
+
+
+def test_sample_rows_targets(tokenizer):
+    """On the bundled sample: SER targets are the row's own 4 verdicts (en and zh), SFT targets
+    the structured reply; nothing dropped at max_length 1024."""
+    from peer_rl.data.loading import load_subset
+
+    ser = load_subset(sample_root(), "ser", "zh/text_train").dataset
+    built = build_examples(ser, "ser", tokenizer, max_length=1024)
+    assert built.n_too_long == 0 and len(built.examples) == len(ser)
+    eos = tokenizer.eos_token
+    for row, ex in list(zip(ser, built.examples))[:10]:
+        want = "".join(row["messages"][i]["content"] + eos for i in (2, 4, 6, 8))
+        assert targets_text(tokenizer, ex) == want
+    examples, summary = load_examples(sample_root(), ["sft/textual_train.jsonl"], tokenizer, 1024)
+    assert summary["too_long"] == 0 and summary["examples"] == len(examples) > 0
+    assert targets_text(tokenizer, examples[0]).startswith("Step 1:")
+    # over-long chats are dropped, not truncated
+    short = build_examples(ser, "ser", tokenizer, max_length=300)
+    assert short.n_too_long > 0
+    assert all(len(e["input_ids"]) <= 300 for e in short.examples)
+    assert all(len(runs(e["labels"])) == 4 for e in short.examples)
+
+
+def test_collate_pads_without_labels(tokenizer):
+    a = tokenize_chat(tokenizer, SER_ROW["messages"], [8])
+    b = {"input_ids": a["input_ids"][:10], "labels": [IGNORE_INDEX] * 9 + [a["input_ids"][9]]}
+    batch = collate([a, b], pad_id=0, real=[True, False])
+    n = len(a["input_ids"])
+    assert batch["input_ids"].shape == (2, n)
+    assert batch["attention_mask"][1].tolist() == [1] * 10 + [0] * (n - 10)
+    assert (batch["labels"][1] == IGNORE_INDEX).all()           # rank padding row: no loss
+    assert batch["labels"][0].tolist() == a["labels"]
+    assert count_targets(a) == sum(lab != IGNORE_INDEX for lab in a["labels"][1:])
+
+
+def test_batches_are_a_function_of_step_and_seed():
+    n, bs = 30, 8
+    epoch0 = [i for s in range(4) for i in batch_indices(n, bs, s, seed=1)]
+    assert sorted(epoch0) == list(range(n))                     # one epoch covers every row once
+    assert len(batch_indices(n, bs, 3, seed=1)) == 6            # last batch of the epoch is short
+    assert batch_indices(n, bs, 4, seed=1) != batch_indices(n, bs, 0, seed=1)  # new epoch order
+    assert batch_indices(n, bs, 5, seed=1) == batch_indices(n, bs, 5, seed=1)
+    rows, real = rank_rows([5, 6, 7], rank=1, world_size=2)
+    assert rows == [6, 5] and real == [True, False]             # padded to ceil(3/2) rows
+
+
+def test_lr_schedule():
+    assert lr_at(0, 100, 1.0, warmup_steps=10) == pytest.approx(0.1)
+    assert lr_at(50, 100, 1.0) == 1.0
+    assert lr_at(10, 100, 1.0, 10, "cosine", 0.1) == pytest.approx(1.0)
+    assert lr_at(100, 100, 1.0, 10, "cosine", 0.1) == pytest.approx(0.1)
+
+
+def test_supervised_config():
+    rm = load_supervised_config([], kind="rm")
+    assert (rm.recipe, rm.kind, rm.trainer.output_dir) == ("unifireward_tiny", "rm",
+                                                           "outputs/unifireward_tiny")
+    sft = load_supervised_config(["trainer.lr=1e-4"], kind="sft")
+    assert (sft.recipe, sft.kind, sft.trainer.lr) == ("sft_tiny", "sft", 1e-4)
+    with pytest.raises(ConfigError, match="model.path: recipe 'unifireward' needs"):
+        load_supervised_config(["recipe=unifireward"], kind="rm")
+    paper = load_supervised_config(["recipe=unifireward", "model.path=/m"], kind="rm")
+    assert paper.trainer.world_size == 8 and paper.resources.gpus_per_worker == 1
+    assert load_supervised_config(["recipe=sft", "model.path=/m"], kind="sft").trainer.epochs == 3
+    with pytest.raises(ConfigError, match="run it with `peer-rl sft`"):
+        load_supervised_config(["recipe=sft"], kind="rm")
+    with pytest.raises(ConfigError, match="trainer.batch_size=0"):
+        load_supervised_config(["trainer.batch_size=0"], kind="rm")
+    with pytest.raises(ConfigError, match="config key 'trainer.lrr'"):
+        load_supervised_config(["trainer.lrr=1"], kind="rm")
+    with pytest.raises(ConfigError, match="under ser/ or sft/"):
+        load_supervised_config(["data.train_files=[grpo/textual.jsonl]"], kind="sft")

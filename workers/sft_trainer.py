@@ -1,0 +1,437 @@
+"""Supervised fine-tuning with Ray Train: `peer-rl train-rm` (UnifiReward on SER) and `peer-rl sft`.
+
+`run_supervised(cfg, kind)` is the launcher (driver side): it starts a Ray Train `TorchTrainer`
+(Train V2, Ray's default since 2.5x) whose `train_loop` runs on `trainer.world_size` workers,
+each an FSDP2 rank (`fully_shard` per decoder layer, then the root; gloo on CPU, nccl on GPU; Ray
+Train sets up the process group). When it finishes, the driver copies the newest checkpoint's
+model into `<trainer.output_dir>/final` (final.tmp, then rename), with the judge prompt template
+for a reward model.
+
+Checkpoints (every trainer.save_freq steps and at the end), reported with
+`ray.train.report(..., checkpoint=...)` and merged by Ray Train into
+`<output_dir>/ray_train/run/step_N/`:
+    model/                HF format, fp32 master weights, safetensors (rank 0)
+    optim/rank_R.pt       AdamW state of rank R: tensors and plain containers only
+                          (torch.load(weights_only=True)); tied to the world size
+    trainer_state.json    step, examples, world size (rank 0)
+Nothing is unpickled on load. Resuming is Ray Train's own mechanism: a new run with the same
+RunConfig(storage_path, name) reloads the run snapshot and `ray.train.get_checkpoint()` returns
+the newest checkpoint, in a restarted worker group (FailureConfig.max_failures) or in a later
+`peer-rl train-rm`/`sft` call on the same output_dir (`resume=auto`, the default). The data order
+is a function of (seed, step), so a resumed run sees the batches an uninterrupted one would.
+
+Loss: token-mean cross-entropy over the target tokens of the whole global batch (labels from
+peer_rl.supervised, -100 on prompt tokens), so world_size 1 and 2 take the same step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+RUN_NAME = "run"                 # RunConfig(name); storage_path = <output_dir>/ray_train
+STATE_FILE = "trainer_state.json"
+
+
+def _log(msg: str) -> None:
+    print(f"[peer-rl] {msg}", flush=True)
+
+
+# ============================================================================ worker side
+def _load_model(path: str, dtype, gradient_checkpointing: bool):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    if not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        model.eval()   # no dropout anywhere: eval mode is identical and skips train-only paths
+    return model
+
+
+def _tied_duplicates(model) -> set[str]:
+    """Parameter names that alias an earlier one (a tied lm_head): saved once, as HF does."""
+    first, dups = {}, set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            dups.add(name)
+        first.setdefault(id(p), name)
+    return dups
+
+
+def _shard(model, mesh, mp):
+    """fully_shard each decoder layer (the model's _no_split_modules), then the root: the root
+    unit holds the embeddings, final norm and (tied) lm_head together."""
+    from torch.distributed.fsdp import fully_shard
+
+    layer_cls = set(getattr(model, "_no_split_modules", None) or [])
+    for m in model.modules():
+        if type(m).__name__ in layer_cls:
+            fully_shard(m, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model
+
+
+def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, src_dir: str,
+                     state: dict, extra_files: dict[str, str], drop: set[str]) -> None:
+    """Collective. Rank 0: model/ (HF, safetensors) + trainer_state.json; every rank: its
+    optimizer shard. Tensors only: loadable with torch.load(weights_only=True)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+    from torch.distributed.tensor import DTensor
+
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        mdir = directory / "model"
+        mdir.mkdir(parents=True, exist_ok=True)
+        for f in Path(src_dir).iterdir():      # config, generation config, tokenizer, template
+            if f.is_file() and not f.name.endswith(_WEIGHT_SUFFIXES):
+                shutil.copy2(f, mdir / f.name)
+        for name, text in extra_files.items():
+            (mdir / name).write_text(text, encoding="utf-8")
+        sd = {k: v for k, v in sd.items() if k not in drop}
+        model.save_pretrained(mdir, state_dict=sd, max_shard_size="5GB")
+        (directory / STATE_FILE).write_text(json.dumps(state, indent=1), encoding="utf-8")
+    del sd
+    osd = get_optimizer_state_dict(model, optim)
+    shard = {fqn: {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu().clone()
+                   if torch.is_tensor(v) else v for k, v in st.items()}
+             for fqn, st in osd["state"].items()}
+    (directory / "optim").mkdir(parents=True, exist_ok=True)
+    torch.save({"world_size": world_size, "rank": rank, "state": shard,
+                "param_groups": osd["param_groups"]}, directory / "optim" / f"rank_{rank}.pt")
+    dist.barrier()
+
+
+def _load_optimizer(directory: Path, model, optim, rank: int, world_size: int, device) -> None:
+    import torch
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+    from torch.distributed.tensor import DTensor
+
+    blob = torch.load(directory / "optim" / f"rank_{rank}.pt", weights_only=True)
+    if blob["world_size"] != world_size:
+        raise ValueError(f"{directory}: optimizer shards were written by world_size="
+                         f"{blob['world_size']}; this run has trainer.world_size={world_size}")
+    params = dict(model.named_parameters())
+
+    def place(fqn, v):
+        p = params[fqn]
+        if torch.is_tensor(v) and isinstance(p, DTensor) and v.dim() > 0:
+            return DTensor.from_local(v.to(device), p.device_mesh, p.placements,
+                                      shape=p.shape, stride=p.stride())
+        return v.to(device) if torch.is_tensor(v) and v.dim() > 0 else v
+
+    state = {fqn: {k: place(fqn, v) for k, v in st.items()} for fqn, st in blob["state"].items()}
+    set_optimizer_state_dict(model, optim, {"state": state, "param_groups": blob["param_groups"]})
+
+
+def train_loop(config: dict) -> None:
+    """Ray Train worker function (one FSDP2 rank). `config` is plain data from run_supervised."""
+    import numpy as np
+    import ray.train
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from ray.train import Checkpoint
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.distributed.tensor import DTensor
+    from transformers import AutoTokenizer
+
+    from peer_rl.supervised import (batch_indices, collate, count_targets, load_examples,
+                                    lr_at, rank_rows)
+
+    ctx = ray.train.get_context()
+    rank, ws = ctx.get_world_rank(), ctx.get_world_size()
+    use_cuda = torch.cuda.is_available() and config["use_gpu"]
+    if use_cuda:
+        import ray.train.torch as rtt
+        device = rtt.get_device()
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, int(config["cpus_per_worker"])))
+    if not dist.is_initialized():   # world_size 1 still goes through the same code path
+        raise RuntimeError("Ray Train did not set up torch.distributed")
+    mesh = init_device_mesh(device.type, (ws,))
+    torch.manual_seed(config["seed"])
+
+    # ---- data: every rank tokenizes the same files (deterministic) and takes its rows per step
+    tokenizer = AutoTokenizer.from_pretrained(config["model_path"])
+    examples, _ = load_examples(config["data_root"], config["train_files"], tokenizer,
+                                config["max_length"], config["skip_invalid"], config["max_rows"])
+    n, bs, micro, total = len(examples), config["batch_size"], config["micro_batch_size"], config["total_steps"]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    # ---- model: from the newest checkpoint (resume) or from model_path
+    start_step, src = 0, config["model_path"]
+    ckpt = ray.train.get_checkpoint()
+    ckpt_dir = None
+    if ckpt is not None:
+        ckpt_dir = Path(ckpt.path) if ckpt.filesystem.type_name == "local" else None
+        if ckpt_dir is None:                    # remote storage: download once per rank
+            ckpt_dir = Path(ckpt.to_directory(tempfile.mkdtemp(prefix="peer-rl-ckpt-")))
+        state = json.loads((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"))
+        start_step, src = int(state["step"]), str(ckpt_dir / "model")
+    dtype = torch.float32
+    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+          if use_cuda and config["bf16"] else MixedPrecisionPolicy())
+    # loaded on the host; fully_shard moves each rank's shard to the mesh's device
+    model = _load_model(src, dtype, config["gradient_checkpointing"])
+    tied = _tied_duplicates(model)
+    model = _shard(model, mesh, mp)
+    optim = torch.optim.AdamW(model.parameters(), lr=config["lr"],
+                              weight_decay=config["weight_decay"])
+    if ckpt_dir is not None:
+        _load_optimizer(ckpt_dir, model, optim, rank, ws, device)
+        if rank == 0:
+            _log(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
+    if rank == 0:
+        _log(f"{ws} rank(s), {dist.get_backend()} on {device.type}; {n} examples; "
+             f"steps {start_step + 1}..{total}")
+
+    metrics_path = Path(config["output_dir"]) / "metrics.jsonl"
+    if rank == 0:
+        metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        if metrics_path.exists():               # drop records past the resumed step
+            kept = [ln for ln in metrics_path.read_text(encoding="utf-8").splitlines()
+                    if ln.strip() and json.loads(ln).get("step", 0) <= start_step]
+            metrics_path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+
+    window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "t0": time.perf_counter()}
+    last: dict = {}
+    for step in range(start_step, total):
+        idx = batch_indices(n, bs, step, config["seed"])
+        rows, real = rank_rows(idx, rank, ws)
+        global_tokens = max(1, sum(count_targets(examples[i]) for i in idx))
+        lr = lr_at(step, total, config["lr"], config["warmup_steps"], config["lr_scheduler"],
+                   config["min_lr_ratio"])
+        for g in optim.param_groups:
+            g["lr"] = lr
+        optim.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for k in range(0, len(rows), micro):
+            batch = collate([examples[i] for i in rows[k:k + micro]], pad_id, real[k:k + micro])
+            batch = {key: v.to(device) for key, v in batch.items()}
+            # logits only where some row has a target (the lm_head over the vocabulary is the
+            # largest matmul of a small model, and SER chats have ~10 target tokens in ~500)
+            targets = batch["labels"][:, 1:]
+            keep = (targets != -100).any(0).nonzero().squeeze(1)
+            if keep.numel() == 0:               # padding rows only: same graph, zero loss
+                keep = torch.zeros(1, dtype=torch.long, device=device)
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           use_cache=False, logits_to_keep=keep).logits.float()
+            ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                 targets[:, keep].reshape(-1), ignore_index=-100,
+                                 reduction="sum")
+            # share of the global token-mean; x ws undoes FSDP's averaging of gradients over ranks
+            (ce * (ws / global_tokens)).backward()
+            loss_sum += ce.detach().double().cpu()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config["grad_clip"])
+        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        if np.isfinite(norm):
+            optim.step()
+        optim.zero_grad(set_to_none=True)
+        red = loss_sum.to(device)
+        dist.all_reduce(red)
+        loss = float(red) / global_tokens
+        window["loss"] += loss
+        window["tokens"] += global_tokens
+        window["steps"] += 1
+        window["grad_norm"] += norm
+        done = step + 1
+        is_save = done == total or (config["save_freq"] and done % config["save_freq"] == 0)
+        if done % config["log_freq"] == 0 or is_save or done == start_step + 1:
+            dt = time.perf_counter() - window["t0"]
+            last = {"step": done, "loss": window["loss"] / window["steps"], "lr": lr,
+                    "grad_norm": window["grad_norm"] / window["steps"],
+                    "target_tokens_per_s": window["tokens"] / max(dt, 1e-9),
+                    "epoch": step * bs / n, "resumed_from_step": start_step}
+            if rank == 0:
+                _log(f"step {done}/{total} loss {last['loss']:.4f} lr {lr:.2e} "
+                     f"grad_norm {last['grad_norm']:.3f} {last['target_tokens_per_s']:.0f} target tok/s")
+                with open(metrics_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(last) + "\n")
+            window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0,
+                      "t0": time.perf_counter()}
+        if is_save:
+            tmp = Path(tempfile.mkdtemp(prefix=f"peer-rl-step{done}-"))
+            try:
+                state = {"step": done, "total_steps": total, "world_size": ws, "examples": n,
+                         "kind": config["kind"], "loss": last.get("loss")}
+                _save_checkpoint(tmp, model, optim, rank, ws, config["model_path"], state,
+                                 config["extra_files"], tied)
+                ray.train.report({**last, "step": done}, checkpoint=Checkpoint.from_directory(str(tmp)),
+                                 checkpoint_dir_name=f"step_{done:06d}")
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ============================================================================ driver side
+def resolve_model(cfg, kind: str) -> str:
+    """model.path, or the tiny random model of this stage: judge for train-rm, policy for sft."""
+    path = cfg.model.path
+    if not path:
+        from peer_rl.tiny_models import ensure_tiny_models
+
+        # same cache location as peer_rl.train.resolve_models, so all stages share one build
+        cache = cfg.model.tiny_cache_dir or os.path.join(
+            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "peer-rl", "tiny")
+        path = ensure_tiny_models(cache)["judge" if kind == "rm" else "policy"]
+    if not Path(path, "config.json").exists():
+        raise FileNotFoundError(f"model.path={path!r}: no config.json there (expected an HF "
+                                "model directory)")
+    return str(Path(path).resolve())
+
+
+def _judge_template_file(model_path: str, examples_root: Path, train_files) -> str:
+    """The template the judge is trained with: the one saved with the starting model (the
+    built-in one when it has none), checked against the SER rows' system prompts."""
+    from peer_rl.judge_prompt import JudgeTemplate
+    from peer_rl.supervised import load_rows
+
+    template = JudgeTemplate.load(model_path)
+    mismatched, seen = 0, 0
+    for rel in train_files:
+        subset, ds, _ = load_rows(examples_root, rel, skip_invalid=True)
+        if subset != "ser":
+            continue
+        for row in ds.select(range(min(len(ds), 50))):
+            seen += 1
+            lang = row["lang"] if row["lang"] in template.text else "en"
+            mismatched += row["messages"][0]["content"] != template.system(lang)["content"]
+    if mismatched:
+        _log(f"warning: {mismatched}/{seen} SER rows checked have a system prompt that differs "
+             "from the judge template saved with the model; RL-time judge prompts (built from the "
+             "template) will not match the training chats. Save the data's wording as "
+             "judge_template.json in model.path.")
+    with tempfile.TemporaryDirectory() as d:
+        return Path(template.save(d)).read_text(encoding="utf-8")
+
+
+def _export_final(ckpt_dir: Path, out: Path) -> Path:
+    """<out>/final from a checkpoint's model/: written to final.tmp, then renamed into place."""
+    final, tmp, old = out / "final", out / "final.tmp", out / "final.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt_dir / "model", tmp)
+    (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
+                                  encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def run_supervised(cfg, kind: str) -> Path:
+    """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
+    import torch
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from transformers import AutoTokenizer
+
+    from peer_rl.config import ConfigError, save_config
+    from peer_rl.data.sample import sample_root
+    from peer_rl.supervised import load_examples, steps_per_epoch
+    from peer_rl.runtime import init_ray
+
+    if cfg.kind != kind:
+        raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
+    out = Path(cfg.trainer.output_dir).resolve()
+    storage = out / "ray_train"
+    if cfg.resume == "disable" and (storage / RUN_NAME).exists():
+        raise ConfigError(f"resume=disable: {storage / RUN_NAME} already holds a run; pass "
+                          "resume=auto to continue it or choose another trainer.output_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    _log(f"{'train-rm' if kind == 'rm' else 'sft'}: recipe={cfg.recipe} output_dir={out}")
+
+    root = Path(cfg.data.root).resolve() if cfg.data.root else sample_root()
+    model_path = resolve_model(cfg, kind)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    t0 = time.perf_counter()
+    examples, summary = load_examples(root, list(cfg.data.train_files), tokenizer,
+                                      cfg.trainer.max_length, cfg.data.skip_invalid,
+                                      cfg.data.max_rows)
+    total = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch(len(examples),
+                                                                            cfg.trainer.batch_size)
+    _log(f"model {model_path}; data {root}: {summary['examples']} example(s) "
+         f"({summary['target_tokens']} target tokens; {summary['too_long']} dropped as longer "
+         f"than max_length={cfg.trainer.max_length}; {summary['invalid']} invalid skipped) in "
+         f"{time.perf_counter() - t0:.1f} s; {total} step(s) of {cfg.trainer.batch_size}")
+    if summary["with_images"]:
+        _log(f"note: {summary['with_images']} row(s) have images; this trainer is text-only and "
+             "trains on their text")
+    extra = {}
+    if kind == "rm":
+        from peer_rl.judge_prompt import TEMPLATE_FILE
+
+        extra[TEMPLATE_FILE] = _judge_template_file(model_path, root, cfg.data.train_files)
+
+    use_gpu = cfg.resources.gpus_per_worker > 0 or torch.cuda.is_available()
+    config = {
+        "kind": kind, "model_path": model_path, "data_root": str(root),
+        "train_files": list(cfg.data.train_files), "skip_invalid": cfg.data.skip_invalid,
+        "max_rows": cfg.data.max_rows, "max_length": cfg.trainer.max_length,
+        "batch_size": cfg.trainer.batch_size, "micro_batch_size": cfg.trainer.micro_batch_size,
+        "total_steps": int(total), "lr": cfg.trainer.lr, "lr_scheduler": cfg.trainer.lr_scheduler,
+        "warmup_steps": cfg.trainer.warmup_steps, "min_lr_ratio": cfg.trainer.min_lr_ratio,
+        "weight_decay": cfg.trainer.weight_decay, "grad_clip": cfg.trainer.grad_clip,
+        "save_freq": cfg.trainer.save_freq, "log_freq": cfg.trainer.log_freq,
+        "seed": cfg.trainer.seed, "bf16": cfg.trainer.bf16,
+        "gradient_checkpointing": cfg.model.gradient_checkpointing,
+        "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
+        "output_dir": str(out), "extra_files": extra,
+    }
+    resources = {"CPU": float(cfg.resources.cpus_per_worker)}
+    if use_gpu:
+        resources["GPU"] = float(cfg.resources.gpus_per_worker or 1)
+    # Ray Train V2 routes worker print() through its logger; with Ray's own stdout capture that
+    # doubles every line, and dill (datasets' fingerprinting) then leaks disassembly it meant to
+    # capture. Propagated to the controller and workers (ray/train/v2/_internal/constants.py).
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    import ray
+
+    started_ray = not ray.is_initialized()
+    init_ray(cfg)
+    trainer = TorchTrainer(
+        train_loop, train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=cfg.trainer.world_size, use_gpu=use_gpu,
+                                     resources_per_worker=resources),
+        run_config=RunConfig(
+            name=RUN_NAME, storage_path=str(storage),
+            worker_runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                                             "TOKENIZERS_PARALLELISM": "false"}},
+            failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.trainer.keep_checkpoints)),
+    )
+    t0 = time.perf_counter()
+    try:
+        result = trainer.fit()
+        if result.error:
+            raise result.error
+        if result.checkpoint is None:
+            raise RuntimeError(f"{storage / RUN_NAME}: the run reported no checkpoint")
+        with result.checkpoint.as_directory() as d:
+            final = _export_final(Path(d), out)
+    finally:
+        if started_ray:          # a local cluster this call started; also flushes worker logs
+            ray.shutdown()
+    state = json.loads((final / STATE_FILE).read_text(encoding="utf-8"))
+    if state["step"] < total:
+        raise RuntimeError(f"the newest checkpoint is step {state['step']} < {total}")
+    _log(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
+    _log(f"output directory: {out} (model: {final})")
+    if kind == "rm":
+        _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
+    print(final, flush=True)
+    return final
