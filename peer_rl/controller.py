@@ -215,19 +215,29 @@ class Controller:
         return {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
                 "advantages": advantages.astype(np.float32)}
 
-    def score_batch(self, batch_rows: list[dict], timing: dict | None = None) -> dict:
-        """Stages 2-5: rollout, parse, UnifiReward, RUR. No weights change here."""
-        cfg, G = self.cfg, self.G
+    def rollout(self, batch_rows: list[dict], timing: dict | None = None) -> list:
+        """Stage 2: G samples per prompt from the rollout pool."""
         timing = {} if timing is None else timing
         prompts = [Prompt(uid=i, messages=r["messages"], images=list(r.get("images") or []))
                    for i, r in enumerate(batch_rows)]
-
-        t = time.perf_counter()                                          # 2. rollout
+        t = time.perf_counter()
         samples = self._generate(prompts)
         timing["rollout"] = time.perf_counter() - t
-        if len(samples) != len(prompts) * G:
+        if len(samples) != len(prompts) * self.G:
             raise RuntimeError(f"rollout returned {len(samples)} samples for "
-                               f"{len(prompts)} prompts x n={G}")
+                               f"{len(prompts)} prompts x n={self.G}")
+        return samples
+
+    def score_batch(self, batch_rows: list[dict], timing: dict | None = None,
+                    samples: list | None = None) -> dict:
+        """Stages 2-5: rollout (unless samples are given), parse, UnifiReward, RUR.
+
+        No weights change here.
+        """
+        cfg, G = self.cfg, self.G
+        timing = {} if timing is None else timing
+        if samples is None:
+            samples = self.rollout(batch_rows, timing)
 
         parsed = [parse_structured(s.text) for s in samples]             # 3. parse + format
         replies = [p.reply(s.text) for p, s in zip(parsed, samples)]

