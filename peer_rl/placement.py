@@ -18,10 +18,12 @@ from peer_rl.controller import Pools
 PG_TIMEOUT_S = float(os.environ.get("PEER_RL_PG_TIMEOUT_S", "120"))
 
 
-def engine_env(kv_cache_gib: float) -> dict:
-    """Environment for an actor that runs vLLM: bounded KV cache on CPU, no hub access."""
-    return {"VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(kv_cache_gib)))) if kv_cache_gib >= 1
-            else "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+def engine_env() -> dict:
+    """Environment for an actor that runs vLLM: no hub access, quiet engine logs.
+
+    The CPU KV-cache size is set by workers.vllm_engine.make_llm from the worker's argument.
+    """
+    return {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
 
 
@@ -71,7 +73,7 @@ class PoolFactory:
 
         c, res = self.cfg.rollout, self.cfg.resources.rollout
         cls = ray.remote(RolloutWorker).options(
-            **_opts(self.pgs["rollout"], i, res, engine_env(c.kv_cache_gib),
+            **_opts(self.pgs["rollout"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.policy_path, seed=self.cfg.trainer.seed + i,
                           kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
@@ -82,7 +84,7 @@ class PoolFactory:
 
         c, res = self.cfg.reward_model, self.cfg.resources.reward_model
         cls = ray.remote(UnifiRewardWorker).options(
-            **_opts(self.pgs["reward_model"], i, res, engine_env(c.kv_cache_gib),
+            **_opts(self.pgs["reward_model"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.judge_path, seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
                           max_tokens=c.max_tokens, max_model_len=c.max_model_len)

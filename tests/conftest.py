@@ -28,3 +28,9 @@ def trained_judge(tiny_models, tmp_path_factory) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return str(out / "final")
+
+
+@pytest.fixture(scope="session")
+def grpo_models(tiny_models, trained_judge) -> dict[str, str]:
+    """The models the GRPO end-to-end tests run: the tiny policy and the trained tiny judge."""
+    return {"policy": tiny_models["policy"], "judge": trained_judge}

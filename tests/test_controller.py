@@ -21,21 +21,16 @@ pytestmark = pytest.mark.e2e
 
 def _cfg(tmp_path, tiny, *extra):
     return load_config([f"trainer.output_dir={tmp_path}", f"model.path={tiny['policy']}",
-                        f"reward_model.path={tiny['trained_judge']}", "ray.address=local",
+                        f"reward_model.path={tiny['judge']}", "ray.address=local",
                         "trainer.total_steps=1", "logging.log_samples=true", *extra])
 
 
 @pytest.fixture(scope="module")
-def models(tiny_models, trained_judge):
-    return {**tiny_models, "trained_judge": trained_judge}
-
-
-@pytest.fixture(scope="module")
-def system(tmp_path_factory, models):
+def system(tmp_path_factory, grpo_models):
     out = tmp_path_factory.mktemp("controller")
-    cfg = _cfg(out, models)
+    cfg = _cfg(out, grpo_models)
     init_ray(cfg)
-    factory = PoolFactory(cfg, models["policy"], models["trained_judge"])
+    factory = PoolFactory(cfg, grpo_models["policy"], grpo_models["judge"])
     pools = factory.make_pools()
     yield cfg, pools, load_prompts(cfg), out
     factory.shutdown(pools)
@@ -80,11 +75,11 @@ def test_weight_sync_after_an_update_matches_policy_logprobs(system):
     assert diff < 1e-4, diff
 
 
-def test_rur_on_and_off_differ_exactly_as_the_formula(system, models, tmp_path):
+def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_path):
     _, pools, rows, _ = system
     batch = rows[:4]
-    on = Controller(_cfg(tmp_path / "on", models), pools, rows, tmp_path / "on")
-    off = Controller(_cfg(tmp_path / "off", models, "algorithm.rur.enable=false"), pools,
+    on = Controller(_cfg(tmp_path / "on", grpo_models), pools, rows, tmp_path / "on")
+    off = Controller(_cfg(tmp_path / "off", grpo_models, "algorithm.rur.enable=false"), pools,
                      rows, tmp_path / "off")
     samples = on.rollout(batch)  # the same generations scored both ways
     a, b = on.score_batch(batch, samples=samples), off.score_batch(batch, samples=samples)
@@ -107,11 +102,11 @@ def _kill_later(pid: int, delay: float) -> threading.Thread:
     return t
 
 
-def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system, models,
+def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system, grpo_models,
                                                                          tmp_path):
     """Runs last but one: kills the real rollout actor process while it generates."""
     cfg, pools, rows, _ = system
-    long_cfg = _cfg(tmp_path, models, "rollout.response_length=384", "trainer.total_steps=2")
+    long_cfg = _cfg(tmp_path, grpo_models, "rollout.response_length=384", "trainer.total_steps=2")
     ctl = Controller(long_cfg, pools, rows, tmp_path)
     pid = ray.get(pools.rollout[0].health.remote())["pid"]
     killer = _kill_later(pid, 1.0)

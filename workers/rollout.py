@@ -5,9 +5,8 @@ in-process (DESIGN 2).
 """
 from __future__ import annotations
 
-import os
-
 import logging
+import os
 import time
 
 from peer_rl.protocol import Prompt, Sample, SamplingConfig
