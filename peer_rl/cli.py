@@ -115,11 +115,12 @@ def _train(args) -> int:
     from peer_rl.config import ConfigError
     from peer_rl.controller import PolicyGroupFailed
     from peer_rl.data.loading import InvalidDataError
+    from peer_rl.dataloader import PromptPoolError
     from peer_rl.train import run
 
     try:
         run(args.overrides)
-    except (ConfigError, FileNotFoundError, InvalidDataError) as exc:
+    except (ConfigError, FileNotFoundError, InvalidDataError, PromptPoolError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except PolicyGroupFailed as exc:

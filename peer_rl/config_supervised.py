@@ -33,6 +33,9 @@ class SupervisedModelConfig:
     path: str = ""
     tiny_cache_dir: str = ""                # where tiny models are built ("" = ~/.cache/peer-rl/tiny)
     gradient_checkpointing: bool = False    # recompute activations (large models)
+    # vision-language models: the vision encoder gets no gradient and no optimizer state (the
+    # aligner/merger still trains); ignored for text-only models
+    freeze_vision_tower: bool = True
 
 
 @dataclass

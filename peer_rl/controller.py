@@ -25,6 +25,7 @@ from peer_rl.reasoning import parse_structured
 from peer_rl.rewards import rur_reweight
 
 STATE_FILE = "trainer_state.json"
+PROMPTS_FILE = "prompts.json"     # ids of the run's prompt pool, in pool order
 RECOVERY_TIMEOUT_S = float(os.environ.get("PEER_RL_RECOVERY_TIMEOUT_S", "600"))
 
 
@@ -60,6 +61,25 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
 
 
+def resume_checkpoint(cfg, output_dir: Path) -> Path | None:
+    """The checkpoint `resume=` points at: None (disable), the newest complete one (auto), or
+    the directory given."""
+    if cfg.resume == "disable":
+        return None
+    if cfg.resume == "auto":
+        return latest_checkpoint(Path(output_dir))
+    return Path(cfg.resume)
+
+
+def saved_prompt_selection(checkpoint: Path | None) -> list[str] | None:
+    """Ids of the prompt pool a checkpointed run trained on (None: no checkpoint, or one
+    written before pools were saved)."""
+    path = checkpoint / PROMPTS_FILE if checkpoint is not None else None
+    if path is None or not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))["ids"]
+
+
 class Controller:
     def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path):
         self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
@@ -83,12 +103,7 @@ class Controller:
 
     # ---------------------------------------------------------------- resume / checkpoints
     def _resume_dir(self) -> Path | None:
-        mode = self.cfg.resume
-        if mode == "disable":
-            return None
-        if mode == "auto":
-            return latest_checkpoint(self.out)
-        return Path(mode)
+        return resume_checkpoint(self.cfg, self.out)
 
     def save_checkpoint(self) -> Path:
         """Write step_N.tmp, then rename: a crash never leaves a checkpoint that looks complete."""
@@ -99,6 +114,8 @@ class Controller:
         self._policy_call("save_checkpoint", str(tmp / "policy"))
         state = {"step": self.step, "cursor": self.loader.cursor.state(),
                  "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
+        (tmp / PROMPTS_FILE).write_text(json.dumps({"ids": [r["id"] for r in self.loader.rows]}),
+                                        encoding="utf-8")
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
         if final.exists():
             shutil.rmtree(final)

@@ -1,10 +1,19 @@
-"""A seeded, resumable prompt cursor: the data order depends only on (seed, epoch), so a run
-resumed from a checkpoint sees exactly the prompts it would have seen."""
+"""The prompt pool of a GRPO run and a seeded, resumable cursor over it.
+
+The pool is drawn once per run (`select_prompts`: the paper samples 2,000 textual and 1,000
+multimodal prompts per run) and its ids are saved with every checkpoint; the order within it
+depends only on (seed, epoch). A resumed run therefore sees exactly the prompts it would have
+seen.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+
+class PromptPoolError(ValueError):
+    """The prompt pool cannot be drawn or restored as asked (counts, ids)."""
 
 
 @dataclass
@@ -40,3 +49,33 @@ class PromptLoader:
         idx = order[self.cursor.position: self.cursor.position + self.batch_size]
         self.cursor = Cursor(self.cursor.epoch, self.cursor.position + self.batch_size)
         return [self.rows[i] for i in idx]
+
+
+def select_prompts(files: list[list[dict]], counts: list[int], seed: int) -> list[dict]:
+    """Each file's rows, or a seeded sample of counts[i] of them (without replacement, kept in
+    file order); 0, or a count past the end of the list, takes the whole file. A count larger
+    than its file raises: a run asked for 2,000 prompts must not silently train on fewer."""
+    out = []
+    for i, rows in enumerate(files):
+        k = counts[i] if i < len(counts) else 0
+        if k > len(rows):
+            raise PromptPoolError(f"data.prompts_per_file[{i}]={k}: the file has only {len(rows)} "
+                             "valid prompt(s)")
+        if k == 0 or k == len(rows):
+            out += rows
+            continue
+        keep = np.sort(np.random.default_rng([seed, i]).choice(len(rows), size=k, replace=False))
+        out += [rows[j] for j in keep]
+    return out
+
+
+def restore_prompts(rows: list[dict], ids: list[str], source: str) -> list[dict]:
+    """The rows a checkpointed run trained on, in its order, by id; a missing id is an error
+    naming it (the data changed under the run)."""
+    by_id = {r["id"]: r for r in rows}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise PromptPoolError(f"{source}: {len(missing)} prompt id(s) of the checkpointed run are not "
+                         f"in the data any more (first: {missing[:3]}); resume with the data it "
+                         "was trained on, or start a new run")
+    return [by_id[i] for i in ids]

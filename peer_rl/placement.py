@@ -98,7 +98,8 @@ class PoolFactory:
                                                      "TOKENIZERS_PARALLELISM": "false"},
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(r.embedding_model, batch_size=r.batch_size, alpha=r.alpha, beta=r.beta,
-                          history_agg=r.history_agg, group_agg=r.group_agg)
+                          history_agg=r.history_agg, group_agg=r.group_agg,
+                          cjk_chars_per_word=r.cjk_chars_per_word)
 
     def actor_group(self) -> list:
         from workers.policy import PolicyWorker

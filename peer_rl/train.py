@@ -28,13 +28,16 @@ def resolve_models(cfg) -> tuple[str, str]:
     return str(policy), str(judge)
 
 
-def load_prompts(cfg) -> list[dict]:
-    """Validated grpo rows of data.train_files; invalid rows fail, or are counted and skipped."""
+def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
+    """Validated grpo rows of data.train_files (invalid rows fail, or are counted and skipped),
+    drawn per data.prompts_per_file; `selection` (prompt ids saved with a checkpoint) restores
+    the pool of the run being resumed instead of drawing a new one."""
     from peer_rl.data.loading import load_subset
     from peer_rl.data.sample import sample_root
+    from peer_rl.dataloader import PromptPoolError, restore_prompts, select_prompts
 
     root = Path(cfg.data.root) if cfg.data.root else sample_root()
-    rows: list[dict] = []
+    files: list[list[dict]] = []
     for rel in cfg.data.train_files:
         if not (root / rel).exists():
             raise FileNotFoundError(f"data.train_files: {root / rel} does not exist")
@@ -46,15 +49,29 @@ def load_prompts(cfg) -> list[dict]:
                 reasons.update(rep.reasons())
             print(f"[peer-rl] {rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}",
                   file=sys.stderr)
-        for row in res.dataset:
-            hist = row["history"][-cfg.data.max_history_turns:]
-            rows.append({**row, "history": hist})
-    print(f"[peer-rl] {len(rows)} training prompt(s) from {root}", flush=True)
+        files.append([{**row, "history": row["history"][-cfg.data.max_history_turns:]}
+                      for row in res.dataset])
+    seen: dict[str, str] = {}
+    for rel, f in zip(cfg.data.train_files, files):
+        for r in f:
+            if seen.setdefault(r["id"], rel) != rel:
+                raise PromptPoolError(f"data.train_files: prompt id {r['id']!r} is in both "
+                                 f"{seen[r['id']]} and {rel}; ids must be unique across the files "
+                                 "of a run (checkpoints record the prompt pool by id)")
+    if selection is not None:
+        rows = restore_prompts([r for f in files for r in f], selection, "resume")
+        how = "restored from the checkpoint"
+    else:
+        rows = select_prompts(files, list(cfg.data.prompts_per_file), cfg.data.seed)
+        how = "drawn with data.seed" if any(cfg.data.prompts_per_file) else "all rows"
+    per_modality = Counter(r["modality"] for r in rows)
+    print(f"[peer-rl] {len(rows)} training prompt(s) from {root} ({how}; "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(per_modality.items()))})", flush=True)
     return rows
 
 
 def run(overrides: list[str]) -> Path:
-    from peer_rl.controller import Controller
+    from peer_rl.controller import Controller, resume_checkpoint, saved_prompt_selection
     from peer_rl.placement import PoolFactory
 
     cfg = load_config(overrides)
@@ -63,7 +80,7 @@ def run(overrides: list[str]) -> Path:
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
           flush=True)
-    rows = load_prompts(cfg)
+    rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
     policy, judge = resolve_models(cfg)
     t0 = time.perf_counter()
     init_ray(cfg)

@@ -62,11 +62,20 @@ def test_length_coefficient_hand_values():
     np.testing.assert_allclose(length_coefficient([5, 5]), [0.5, 0.5])
 
 
-def test_count_words_counts_cjk_characters():
+def test_count_words_in_english_word_equivalents():
     assert count_words("hello there") == 2
-    assert count_words("我很难过") == 4
-    assert count_words("I feel 很难过 today!") == 6
+    assert count_words("我很难过") == pytest.approx(4 / 1.5)      # 我 / 很 / 难过: ~3 words
+    assert count_words("我很难过", cjk_chars_per_word=1.0) == 4
+    assert count_words("I feel 很难过 today!") == pytest.approx(3 + 3 / 1.5)
     assert count_words("  ... ") == 0
+
+
+def test_a_short_chinese_reply_is_penalised_like_a_short_english_one():
+    # "It sounds like you're under a lot of pressure." (9 words) vs its 12-character zh form
+    en = length_coefficient(count_words("It sounds like you're under a lot of pressure."))
+    zh = length_coefficient(count_words("听起来你现在压力真的很大。"))
+    assert count_words("听起来你现在压力真的很大。") == pytest.approx(12 / 1.5)
+    assert abs(en - zh) < 0.1          # 0.881 vs 0.818; one CJK char per word would give 0.971
 
 
 def test_rur_two_words_vs_twenty_words_at_equal_similarity():

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -31,19 +30,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file, save as st_save, save_file
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
 
 from peer_rl.algos import (compute_policy_loss, entropy_from_logits, kl_penalty,
                            logprobs_from_logits, masked_mean)
-
-_WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+from workers import fsdp
 
 
 def _tensor(x, dtype=None) -> torch.Tensor:
@@ -92,29 +85,19 @@ class PolicyWorker:
         self.config = AutoConfig.from_pretrained(model_path)
         dt = getattr(self.config, "dtype", None) or torch.float32
         self.export_dtype = getattr(torch, dt) if isinstance(dt, str) else dt
-        # bf16 compute with fp32 master weights and gradient reduction on GPU; plain fp32 on CPU.
-        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if self.device.type == "cuda" else MixedPrecisionPolicy())
+        mp = fsdp.mixed_precision(self.device)
         self.model = self._load_sharded(mp)
         self.ref = self._load_sharded(mp).requires_grad_(False)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 
     # ------------------------------------------------------------------ model plumbing
     def _load_sharded(self, mp) -> torch.nn.Module:
-        """HF model -> fully_shard each decoder layer, then the root (embeddings, norm, head)."""
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).eval()
+        """HF model (by architecture) -> fully_shard each block, then the root."""
+        model = fsdp.load_pretrained(self.model_path)
         if not hasattr(self, "hf_keys"):
-            sd = model.state_dict()
-            self.hf_keys = list(sd)          # the keys vLLM / from_pretrained(...).state_dict() use
-            first = {}
-            self.tied = {k: first.setdefault(v.data_ptr(), k) for k, v in sd.items()}
-            self.tied = {k: v for k, v in self.tied.items() if k != v}  # duplicate -> source key
-        layer_cls = set(getattr(model, "_no_split_modules", None) or [])
-        for m in model.modules():
-            if type(m).__name__ in layer_cls:
-                fully_shard(m, mesh=self.mesh, mp_policy=mp)
-        fully_shard(model, mesh=self.mesh, mp_policy=mp)
-        return model
+            self.hf_keys = list(model.state_dict())  # the keys from_pretrained(...).state_dict() use
+            self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
+        return fsdp.shard(model, self.mesh, mp)
 
     def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False):
         """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T)."""
@@ -202,13 +185,8 @@ class PolicyWorker:
                     (loss * (tokens * self.world_size / mb_tokens)).backward()
                     sums += torch.stack([pg.detach(), kl.detach(), clip_frac, entropy.detach(),
                                          approx_kl, torch.ones((), device=self.device)]).double().cpu() * float(tokens)
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-                norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-                if np.isfinite(norm):
-                    self.optim.step()
-                else:                          # verl: skip the step on a non-finite gradient
-                    skipped += 1
-                self.optim.zero_grad(set_to_none=True)
+                norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.grad_clip)
+                skipped += not stepped
                 grad_norms.append(norm)
         self.global_step += 1
 
@@ -248,7 +226,7 @@ class PolicyWorker:
         """Rank 0: safetensors blob, keys of from_pretrained(path).state_dict() (tied lm_head
         included; vLLM skips it when tied), cast to the checkpoint's dtype. Others: None.
         Collective: every rank must call it."""
-        sd = get_model_state_dict(self.model, options=_FULL)
+        sd = fsdp.full_state_dict(self.model)
         if self.rank != 0:
             return None
         return st_save(self._hf_state(sd, self.export_dtype))
@@ -260,22 +238,14 @@ class PolicyWorker:
         keyed by parameter name; they are tied to this world_size (checked on load). Collective.
         """
         d = Path(directory)
-        sd = get_model_state_dict(self.model, options=_FULL)
+        sd = fsdp.full_state_dict(self.model)
         if self.rank == 0:
-            (d / "model").mkdir(parents=True, exist_ok=True)
-            for f in Path(self.model_path).iterdir():  # config, generation config, tokenizer files
-                if f.is_file() and not f.name.endswith(_WEIGHT_FILES):
-                    shutil.copy2(f, d / "model" / f.name)
+            fsdp.copy_model_files(self.model_path, d / "model")
             save_file(self._hf_state(sd, drop_tied=True), str(d / "model" / "model.safetensors"),
                       metadata={"format": "pt"})
-        osd = get_optimizer_state_dict(self.model, self.optim)
-        state = {fqn: {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu().clone()
-                       if torch.is_tensor(v) else v for k, v in st.items()}
-                 for fqn, st in osd["state"].items()}
-        (d / "optim").mkdir(parents=True, exist_ok=True)
-        torch.save({"world_size": self.world_size, "rank": self.rank, "global_step": self.global_step,
-                    "state": state, "param_groups": osd["param_groups"]},
-                   d / "optim" / f"rank_{self.rank}.pt")
+        del sd
+        fsdp.save_optimizer_shard(d, self.model, self.optim, self.rank, self.world_size,
+                                  global_step=self.global_step)
         dist.barrier()
 
     def load_checkpoint(self, directory: str) -> None:
@@ -286,23 +256,9 @@ class PolicyWorker:
             full = self._hf_state(full)
         set_model_state_dict(self.model, full, options=StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=True))
-        blob = torch.load(d / "optim" / f"rank_{self.rank}.pt", weights_only=True)
-        if blob["world_size"] != self.world_size:
-            raise ValueError(f"optimizer shards were written by world_size={blob['world_size']}, "
-                             f"this group has {self.world_size}")
-        params = dict(self.model.named_parameters())
-
-        def to_dtensor(fqn, v):
-            p = params[fqn]
-            if torch.is_tensor(v) and isinstance(p, DTensor) and v.dim() > 0:
-                return DTensor.from_local(v.to(self.device), p.device_mesh, p.placements,
-                                          shape=p.shape, stride=p.stride())
-            return v.to(self.device) if torch.is_tensor(v) and v.dim() > 0 else v
-
-        state = {fqn: {k: to_dtensor(fqn, v) for k, v in st.items()} for fqn, st in blob["state"].items()}
-        set_optimizer_state_dict(self.model, self.optim,
-                                 {"state": state, "param_groups": blob["param_groups"]})
-        self.global_step = int(blob["global_step"])
+        extra = fsdp.load_optimizer_shard(d, self.model, self.optim, self.rank, self.world_size,
+                                          self.device)
+        self.global_step = int(extra["global_step"])
         dist.barrier()
 
     def health(self) -> dict:

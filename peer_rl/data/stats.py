@@ -35,7 +35,8 @@ def file_stats(report: FileReport) -> dict:
         out["modality"] = dict(Counter(r.get("modality") for r in rows))
         if df.subset == "grpo":
             out["source"] = dict(Counter(r.get("source") for r in rows))
-            out["strategy"] = dict(Counter(r.get("strategy") or "(none)" for r in rows))
+            if any(r.get("strategy") for r in rows):
+                out["strategy"] = dict(Counter(r.get("strategy") or "(none)" for r in rows))
             out["history_turns_mean"] = round(sum(len(r["history"]) for r in rows) / max(len(rows), 1), 2)
     elif df.subset == "safety":
         out["group"] = dict(Counter(r["group"] for r in rows))

@@ -1,8 +1,10 @@
-"""Row-level validation of PEER-layout JSONL files.
+"""Row-level validation of PEER-layout JSONL files, and normalisation into one in-memory form.
 
 Every problem is reported as `path:line: field: what was expected`, so a researcher can open
 the file at the line. Reading is done on raw bytes so that invalid UTF-8 and truncated JSON are
-reported per line instead of aborting the whole file.
+reported per line instead of aborting the whole file. A valid row is returned normalised (see
+peer_rl.data.vocab): the card's spellings (`language: english`, `modality: textual`, integer
+ids, seeker turns as plain strings) and peer-rl's own (`en`, `text`, string ids) load alike.
 """
 from __future__ import annotations
 
@@ -13,13 +15,16 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from peer_rl.data.layout import DataFile
+from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
+                                language_of, modality_of, role_of, split_role_lines)
 from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS
 from peer_rl.reasoning import parse_structured
 
-LANGS = ("en", "zh")
 SAFETY_GROUPS = ("crisis", "harmful_request", "boundary")
-SOURCES = ("original", "augmented")
+SER_SOURCES = ("original", "augmented")
 SER_ROLES = ["system"] + ["user", "assistant"] * 4
+_LANG_WORDS = "/".join(LANGUAGE_ALIASES)
+_MODALITY_WORDS = "/".join(MODALITY_ALIASES)
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class Problem:
 @dataclass
 class FileReport:
     file: DataFile
-    rows: list[dict] = field(default_factory=list)        # valid rows, in file order
+    rows: list[dict] = field(default_factory=list)        # valid rows, normalised, in file order
     lines: list[int] = field(default_factory=list)        # their 1-based line numbers
     problems: list[Problem] = field(default_factory=list)
     n_lines: int = 0
@@ -51,21 +56,22 @@ class FileReport:
 
 
 class _Row:
-    """Collects the problems of one row."""
+    """Collects the problems of one row and builds its normalised form in `out`."""
 
     def __init__(self, df: DataFile, line: int, row: dict):
         self.df, self.line, self.row, self.problems = df, line, row, []
+        self.out: dict = {}
 
     def bad(self, fld: str, expected: str, reason: str) -> None:
         self.problems.append(Problem(str(self.df.path), self.line, fld, expected, reason))
 
     def get(self, key: str, types, what: str, required: bool = True):
-        if key not in self.row:
+        if key not in self.row or self.row[key] is None:
             if required:
                 self.bad(key, f"missing; expected {what}", "missing field")
             return None
         value = self.row[key]
-        if not isinstance(value, types):
+        if not isinstance(value, types) or isinstance(value, bool):
             self.bad(key, f"expected {what}, found {type(value).__name__}", "wrong type")
             return None
         return value
@@ -75,34 +81,99 @@ class _Row:
         if value is not None and not value.strip():
             self.bad(key, "expected a non-empty string, found an empty one", "empty field")
             return None
+        if value is not None:
+            self.out[key] = value
         return value
+
+    def row_id(self, required: bool) -> None:
+        """`id`: a string or an integer (the card's ser ids), kept as a string; derived from
+        file and line when the layout lists none (grpo rows)."""
+        value = self.get("id", (str, int), "a non-empty string or an integer", required)
+        if isinstance(value, str) and not value.strip():
+            self.bad("id", "expected a non-empty string or an integer, found an empty string",
+                     "empty field")
+            return
+        if value is None and not required and "id" not in self.row:
+            self.out["id"] = f"{self.df.rel}:{self.line}"
+        elif value is not None:
+            self.out["id"] = str(value)
 
     def choice(self, key: str, allowed, required: bool = True) -> str | None:
         value = self.get(key, str, f"one of {', '.join(allowed)}", required)
         if value is not None and value not in allowed:
             self.bad(key, f"expected one of {', '.join(allowed)}, found {value!r}", "bad value")
             return None
+        if value is not None:
+            self.out[key] = value
         return value
 
-    def history(self, key: str = "history") -> None:
-        turns = self.get(key, list, "a non-empty list of {role, content} turns")
-        if turns is None:
-            return
-        if not turns:
+    def alias(self, key: str, normalise, words: str, required: bool = True,
+              out_key: str | None = None) -> str | None:
+        """A field with several accepted spellings (vocab.*_ALIASES), stored canonical."""
+        value = self.get(key, str, f"one of {words}", required)
+        if value is None:
+            return None
+        canonical = normalise(value)
+        if canonical is None:
+            self.bad(key, f"expected one of {words}, found {value!r}", "bad value")
+            return None
+        self.out[out_key or key] = canonical
+        return canonical
+
+    def history(self, key: str = "history", default_role: str | None = None) -> list | None:
+        """Turns as {"role": seeker|supporter, "content"}; also accepted: {speaker|role,
+        content|text} dicts with the role names of vocab.ROLE_ALIASES, plain strings (seeker
+        turns when `default_role` is "seeker"; otherwise roles alternate, ending with the
+        seeker, unless a string starts "Seeker:"/"求助者：" ...), or one string of such lines."""
+        value = self.row.get(key)
+        what = "a non-empty list of {role, content} turns or of strings"
+        if value is None:
+            self.bad(key, f"missing; expected {what}", "missing field")
+            return None
+        if isinstance(value, str):
+            value = split_role_lines(value) or [value]
+        if not isinstance(value, list):
+            self.bad(key, f"expected {what}, found {type(value).__name__}", "wrong type")
+            return None
+        if not value:
             self.bad(key, "expected a non-empty dialogue history, found []", "empty history")
-        for i, t in enumerate(turns):
-            if not isinstance(t, dict) or t.get("role") not in ("seeker", "supporter") \
-                    or not isinstance(t.get("content"), str) or not t["content"].strip():
-                self.bad(f"{key}[{i}]", "expected {\"role\": \"seeker\"|\"supporter\", "
-                         "\"content\": non-empty string}", "bad history turn")
+            return None
+        turns, n = [], len(value)
+        for i, t in enumerate(value):
+            if isinstance(t, str):
+                split = split_role_lines(t)
+                if split and len(split) == 1:
+                    turn = split[0]
+                else:
+                    role = default_role or ("seeker" if (n - 1 - i) % 2 == 0 else "supporter")
+                    turn = {"role": role, "content": t}
+            elif isinstance(t, dict):
+                role = role_of(t.get("role", t.get("speaker")))
+                content = next((t[k] for k in ("content", "text", "utterance") if k in t), None)
+                turn = {"role": role, "content": content}
+            else:
+                turn = {"role": None, "content": None}
+            if turn["role"] is None or not isinstance(turn["content"], str) \
+                    or not turn["content"].strip():
+                self.bad(f"{key}[{i}]", "expected {\"role\": \"seeker\"|\"supporter\" (or user/"
+                         "assistant, speaker/listener, ...), \"content\": non-empty string} or a "
+                         "non-empty string", "bad history turn")
+                continue
+            turns.append(turn)
+        if len(turns) == n:
+            self.out[key] = turns
+            return turns
+        return None
 
     def images(self, n: int | None, visual: bool | None) -> None:
         if visual is False:
             if self.row.get("images"):
                 self.bad("images", "expected no images in a text file", "unexpected images")
+            self.out["images"] = []
             return
         imgs = self.get("images", list, "a list of image paths", required=bool(visual))
         if imgs is None:
+            self.out["images"] = []
             return
         if n is not None and len(imgs) != n:
             self.bad("images", f"expected {n} image path(s), found {len(imgs)}", "image count")
@@ -119,6 +190,7 @@ class _Row:
                     im.load()
             except Exception as exc:  # PIL raises many types for undecodable files
                 self.bad(f"images[{i}]", f"a decodable image; {path}: {exc}", "undecodable image")
+        self.out["images"] = list(imgs)
 
     def chat(self, key: str = "messages") -> list | None:
         msgs = self.get(key, list, "a list of {role, content} messages")
@@ -130,17 +202,19 @@ class _Row:
                     or not isinstance(m.get("content"), str):
                 self.bad(f"{key}[{i}]", "expected {\"role\": str, \"content\": str}", "bad message")
                 ok = False
+        if ok:
+            self.out[key] = [{"role": m["role"], "content": m["content"]} for m in msgs]
         return msgs if ok else None
 
 
 def _check_ser(r: _Row) -> None:
-    lang = r.choice("lang", LANGS)
+    lang = r.alias("lang", language_of, _LANG_WORDS)
     if lang and r.df.lang and lang != r.df.lang:
-        r.bad("lang", f"expected {r.df.lang!r} (the file is under ser/{r.df.lang}/), found {lang!r}",
-              "language mismatch")
+        r.bad("lang", f"expected {r.df.lang!r} (the file is under ser/{r.df.lang}/), found "
+              f"{r.row['lang']!r}", "language mismatch")
     lang = lang or r.df.lang
-    r.text("id")
-    r.choice("source", SOURCES)
+    r.row_id(required=True)
+    r.choice("source", SER_SOURCES)
     r.images(1, r.df.visual)
     msgs = r.chat()
     if msgs is None:
@@ -171,11 +245,30 @@ def _check_ser(r: _Row) -> None:
               f"{' / '.join(PREFERENCE_VERDICTS[lang])}, found {v!r}", "verdict vocabulary")
 
 
+def _language(r: _Row) -> str | None:
+    """`language` (the card's key) or `lang`; either spelling of either language."""
+    key = "language" if "language" in r.row or "lang" not in r.row else "lang"
+    return r.alias(key, language_of, _LANG_WORDS, out_key="language")
+
+
+def _modality(r: _Row) -> str | None:
+    """`modality`, or the file's kind (textual/visual in its name) when the row has none."""
+    if "modality" not in r.row and r.df.visual is not None:
+        r.out["modality"] = "visual" if r.df.visual else "text"
+        return r.out["modality"]
+    modality = r.alias("modality", modality_of, _MODALITY_WORDS)
+    if modality and r.df.visual is not None and (modality == "visual") != r.df.visual:
+        r.bad("modality", f"expected {'visual' if r.df.visual else 'textual'} in "
+              f"{r.df.path.name}, found {r.row['modality']!r}", "modality mismatch")
+    return modality
+
+
 def _check_sft(r: _Row) -> None:
-    r.text("id")
-    r.choice("language", LANGS)
-    r.choice("modality", ("text", "visual"))
-    r.images(None, r.df.visual)
+    r.row_id(required=False)
+    _language(r)
+    modality = _modality(r)
+    visual = r.df.visual if r.df.visual is not None else modality == "visual"
+    r.images(None, visual)
     msgs = r.chat()
     if msgs is None:
         return
@@ -189,29 +282,31 @@ def _check_sft(r: _Row) -> None:
 
 
 def _check_grpo(r: _Row) -> None:
-    r.text("id")
-    r.choice("language", LANGS)
-    modality = r.choice("modality", ("text", "visual"))
-    r.choice("source", SOURCES)
+    r.row_id(required=False)
+    _language(r)
+    modality = _modality(r)
+    r.text("source")
     r.text("solution")
+    if "strategy" in r.row:
+        r.text("strategy", required=False)
     r.history()
     msgs = r.chat()
     if msgs is not None and (not msgs or msgs[-1]["role"] != "user"):
         r.bad("messages", "expected the policy prompt chat, ending with a user turn", "grpo chat")
     visual = r.df.visual if r.df.visual is not None else modality == "visual"
-    if modality and r.df.visual is not None and (modality == "visual") != r.df.visual:
-        r.bad("modality", f"expected {'visual' if r.df.visual else 'text'} in {r.df.path.name}, "
-              f"found {modality!r}", "modality mismatch")
     r.images(2, visual)
 
 
 def _check_safety(r: _Row) -> None:
-    r.text("id")
-    r.history()
+    r.row_id(required=True)
+    turns = r.history(default_role="seeker")
     r.text("category")
     r.choice("group", SAFETY_GROUPS)
     r.text("source")
-    r.choice("language", LANGS, required=False)
+    if "language" in r.row or "lang" in r.row:
+        _language(r)
+    elif turns:
+        r.out["language"] = infer_language([t["content"] for t in turns])
 
 
 CHECKERS = {"ser": _check_ser, "sft": _check_sft, "grpo": _check_grpo, "safety": _check_safety}
@@ -251,8 +346,8 @@ def check_file(df: DataFile) -> FileReport:
             continue
         r = _Row(df, lineno, row)
         CHECKERS[df.subset](r)
-        rid = row.get("id")
-        if isinstance(rid, str):
+        rid = r.out.get("id")
+        if rid is not None:
             if rid in seen_ids:
                 r.bad("id", f"unique within the file; {rid!r} already on line {seen_ids[rid]}",
                       "duplicate id")
@@ -260,6 +355,6 @@ def check_file(df: DataFile) -> FileReport:
         if r.problems:
             report.problems.extend(r.problems)
         else:
-            report.rows.append(row)
+            report.rows.append(r.out)
             report.lines.append(lineno)
     return report

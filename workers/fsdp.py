@@ -1,0 +1,177 @@
+"""FSDP2 plumbing shared by the GRPO policy group (workers/policy.py) and the supervised trainer
+(workers/sft_trainer.py): loading a checkpoint by architecture, freezing the vision tower,
+sharding, full state dicts in HF names, optimizer shards, and the non-finite-step guard.
+
+No Ray import: both callers run it inside their own processes (Ray actors, Ray Train workers, or
+plain spawned processes on a machine without Ray).
+
+Checkpoint layout written and read here (one directory):
+    model/            HF format, safetensors, fp32 master weights (rank 0)
+    optim/rank_R.pt   AdamW state of rank R, tensors and plain containers only, loadable with
+                      torch.load(weights_only=True); tied to the world size that wrote it
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+# attribute paths of the vision encoder in the vision-language families we load
+_VISION_TOWERS = ("model.visual", "visual", "model.vision_tower", "vision_tower", "vision_model")
+
+
+def is_vision_language(model_path: str) -> bool:
+    """A checkpoint with a vision encoder (config.json has a `vision_config`)."""
+    cfg = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    return "vision_config" in cfg
+
+
+def auto_class(model_path: str):
+    """transformers' auto class for the checkpoint: image-text-to-text for vision-language
+    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL ...), causal LM for text models."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if is_vision_language(model_path) else AutoModelForCausalLM
+
+
+def load_pretrained(model_path: str, dtype=torch.float32):
+    """The HF model at `model_path`, in eval mode (no dropout: old and new log-probs of equal
+    weights agree, so the first importance ratio is exactly 1)."""
+    return auto_class(model_path).from_pretrained(model_path, dtype=dtype).eval()
+
+
+def vision_tower(model) -> torch.nn.Module | None:
+    for path in _VISION_TOWERS:
+        mod = model
+        for part in path.split("."):
+            mod = getattr(mod, part, None)
+            if mod is None:
+                break
+        if isinstance(mod, torch.nn.Module):
+            return mod
+    return None
+
+
+def freeze_vision_tower(model) -> list[str]:
+    """requires_grad_(False) on the vision encoder (the paper: "the ViT module is frozen while
+    the LLM and aligner are fully fine-tuned"). Qwen-VL's aligner (the patch merger) sits inside
+    `visual` but projects into the language model, so it stays trainable. Returns the frozen
+    parameter names; a model without a vision tower is an error (the caller asked to freeze)."""
+    tower = vision_tower(model)
+    if tower is None:
+        raise ValueError(f"{type(model).__name__} has no vision tower to freeze")
+    merger = getattr(tower, "merger", None)
+    keep = {id(p) for p in merger.parameters()} if merger is not None else set()
+    frozen_ids = set()
+    for p in tower.parameters():
+        if id(p) not in keep:
+            p.requires_grad_(False)
+            frozen_ids.add(id(p))
+    return [n for n, p in model.named_parameters() if id(p) in frozen_ids]
+
+
+def tied_duplicates(model) -> dict[str, str]:
+    """Parameter names that alias an earlier one (a tied lm_head) -> the name they alias."""
+    first, dups = {}, {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            dups[name] = first[id(p)]
+        first.setdefault(id(p), name)
+    return dups
+
+
+def mixed_precision(device: torch.device, bf16: bool = True) -> MixedPrecisionPolicy:
+    """bf16 compute with fp32 master weights and gradient reduction on GPU; fp32 on CPU."""
+    if device.type == "cuda" and bf16:
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def shard(model, mesh, mp: MixedPrecisionPolicy):
+    """fully_shard each transformer block (the model's _no_split_modules: decoder layers, and
+    vision blocks of a VL model), then the root, which holds the embeddings, the final norm and
+    the (tied) lm_head together."""
+    layer_cls = set(getattr(model, "_no_split_modules", None) or [])
+    for m in model.modules():
+        if type(m).__name__ in layer_cls and m is not model:
+            fully_shard(m, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model
+
+
+def full_state_dict(model) -> dict[str, torch.Tensor]:
+    """Collective: every rank calls it; all get the full (CPU) state dict."""
+    return get_model_state_dict(model, options=FULL_STATE)
+
+
+def copy_model_files(src_dir: str | Path, dst_dir: str | Path) -> None:
+    """Everything but the weights: config, generation config, tokenizer, processor, template."""
+    dst = Path(dst_dir)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in Path(src_dir).iterdir():
+        if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES):
+            shutil.copy2(f, dst / f.name)
+
+
+def save_optimizer_shard(directory: str | Path, model, optim, rank: int, world_size: int,
+                         **extra) -> None:
+    """optim/rank_{rank}.pt: this rank's AdamW state, keyed by parameter name; tensors only."""
+    osd = get_optimizer_state_dict(model, optim)
+    state = {fqn: {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu().clone()
+                   if torch.is_tensor(v) else v for k, v in st.items()}
+             for fqn, st in osd["state"].items()}
+    d = Path(directory) / "optim"
+    d.mkdir(parents=True, exist_ok=True)
+    torch.save({"world_size": world_size, "rank": rank, "state": state,
+                "param_groups": osd["param_groups"], **extra}, d / f"rank_{rank}.pt")
+
+
+def load_optimizer_shard(directory: str | Path, model, optim, rank: int, world_size: int,
+                         device) -> dict:
+    """Restore this rank's shard written by save_optimizer_shard; returns the shard's extra
+    fields. A shard written by another world size is refused (its slices differ)."""
+    path = Path(directory) / "optim" / f"rank_{rank}.pt"
+    blob = torch.load(path, weights_only=True)
+    if blob["world_size"] != world_size:
+        raise ValueError(f"{path}: optimizer shards were written by world_size="
+                         f"{blob['world_size']}; this group has world_size={world_size}")
+    params = dict(model.named_parameters())
+
+    def place(fqn, v):
+        p = params[fqn]
+        if torch.is_tensor(v) and isinstance(p, DTensor) and v.dim() > 0:
+            return DTensor.from_local(v.to(device), p.device_mesh, p.placements,
+                                      shape=p.shape, stride=p.stride())
+        return v.to(device) if torch.is_tensor(v) and v.dim() > 0 else v
+
+    state = {fqn: {k: place(fqn, v) for k, v in st.items()} for fqn, st in blob["state"].items()}
+    set_optimizer_state_dict(model, optim, {"state": state, "param_groups": blob["param_groups"]})
+    return {k: v for k, v in blob.items() if k not in ("state", "param_groups")}
+
+
+def clip_and_step(model, optim, grad_clip: float) -> tuple[float, bool]:
+    """Clip the gradient norm and step, unless the norm is not finite (verl's guard: one bad
+    batch must not write NaNs into the weights). Returns (norm, stepped)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    stepped = bool(torch.isfinite(torch.tensor(norm)))
+    if stepped:
+        optim.step()
+    optim.zero_grad(set_to_none=True)
+    return norm, stepped
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
