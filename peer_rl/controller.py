@@ -80,6 +80,13 @@ def saved_prompt_selection(checkpoint: Path | None) -> list[str] | None:
     return json.loads(path.read_text(encoding="utf-8"))["ids"]
 
 
+def judge_frames(row: dict) -> list[str]:
+    """The frame the judge sees in its Step 2 round: the last of the row's frames. SER rows,
+    which the judge is trained on, show one frame; GRPO visual rows carry two, taken at 1/2 and
+    3/4 of the seeker's utterance, and the later one is the expression the reply answers."""
+    return list(row.get("images") or [])[-1:]
+
+
 class Controller:
     def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path):
         self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
@@ -229,8 +236,11 @@ class Controller:
             input_ids[i, :len(seq)] = seq
             attention[i, :len(seq)] = 1
             response[i, len(s.prompt_ids):len(seq)] = 1
-        return {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
-                "advantages": advantages.astype(np.float32)}
+        batch = {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
+                 "advantages": advantages.astype(np.float32)}
+        if any(s.images for s in samples):   # the frames the engine saw: the update sees them too
+            batch["images"] = [list(s.images) for s in samples]
+        return batch
 
     def rollout(self, batch_rows: list[dict], timing: dict | None = None) -> list:
         """Stage 2: G samples per prompt from the rollout pool."""
@@ -265,7 +275,8 @@ class Controller:
             items.append(JudgeItem(history=row["history"], lang=row["language"],
                                    steps=[p.steps.get(j) or None for j in (1, 2, 3)],
                                    reply=reply, reference=row["solution"],
-                                   candidate_first=bool(coin[k]), format_complete=p.complete))
+                                   candidate_first=bool(coin[k]), format_complete=p.complete,
+                                   images=judge_frames(row)))
 
         t = time.perf_counter()                                          # 4. UnifiReward
         results = self._judge(items)
@@ -328,6 +339,7 @@ class Controller:
             "response/distinct_2": distinct_n(replies, 2),
             "rollout/tokens_per_s": n_tokens / max(timing["rollout"], 1e-9),
             "data/epoch": self.loader.cursor.epoch,
+            "data/visual_share": float(np.mean([bool(r.get("images")) for r in batch_rows])),
             "faults/actor_restarts": self.restarts,
         }
         m |= summarise("advantages", adv)

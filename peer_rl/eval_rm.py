@@ -15,11 +15,18 @@ Metrics (per group; an unparseable verdict counts as wrong):
   label's joint pattern, i.e. all three step verdicts AND the preference verdict equal the
   labels. A sample with right step verdicts but a wrong preference (or the reverse) contradicts
   the labelled process-outcome pattern and is inconsistent;
-- parse_failure_rate: share of the judge's answers (4 per sample) that no parser recognises.
+- parse_failure_rate: share of the judge's answers (4 per sample) that no parser recognises;
+- error_recall: for each of steps 1-3, the share of steps labelled False that the judge also
+  calls False (the paper's error recall: a judge that answers True to everything scores 0),
+  and their mean; None for a group with no False label at that step.
+
+Visual rows show the judge their frame in the Step 2 round (where the trained layout puts it,
+peer_rl.supervised.image_turn); `images=False` (`--no-images`) judges the same rows on their
+words alone, the paper's ablation of the face (Step 1 recall 55.46% with images, 54.21%
+without).
 
 The metric functions and the table are pure; `evaluate_rm` runs the judge (workers/unifireward.py's
-UnifiRewardWorker, in-process, vLLM). Visual rows are judged on their text: the judge worker is
-text-only (images are not passed), which the output says.
+UnifiRewardWorker, in-process, vLLM).
 """
 from __future__ import annotations
 
@@ -84,10 +91,17 @@ def rm_metrics(labels: list[Verdicts], predictions: list[Verdicts]) -> dict:
                for y, p in zip(labels, predictions)]
     step_acc = {f"step{k + 1}": sum(step_ok[k]) / n for k in range(3)}
     joint = [all(step_ok[k][i] for k in range(3)) and pref_ok[i] for i in range(n)]
+    recall = {}
+    for k in range(3):
+        wrong = [p.steps[k] is False for y, p in zip(labels, predictions) if y.steps[k] is False]
+        recall[f"step{k + 1}"] = sum(wrong) / len(wrong) if wrong else None
+    known = [v for v in recall.values() if v is not None]
     return {
         "n": n,
         "step_accuracy": step_acc,
         "step_accuracy_mean": sum(step_acc.values()) / 3,
+        "error_recall": recall,
+        "error_recall_mean": sum(known) / len(known) if known else None,
         "preference_accuracy": sum(pref_ok) / n,
         "consistency": sum(joint) / n,
         "parse_failure_rate": sum(p.n_unparsed for p in predictions) / (4 * n),
@@ -109,30 +123,44 @@ def grouped_metrics(rows: list[dict], predictions: list[Verdicts]) -> dict[str, 
 def format_table(groups: dict[str, dict]) -> str:
     """A fixed-width table: one line per group."""
     head = (f"{'group':<11} {'n':>5} {'step1':>6} {'step2':>6} {'step3':>6} {'pref':>6} "
-            f"{'consist':>7} {'parse_fail':>10}")
+            f"{'consist':>7} {'parse_fail':>10} {'recall1':>7} {'recall2':>7} {'recall3':>7}")
     lines = [head, "-" * len(head)]
     for name, m in groups.items():
         if not m.get("n"):
             lines.append(f"{name:<11} {0:>5}")
             continue
-        s = m["step_accuracy"]
+        s, r = m["step_accuracy"], m["error_recall"]
+        recall = " ".join(f"{'-' if r[k] is None else format(r[k], '.3f'):>7}"
+                          for k in ("step1", "step2", "step3"))
         lines.append(f"{name:<11} {m['n']:>5} {s['step1']:>6.3f} {s['step2']:>6.3f} "
                      f"{s['step3']:>6.3f} {m['preference_accuracy']:>6.3f} "
-                     f"{m['consistency']:>7.3f} {m['parse_failure_rate']:>10.3f}")
+                     f"{m['consistency']:>7.3f} {m['parse_failure_rate']:>10.3f} {recall}")
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------- judge runner
-def judge_rows(worker, rows: list[dict]) -> list[list[str]]:
+def judge_chat(row: dict, images: bool = True) -> list[dict]:
+    """A SER row's 9 messages, its frame placed in the Step 2 round (or its words alone)."""
+    from peer_rl.multimodal import attach_images, strip_tags
+    from peer_rl.supervised import image_turn
+
+    if images and row.get("images"):
+        return attach_images(row["messages"], list(row["images"]),
+                             turn=image_turn("ser", row["messages"]))
+    return strip_tags(row["messages"])
+
+
+def judge_rows(worker, rows: list[dict], images: bool = True) -> list[list[str]]:
     """4 batched greedy rounds over the rows' own user turns: round k for every row at once,
     each conversation carrying the judge's earlier answers (system + 4 x (user, assistant)).
     `worker` is a UnifiRewardWorker (or anything with its `answer(conversations) -> texts`)."""
-    convs = [[r["messages"][0]] for r in rows]
+    chats = [judge_chat(r, images) for r in rows]
+    convs = [[c[0]] for c in chats]
     answers: list[list[str]] = [[] for _ in rows]
     for k in USER_TURNS:
-        replies = worker.answer([c + [r["messages"][k]] for c, r in zip(convs, rows)])
+        replies = worker.answer([conv + [c[k]] for conv, c in zip(convs, chats)])
         for i, text in enumerate(replies):
-            convs[i] += [rows[i]["messages"][k], {"role": "assistant", "content": text}]
+            convs[i] += [chats[i][k], {"role": "assistant", "content": text}]
             answers[i].append(text)
     return answers
 
@@ -156,7 +184,7 @@ def load_test_rows(root: str | Path, pattern: str = "*_test") -> list[dict]:
 def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
                 worker=None, max_tokens: int = 16, kv_cache_gib: float = 1.0,
                 max_model_len: int = 4096, limit: int = 0, pattern: str = "*_test",
-                seed: int = 0) -> dict:
+                seed: int = 0, images: bool = True) -> dict:
     """Judge the SER test rows with the model at `model`; return (and write to `out`) the report.
 
     `worker` defaults to a UnifiRewardWorker built on `model` (vLLM, in-process; a script that
@@ -174,7 +202,7 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     try:
         t0 = time.perf_counter()
         kept = [r for r in rows if _fits(worker, r)]
-        answers = judge_rows(worker, kept) if kept else []
+        answers = judge_rows(worker, kept, images) if kept else []
         seconds = time.perf_counter() - t0
     finally:
         if own:
@@ -183,8 +211,11 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     report = {
         "model": str(model), "data": str(root), "pattern": pattern,
         "n_rows": len(rows), "n_too_long": len(rows) - len(kept),
-        "note": "visual rows are judged on their text: the judge worker is text-only "
-                "(images are not passed)",
+        "images": images and bool(getattr(worker, "multimodal", False)),
+        "note": ("visual rows show the judge their frame in the Step 2 round"
+                 if images and getattr(worker, "multimodal", False) else
+                 "visual rows are judged on their words alone (--no-images or a text-only "
+                 "judge)"),
         "metrics": grouped_metrics(kept, predictions) if kept else {},
         "seconds": round(seconds, 2),
         "samples": [{"id": r.get("id"), "group": group_key(r), "answers": a}

@@ -115,7 +115,8 @@ class PoolFactory:
             grad_clip=a.grad_clip, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
             clip_ratio=a.clip_ratio, entropy_coeff=a.entropy_coeff,
             ppo_mini_batch_size=a.ppo_mini_batch_size, ppo_micro_batch_size=a.ppo_micro_batch_size,
-            ppo_epochs=a.ppo_epochs, seed=self.cfg.trainer.seed) for r in range(a.world_size)]
+            ppo_epochs=a.ppo_epochs, seed=self.cfg.trainer.seed,
+            freeze_vision_tower=a.freeze_vision_tower) for r in range(a.world_size)]
 
     def make_pools(self) -> Pools:
         cfg = self.cfg

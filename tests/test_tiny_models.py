@@ -78,3 +78,32 @@ def test_ensure_tiny_models_is_idempotent(tmp_path):
     assert stamp == {k: (tmp_path / k / "model.safetensors").stat().st_mtime_ns for k in paths}
     assert (tmp_path / "judge" / "judge_template.json").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+def test_tiny_vision_language_model_sees_the_image(built, tmp_path, family):
+    """The processor expands a 64 x 64 frame into 4 image tokens; the model's output depends
+    on the pixels (a different face changes the next-token distribution)."""
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from peer_rl.data.sample import sample_root
+    from peer_rl.tiny_models import build_tiny_vl
+
+    build_tiny_vl(tmp_path / family, built / "tok", family=family, seed=5)
+    proc = AutoProcessor.from_pretrained(str(tmp_path / family))
+    model = AutoModelForImageTextToText.from_pretrained(str(tmp_path / family)).eval()
+    assert model.config.model_type == family
+    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How?"}]}]
+    text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text == ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>How?<|im_end|>\n"
+                    "<|im_start|>assistant\n")
+    faces = sample_root() / "grpo" / "images"
+    logits = []
+    for name in ("face_sad_1.png", "face_happy_1.png"):
+        inputs = proc(text=[text], images=[Image.open(faces / name).convert("RGB")],
+                      return_tensors="pt")
+        assert int((inputs["input_ids"] == model.config.image_token_id).sum()) == 4
+        with torch.no_grad():
+            logits.append(model(**inputs).logits[0, -1])
+    assert (logits[0] - logits[1]).abs().max() > 1e-4

@@ -98,20 +98,65 @@ def mixed_precision(device: torch.device, bf16: bool = True) -> MixedPrecisionPo
 
 
 def shard(model, mesh, mp: MixedPrecisionPolicy):
-    """fully_shard each transformer block (the model's _no_split_modules: decoder layers, and
-    vision blocks of a VL model), then the root, which holds the embeddings, the final norm and
-    the (tied) lm_head together."""
+    """fully_shard each decoder layer (the model's _no_split_modules), then the root, which
+    holds the embeddings, the final norm and the (tied) lm_head together.
+
+    A vision tower is left out of FSDP (`ignored_params`) and replicated on every rank. FSDP2
+    all-gathers a unit's parameters when the unit runs, so every rank must run the same units in
+    the same order; a rank whose micro-batch has no image skips the tower inside the model's
+    forward while a rank with images runs it, and sharded tower units would leave the
+    collectives unpaired. Replicated, the tower costs no collective in the forward; the
+    gradients of its trainable part (the merger, or all of it when not frozen) are averaged
+    over ranks by sync_replicated_grads. A ViT is small next to the language model (~0.6B of
+    Qwen3-VL-8B), and frozen it has no optimizer state.
+    """
+    tower = vision_tower(model)
+    ignored = set(tower.parameters()) if tower is not None else set()
+    inside = {id(m) for m in tower.modules()} if tower is not None else set()
     layer_cls = set(getattr(model, "_no_split_modules", None) or [])
     for m in model.modules():
-        if type(m).__name__ in layer_cls and m is not model:
+        if type(m).__name__ in layer_cls and m is not model and id(m) not in inside:
             fully_shard(m, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=ignored or None)
+    if tower is not None:
+        tower.to(mesh.device_type)
     return model
+
+
+def replicated_params(model) -> list[torch.nn.Parameter]:
+    """Parameters FSDP does not shard (the vision tower), in a fixed order."""
+    tower = vision_tower(model)
+    return list(tower.parameters()) if tower is not None else []
+
+
+def sync_replicated_grads(model, world_size: int) -> None:
+    """Average the gradients of the trainable replicated parameters over ranks, as FSDP does
+    for its own (a rank whose batch had no image holds no gradient there: it adds zeros).
+    Collective: every rank calls it after the backward of each optimizer step."""
+    if world_size == 1:
+        return
+    for p in replicated_params(model):
+        if not p.requires_grad:
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+        p.grad.div_(world_size)
 
 
 def full_state_dict(model) -> dict[str, torch.Tensor]:
     """Collective: every rank calls it; all get the full (CPU) state dict."""
     return get_model_state_dict(model, options=FULL_STATE)
+
+
+def to_checkpoint_names(model, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Module names -> the names the checkpoint on disk uses. transformers 5 renames some
+    families at load (Qwen2-VL: `visual.*` -> `model.visual.*`, `model.layers.*` ->
+    `model.language_model.layers.*`) and reverts on save; vLLM loads the on-disk names and
+    silently skips any other, so every export and save goes through this."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return dict(revert_weight_conversion(model, dict(state_dict)))
 
 
 def copy_model_files(src_dir: str | Path, dst_dir: str | Path) -> None:
@@ -159,14 +204,27 @@ def load_optimizer_shard(directory: str | Path, model, optim, rank: int, world_s
     return {k: v for k, v in blob.items() if k not in ("state", "param_groups")}
 
 
-def clip_and_step(model, optim, grad_clip: float) -> tuple[float, bool]:
-    """Clip the gradient norm and step, unless the norm is not finite (verl's guard: one bad
-    batch must not write NaNs into the weights). Returns (norm, stepped)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
-    norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+def clip_and_step(model, optim, grad_clip: float, world_size: int = 1) -> tuple[float, bool]:
+    """Average replicated gradients, clip the global gradient norm and step, unless the norm is
+    not finite (verl's guard: one bad batch must not write NaNs into the weights).
+    Returns (norm, stepped)."""
+    sync_replicated_grads(model, world_size)
+    params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
+    sharded = [p for p in params if isinstance(p.grad, DTensor)]
+    plain = [p for p in params if not isinstance(p.grad, DTensor)]
+    sq = torch.zeros((), dtype=torch.float64)
+    if sharded:
+        n = torch.nn.utils.get_total_norm([p.grad for p in sharded])
+        sq += float(n.full_tensor() if isinstance(n, DTensor) else n) ** 2
+    if plain:
+        sq += float(torch.nn.utils.get_total_norm([p.grad for p in plain])) ** 2
+    norm = float(sq.sqrt())
     stepped = bool(torch.isfinite(torch.tensor(norm)))
     if stepped:
+        scale = min(1.0, grad_clip / (norm + 1e-6))
+        if scale < 1.0:
+            for p in params:
+                p.grad.mul_(scale)
         optim.step()
     optim.zero_grad(set_to_none=True)
     return norm, stepped

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save as st_save, save_file
+from safetensors.torch import save as st_save, save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from transformers import AutoConfig
@@ -63,8 +63,9 @@ class PolicyWorker:
                  kl_loss_type: str = "low_var_kl", clip_ratio: float = 0.2,
                  entropy_coeff: float = 0.0, ppo_mini_batch_size: int = 8,
                  ppo_micro_batch_size: int = 4, ppo_epochs: int = 1, seed: int = 0,
-                 backend: str | None = None):
+                 backend: str | None = None, freeze_vision_tower: bool = False):
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
+        self.freeze_vision_tower = freeze_vision_tower
         self.grad_clip, self.kl_loss_coef, self.kl_loss_type = grad_clip, kl_loss_coef, kl_loss_type
         self.clip_ratio, self.entropy_coeff, self.seed = clip_ratio, entropy_coeff, seed
         self.mini, self.micro, self.ppo_epochs = ppo_mini_batch_size, ppo_micro_batch_size, ppo_epochs
@@ -86,22 +87,41 @@ class PolicyWorker:
         dt = getattr(self.config, "dtype", None) or torch.float32
         self.export_dtype = getattr(torch, dt) if isinstance(dt, str) else dt
         mp = fsdp.mixed_precision(self.device)
-        self.model = self._load_sharded(mp)
+        self.vision = None
+        if fsdp.is_vision_language(model_path):
+            from workers.vision import VisionInputs
+
+            self.vision = VisionInputs(model_path)
+        self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
+        self.model = self._load_sharded(mp, trainable=True)
         self.ref = self._load_sharded(mp).requires_grad_(False)
-        self.optim = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        # frozen parameters get no gradient and no optimizer state
+        self.optim = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
+                                       lr=lr, weight_decay=weight_decay)
 
     # ------------------------------------------------------------------ model plumbing
-    def _load_sharded(self, mp) -> torch.nn.Module:
+    def _load_sharded(self, mp, trainable: bool = False) -> torch.nn.Module:
         """HF model (by architecture) -> fully_shard each block, then the root."""
         model = fsdp.load_pretrained(self.model_path)
         if not hasattr(self, "hf_keys"):
             self.hf_keys = list(model.state_dict())  # the keys from_pretrained(...).state_dict() use
             self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
+        if trainable and self.freeze_vision_tower and self.vision is not None:
+            self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
         return fsdp.shard(model, self.mesh, mp)
 
-    def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False):
+    def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:
+        """pixel values, grids and image-token types of `rows` (workers.vision); {} if none."""
+        if self.vision is None or images is None:
+            return {}
+        kw = self.vision(ids, [list(images[int(i)]) for i in rows])
+        return {k: v.to(self.device) for k, v in kw.items()}
+
+    def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False,
+                    vision: dict | None = None):
         """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T)."""
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False,
+                       **(vision or {})).logits[:, :-1]
         if temperature != 1.0:
             logits = logits / temperature
         logp = F.pad(logprobs_from_logits(logits, ids[:, 1:]), (1, 0))
@@ -130,14 +150,15 @@ class PolicyWorker:
         return full
 
     @torch.no_grad()
-    def _log_probs(self, ids, attn, temperature):
+    def _log_probs(self, ids, attn, temperature, images=None):
         """(old, ref) token-aligned log-probs of the full batch, each rank computing its shard."""
         n = len(ids)
         rows, _ = self._shard_rows(torch.arange(n))
         out = []
         for model in (self.model, self.ref):
             chunks = [self._token_logp(model, ids[r].to(self.device), attn[r].to(self.device),
-                                       temperature)[0] for r in rows.split(self.micro)]
+                                       temperature, vision=self._vision_kwargs(ids[r], images, r))[0]
+                      for r in rows.split(self.micro)]
             out.append(self._gather_rows(torch.cat(chunks), n) * attn)
         return out
 
@@ -145,12 +166,14 @@ class PolicyWorker:
     def compute_log_prob(self, batch: dict) -> dict:
         """Current-policy and reference log-probs, (N, T) float32 numpy, token-aligned."""
         ids, attn = _tensor(batch["input_ids"], torch.long), _tensor(batch["attention_mask"], torch.long)
-        old, ref = self._log_probs(ids, attn, float(batch.get("temperature", 1.0)))
+        old, ref = self._log_probs(ids, attn, float(batch.get("temperature", 1.0)),
+                                   batch.get("images"))
         return {"old_log_probs": old.numpy(), "ref_log_prob": ref.numpy()}
 
     def update(self, batch: dict) -> dict:
         """ppo_epochs x seeded mini-batches of clipped loss + KL - entropy; one step per mini-batch."""
         t0 = time.perf_counter()
+        image_s0 = self.vision.seconds if self.vision is not None else 0.0
         ids, attn = _tensor(batch["input_ids"], torch.long), _tensor(batch["attention_mask"], torch.long)
         adv = _tensor(batch["advantages"], torch.float32)
         temperature = float(batch.get("temperature", 1.0))
@@ -159,7 +182,7 @@ class PolicyWorker:
         if "old_log_probs" in batch and "ref_log_prob" in batch:
             old, ref = _tensor(batch["old_log_probs"], torch.float32), _tensor(batch["ref_log_prob"], torch.float32)
         else:
-            old, ref = self._log_probs(ids, attn, temperature)
+            old, ref = self._log_probs(ids, attn, temperature, batch.get("images"))
         t1 = time.perf_counter()
 
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.global_step)
@@ -172,8 +195,9 @@ class PolicyWorker:
                 self.optim.zero_grad(set_to_none=True)
                 for r, w in zip(rows.split(self.micro), weight.split(self.micro)):
                     m = (mask[r] * w[:, None]).to(self.device)
-                    logp, ent = self._token_logp(self.model, ids[r].to(self.device),
-                                                 attn[r].to(self.device), temperature, entropy=True)
+                    logp, ent = self._token_logp(
+                        self.model, ids[r].to(self.device), attn[r].to(self.device), temperature,
+                        entropy=True, vision=self._vision_kwargs(ids[r], batch.get("images"), r))
                     pg, clip_frac, approx_kl = compute_policy_loss(
                         old[r].to(self.device), logp, adv[r, None].to(self.device), m, self.clip_ratio)
                     kl = masked_mean(kl_penalty(logp, ref[r].to(self.device), self.kl_loss_type), m)
@@ -185,51 +209,60 @@ class PolicyWorker:
                     (loss * (tokens * self.world_size / mb_tokens)).backward()
                     sums += torch.stack([pg.detach(), kl.detach(), clip_frac, entropy.detach(),
                                          approx_kl, torch.ones((), device=self.device)]).double().cpu() * float(tokens)
-                norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.grad_clip)
+                norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.grad_clip,
+                                                   self.world_size)
                 skipped += not stepped
                 grad_norms.append(norm)
         self.global_step += 1
 
         t2 = time.perf_counter()
-        red = torch.cat([sums, torch.tensor([t1 - t0, t2 - t1, t2 - t0], dtype=torch.float64)])
+        image_s = (self.vision.seconds if self.vision is not None else 0.0) - image_s0
+        red = torch.cat([sums, torch.tensor([t1 - t0, t2 - t1, t2 - t0, image_s],
+                                            dtype=torch.float64)])
         red = red.to(self.device)
         dist.all_reduce(red)
         red = red.cpu()
         tok = max(float(red[5]), 1.0)
         pg, kl, clip, ent, akl = (float(x) / tok for x in red[:5])
-        t_logp, t_train, t_all = (float(x) / self.world_size for x in red[6:])
+        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in red[6:])
         return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/clip_frac": clip,
                 "actor/entropy": ent, "actor/approx_kl": akl,
                 "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
                 "actor/skipped_steps": float(skipped), "actor/tokens": float(red[5]),
                 "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
-                "timing_s/update_total": t_all}
+                "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image}
 
-    def _hf_state(self, sd: dict, dtype=None, drop_tied: bool = False) -> dict:
-        """Full state dict -> HF keys with independent storage (safetensors refuses shared)."""
+    def _hf_state(self, sd: dict, dtype=None, drop_tied: bool = False,
+                  trained_only: bool = False, checkpoint_names: bool = False) -> dict:
+        """Full state dict -> HF keys with independent storage (safetensors refuses shared);
+        trained_only leaves out the frozen vision tower (it never changes); checkpoint_names
+        renames to the on-disk names (fsdp.to_checkpoint_names) that vLLM and
+        from_pretrained read."""
         for dup, src in self.tied.items():
             if dup not in sd and src in sd:
                 sd[dup] = sd[src]
         out, seen = {}, set()
         for k in self.hf_keys:
-            if drop_tied and k in self.tied:
+            if (drop_tied and k in self.tied) or (trained_only and k in self.frozen):
                 continue
             v = sd[k].detach().to("cpu", dtype or sd[k].dtype).contiguous()
             if v.data_ptr() in seen:
                 v = v.clone()
             seen.add(v.data_ptr())
             out[k] = v
-        return out
+        return fsdp.to_checkpoint_names(self.model, out) if checkpoint_names else out
 
     def export_weights(self) -> bytes | None:
         """Rank 0: safetensors blob, keys of from_pretrained(path).state_dict() (tied lm_head
-        included; vLLM skips it when tied), cast to the checkpoint's dtype. Others: None.
+        included; vLLM skips it when tied), cast to the checkpoint's dtype, without the frozen
+        vision tower (the engines hold it from their start). Others: None.
         Collective: every rank must call it."""
         sd = fsdp.full_state_dict(self.model)
         if self.rank != 0:
             return None
-        return st_save(self._hf_state(sd, self.export_dtype))
+        return st_save(self._hf_state(sd, self.export_dtype, trained_only=True,
+                                      checkpoint_names=True))
 
     def save_checkpoint(self, directory: str) -> None:
         """model/ (rank 0, HF format, fp32 master weights) + optim/rank_{r}.pt (each rank).
@@ -241,8 +274,8 @@ class PolicyWorker:
         sd = fsdp.full_state_dict(self.model)
         if self.rank == 0:
             fsdp.copy_model_files(self.model_path, d / "model")
-            save_file(self._hf_state(sd, drop_tied=True), str(d / "model" / "model.safetensors"),
-                      metadata={"format": "pt"})
+            save_file(self._hf_state(sd, drop_tied=True, checkpoint_names=True),
+                      str(d / "model" / "model.safetensors"), metadata={"format": "pt"})
         del sd
         fsdp.save_optimizer_shard(d, self.model, self.optim, self.rank, self.world_size,
                                   global_step=self.global_step)
@@ -251,9 +284,9 @@ class PolicyWorker:
     def load_checkpoint(self, directory: str) -> None:
         """Restore policy weights (rank 0 reads, broadcasts), optimizer shard and step counter."""
         d = Path(directory)
-        full = load_file(str(d / "model" / "model.safetensors")) if self.rank == 0 else {}
-        if self.rank == 0:
-            full = self._hf_state(full)
+        full = {}
+        if self.rank == 0:   # from_pretrained maps on-disk names to module names
+            full = self._hf_state(fsdp.load_pretrained(str(d / "model")).state_dict())
         set_model_state_dict(self.model, full, options=StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=True))
         extra = fsdp.load_optimizer_shard(d, self.model, self.optim, self.rank, self.world_size,

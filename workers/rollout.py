@@ -9,6 +9,7 @@ import logging
 import os
 import time
 
+from peer_rl.multimodal import attach_images, for_vllm, strip_tags
 from peer_rl.protocol import Prompt, Sample, SamplingConfig
 from workers.vllm_engine import make_llm, on_cpu
 
@@ -18,10 +19,11 @@ log = logging.getLogger(__name__)
 class RolloutWorker:
     """Generates with the policy's chat template; images go to multimodal models only.
 
-    Images: a multimodal model (Qwen2-VL style) gets each prompt's images as `image_pil` parts of
-    its last user turn (not exercised on CPU here: vLLM's Qwen2-VL needs torchvision, DESIGN 3).
-    A text-only model ignores them with a one-time warning, so the visual rows of a dataset
-    still train the text path of a tiny CPU model instead of aborting a run.
+    Images: a vision-language model gets each prompt's images where its `<image>` tags stand,
+    or before the text of its last user turn (peer_rl.multimodal), as loaded PIL images; vLLM's
+    processor expands them into image tokens, which the returned prompt ids hold. A text-only
+    model gets the words alone (tags dropped), with a one-time warning: the controller allows
+    that only when the recipe opts in (data.visual_rows_as_text).
     Log-probs are vLLM's raw (pre-temperature) log-probs of the sampled tokens.
     """
 
@@ -39,21 +41,14 @@ class RolloutWorker:
 
     def _messages(self, prompt: Prompt) -> list[dict]:
         if not prompt.images:
-            return prompt.messages
+            return strip_tags(prompt.messages)
         if not self.multimodal:
             if not self._warned_images:
                 log.warning("%s is text-only: ignoring the images of visual prompts",
                             self.model_path)
                 self._warned_images = True
-            return prompt.messages
-        from PIL import Image
-
-        msgs = [dict(m) for m in prompt.messages]
-        last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
-        images = [{"type": "image_pil", "image_pil": Image.open(p).convert("RGB")}
-                  for p in prompt.images]
-        msgs[last]["content"] = images + [{"type": "text", "text": msgs[last]["content"]}]
-        return msgs
+            return strip_tags(prompt.messages)
+        return for_vllm(attach_images(prompt.messages, prompt.images))
 
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Sample]:
         """sampling.n samples per prompt, in prompt order then sample order.
@@ -81,27 +76,53 @@ class RolloutWorker:
                 lps = [step[t].logprob for t, step in zip(ids, comp.logprobs or [])]
                 samples.append(Sample(uid=prompt.uid, prompt_ids=list(out.prompt_token_ids),
                                       response_ids=ids, response_logprobs=lps, text=comp.text,
-                                      finish_reason=comp.finish_reason or ""))
+                                      finish_reason=comp.finish_reason or "",
+                                      images=list(prompt.images) if self.multimodal else []))
         return samples
 
     def load_weights(self, blob: bytes) -> None:
         """In-place sync from a safetensors blob (workers.vllm_engine.serialize_state_dict).
 
-        The prefix cache holds KV computed by the old weights, so it is reset too.
+        The prefix cache holds KV computed by the old weights, and the encoder cache image
+        embeddings of the old vision path, so both are reset; vLLM's reload also clears the
+        worker's multimodal input cache, so the front end's copy is cleared with it (the two
+        must agree, or the next image request misses).
         """
         self.llm.collective_rpc("load_weights_blob", args=(blob,))
         self.llm.reset_prefix_cache()
+        if self.multimodal:
+            self.llm.llm_engine.reset_encoder_cache()
+            self.llm.reset_mm_cache()
         self.weight_syncs += 1
 
-    def prompt_logprobs(self, prompt_ids: list[list[int]]) -> list[list[float]]:
-        """log p(x_t | x_<t) for t >= 1 of each given sequence (len(seq) - 1 values each)."""
+    def prompt_logprobs(self, prompt_ids: list[list[int]],
+                        images: list[list[str]] | None = None) -> list[list[float]]:
+        """log p(x_t | x_<t) for t >= 1 of each given sequence (len(seq) - 1 values each);
+        `images` (per sequence) for sequences whose ids hold expanded image tokens."""
+        from PIL import Image
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        outs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids],
-                                 params, use_tqdm=False)
+        prompts = []
+        for i, ids in enumerate(prompt_ids):
+            prompt = {"prompt_token_ids": list(ids)}
+            if images and images[i]:
+                # vLLM expands one image token per image itself: send the runs collapsed
+                prompt = {"prompt_token_ids": _collapse_runs(list(ids), self._image_token_id()),
+                          "multi_modal_data": {"image": [Image.open(p).convert("RGB")
+                                                         for p in images[i]]}}
+            prompts.append(prompt)
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        for ids, out in zip(prompt_ids, outs):
+            if list(out.prompt_token_ids) != list(ids):
+                raise ValueError(f"the engine expanded a {len(ids)}-token sequence to "
+                                 f"{len(out.prompt_token_ids)} tokens: its images do not match "
+                                 "the image tokens it holds")
         return [[out.prompt_logprobs[t][ids[t]].logprob for t in range(1, len(ids))]
                 for ids, out in zip(prompt_ids, outs)]
+
+    def _image_token_id(self) -> int:
+        return self.llm.llm_engine.model_config.hf_config.image_token_id
 
     def weights_checksum(self) -> str:
         return self.llm.collective_rpc("weights_checksum")[0]
@@ -123,3 +144,8 @@ class RolloutWorker:
         core = getattr(self.llm.llm_engine, "engine_core", None)
         if core is not None:
             core.shutdown()
+
+
+def _collapse_runs(ids: list[int], token: int) -> list[int]:
+    """Each run of `token` as one `token` (an expanded image back to its placeholder)."""
+    return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]

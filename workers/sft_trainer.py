@@ -58,6 +58,24 @@ def _load_model(path: str, gradient_checkpointing: bool, freeze_vision: bool):
     return model
 
 
+def vision_inputs(model_path: str):
+    """workers.vision.VisionInputs for a vision-language checkpoint, None for a text model."""
+    from workers import fsdp
+
+    if not fsdp.is_vision_language(model_path):
+        return None
+    from workers.vision import VisionInputs
+
+    return VisionInputs(model_path)
+
+
+def image_token_counter(vision):
+    """(image token id, path -> tokens) for peer_rl.supervised.build_examples, or None."""
+    if vision is None:
+        return None
+    return vision.image_token_id, lambda path: vision.tokens(path)
+
+
 def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, src_dir: str,
                      state: dict, extra_files: dict[str, str], drop: set[str]) -> None:
     """Collective. Rank 0: model/ (HF, safetensors) + trainer_state.json; every rank: its
@@ -112,8 +130,10 @@ def train_loop(config: dict) -> None:
 
     # ---- data: every rank tokenizes the same files (deterministic) and takes its rows per step
     tokenizer = AutoTokenizer.from_pretrained(config["model_path"])
+    vision = vision_inputs(config["model_path"])
     examples, _ = load_examples(config["data_root"], config["train_files"], tokenizer,
-                                config["max_length"], config["skip_invalid"], config["max_rows"])
+                                config["max_length"], config["skip_invalid"], config["max_rows"],
+                                image_tokens=image_token_counter(vision))
     n, bs, micro, total = len(examples), config["batch_size"], config["micro_batch_size"], config["total_steps"]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -163,15 +183,19 @@ def train_loop(config: dict) -> None:
         optim.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float64)
         for k in range(0, len(rows), micro):
-            batch = collate([examples[i] for i in rows[k:k + micro]], pad_id, real[k:k + micro])
-            batch = {key: v.to(device) for key, v in batch.items()}
+            chunk = [examples[i] for i in rows[k:k + micro]]
+            batch = collate(chunk, pad_id, real[k:k + micro])
+            extra = {}
+            if vision is not None:     # the frames of visual rows (workers.vision)
+                extra = vision(batch["input_ids"], [e["images"] for e in chunk])
+            batch = {key: v.to(device) for key, v in (batch | extra).items()}
             # logits only where some row has a target (the lm_head over the vocabulary is the
             # largest matmul of a small model, and SER chats have ~10 target tokens in ~500)
             targets = batch["labels"][:, 1:]
             keep = (targets != -100).any(0).nonzero().squeeze(1)
             if keep.numel() == 0:               # padding rows only: same graph, zero loss
                 keep = torch.zeros(1, dtype=torch.long, device=device)
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+            logits = model(**{k: v for k, v in batch.items() if k != "labels"},
                            use_cache=False, logits_to_keep=keep).logits.float()
             ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                  targets[:, keep].reshape(-1), ignore_index=-100,
@@ -179,7 +203,7 @@ def train_loop(config: dict) -> None:
             # share of the global token-mean; x ws undoes FSDP's averaging of gradients over ranks
             (ce * (ws / global_tokens)).backward()
             loss_sum += ce.detach().double().cpu()
-        norm, _ = fsdp.clip_and_step(model, optim, config["grad_clip"])
+        norm, _ = fsdp.clip_and_step(model, optim, config["grad_clip"], ws)
         red = loss_sum.to(device)
         dist.all_reduce(red)
         loss = float(red) / global_tokens
@@ -220,11 +244,10 @@ def resolve_model(cfg, kind: str) -> str:
     """model.path, or the tiny random model of this stage: judge for train-rm, policy for sft."""
     path = cfg.model.path
     if not path:
-        from peer_rl.tiny_models import ensure_tiny_models
+        from peer_rl.tiny_models import default_cache_dir, ensure_tiny_models
 
         # same cache location as peer_rl.train.resolve_models, so all stages share one build
-        cache = cfg.model.tiny_cache_dir or os.path.join(
-            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "peer-rl", "tiny")
+        cache = cfg.model.tiny_cache_dir or default_cache_dir()
         path = ensure_tiny_models(cache)["judge" if kind == "rm" else "policy"]
     if not Path(path, "config.json").exists():
         raise FileNotFoundError(f"model.path={path!r}: no config.json there (expected an HF "
@@ -299,9 +322,10 @@ def run_supervised(cfg, kind: str) -> Path:
     model_path = resolve_model(cfg, kind)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     t0 = time.perf_counter()
+    vision = vision_inputs(model_path)
     examples, summary = load_examples(root, list(cfg.data.train_files), tokenizer,
                                       cfg.trainer.max_length, cfg.data.skip_invalid,
-                                      cfg.data.max_rows)
+                                      cfg.data.max_rows, image_tokens=image_token_counter(vision))
     total = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch(len(examples),
                                                                             cfg.trainer.batch_size)
     _log(f"model {model_path}; data {root}: {summary['examples']} example(s) "
@@ -309,8 +333,9 @@ def run_supervised(cfg, kind: str) -> Path:
          f"than max_length={cfg.trainer.max_length}; {summary['invalid']} invalid skipped) in "
          f"{time.perf_counter() - t0:.1f} s; {total} step(s) of {cfg.trainer.batch_size}")
     if summary["with_images"]:
-        _log(f"note: {summary['with_images']} row(s) have images; this trainer is text-only and "
-             "trains on their text")
+        _log(f"{summary['with_images']} row(s) have images: " + (
+            "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
+            else "the model is text-only, so they are trained on their words alone"))
     extra = {}
     if kind == "rm":
         from peer_rl.judge_prompt import TEMPLATE_FILE
@@ -376,3 +401,28 @@ def run_supervised(cfg, kind: str) -> Path:
         _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
     print(final, flush=True)
     return final
+
+
+def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> dict[str, str]:
+    """The tiny judge after `peer-rl train-rm` and the tiny policy after `peer-rl sft` (their
+    default recipes, on the bundled sample), trained once into <cache_dir>/trained and reused.
+
+    A random judge answers nothing parseable and a random policy writes no Step markers, so a
+    GRPO run between them shows reward 0 on every step; these have learned the formats, which
+    is what the default `peer-rl train` starts from. An interrupted build resumes (Ray Train's
+    own resume on the same output directory)."""
+    from peer_rl.config_supervised import load_supervised_config
+
+    out = {}
+    for kind, name in (("rm", "judge"), ("sft", "policy")):
+        run_dir = Path(cache_dir) / "trained" / name
+        final = run_dir / "final"
+        if not (final / "config.json").exists():
+            _log(f"first run: training the tiny {name} once ({'train-rm' if kind == 'rm' else 'sft'}"
+                 f", ~2-3 minutes on 2 cores; cached in {run_dir})")
+            cfg = load_supervised_config([f"trainer.output_dir={run_dir}",
+                                          f"model.tiny_cache_dir={cache_dir}",
+                                          f"ray.address={ray_address}"], kind)
+            run_supervised(cfg, kind)
+        out[name] = str(final)
+    return out

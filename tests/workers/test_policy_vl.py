@@ -1,0 +1,125 @@
+"""The vision-language policy end to end on real engines: the images vLLM saw at rollout reach
+the update (same log-probs), a frozen vision tower stays put while the language model trains,
+and the weight sync carries only what training changed."""
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load as st_load
+
+from peer_rl.data.sample import sample_root
+from peer_rl.protocol import Prompt, SamplingConfig
+from peer_rl.reasoning import policy_messages
+
+pytestmark = pytest.mark.e2e
+
+FACES = sample_root() / "grpo" / "images"
+HISTORY = [{"role": "seeker", "content": "I keep telling everyone I'm fine, but I'm not."}]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_models):
+    from workers.policy import PolicyWorker
+    from workers.rollout import RolloutWorker
+
+    rollout = RolloutWorker(tiny_models["policy"], seed=0, kv_cache_gib=1, max_model_len=2048)
+    torch.set_num_threads(1)
+    policy = PolicyWorker(rank=0, world_size=1, master_addr="127.0.0.1", master_port=_port(),
+                          model_path=tiny_models["policy"], lr=5e-2, ppo_mini_batch_size=8,
+                          ppo_micro_batch_size=4, kl_loss_coef=0.0, freeze_vision_tower=True,
+                          backend="gloo")
+    yield rollout, policy
+    policy.shutdown()
+    rollout.close()
+
+
+def _batch(rollout, face: str = "sad"):
+    frames = [str(FACES / f"face_{face}_1.png"), str(FACES / f"face_{face}_2.png")]
+    prompts = [Prompt(0, policy_messages(HISTORY, "en", visual=True), frames),
+               Prompt(1, policy_messages(HISTORY, "en"), [])]
+    samples = rollout.generate(prompts, SamplingConfig(n=2, temperature=1.0, max_tokens=12))
+    seqs = [s.prompt_ids + s.response_ids for s in samples]
+    images = [prompts[s.uid].images for s in samples]
+    T = max(map(len, seqs))
+    ids, attn, resp = (np.zeros((len(seqs), T), np.int64) for _ in range(3))
+    for i, (s, seq) in enumerate(zip(samples, seqs)):
+        ids[i, :len(seq)], attn[i, :len(seq)] = seq, 1
+        resp[i, len(s.prompt_ids):len(seq)] = 1
+    batch = {"input_ids": ids, "attention_mask": attn, "response_mask": resp,
+             "advantages": np.array([1.0, -1.0, 0.5, -0.5], np.float32), "images": images}
+    return samples, seqs, batch
+
+
+def _max_gap(policy_lp: np.ndarray, engine_lp: list[list[float]], seqs) -> float:
+    return max(float(np.abs(policy_lp[i, 1:len(s)] - np.array(engine_lp[i])).max())
+               for i, s in enumerate(seqs))
+
+
+def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_models):
+    rollout, policy = engines
+    samples, seqs, batch = _batch(rollout)
+    image_token = policy.vision.image_token_id
+    assert sum(t == image_token for t in samples[0].prompt_ids) == 8   # 2 frames x 4 tokens
+    assert image_token not in samples[2].prompt_ids                     # the text row
+    ours = policy.compute_log_prob(batch)["old_log_probs"]
+    theirs = rollout.prompt_logprobs(seqs, batch["images"])
+    assert _max_gap(ours, theirs, seqs) < 1e-4
+    # the sampler's own log-probs of the sampled tokens agree too (temperature 1)
+    for i, s in enumerate(samples):
+        start = len(s.prompt_ids)
+        np.testing.assert_allclose(ours[i, start:start + len(s.response_ids)],
+                                   s.response_logprobs, atol=1e-4)
+    # the faces matter: the same ids with another person's frames score differently
+    swapped = dict(batch, images=[[str(FACES / "face_happy_1.png"), str(FACES / "face_happy_2.png")]
+                                  if imgs else [] for imgs in batch["images"]])
+    other = policy.compute_log_prob(swapped)["old_log_probs"]
+    assert float(np.abs(other[:2] - ours[:2]).max()) > 1e-3
+    np.testing.assert_allclose(other[2:], ours[2:], atol=1e-6)          # text rows unchanged
+
+
+def test_ids_and_images_that_disagree_are_refused(engines):
+    rollout, policy = engines
+    _, _, batch = _batch(rollout)
+    bad = dict(batch, images=[imgs[:1] for imgs in batch["images"]])    # one frame for two
+    with pytest.raises(ValueError, match="8 image token\\(s\\) in the ids but its 1 image\\(s\\) "
+                                         "expand to 4"):
+        policy.compute_log_prob(bad)
+
+
+def test_frozen_tower_stays_the_language_model_trains_and_only_it_is_synced(engines):
+    rollout, policy = engines
+    from workers import fsdp
+
+    before = {k: v.clone() for k, v in fsdp.full_state_dict(policy.model).items()}
+    tower = [k for k in before if ".visual." in f".{k}" and ".merger." not in k]
+    assert tower and set(tower) == policy.frozen
+    optim_keys = {k for k, p in policy.model.named_parameters() if p in policy.optim.state
+                  or any(p is q for g in policy.optim.param_groups for q in g["params"])}
+    assert not optim_keys & policy.frozen
+    samples, seqs, batch = _batch(rollout)
+    for _ in range(2):
+        policy.update(batch)
+    after = fsdp.full_state_dict(policy.model)
+    assert all(torch.equal(before[k], after[k]) for k in tower)
+    changed = [k for k in before if k not in policy.frozen and not torch.equal(before[k], after[k])]
+    assert any("layers.0" in k for k in changed) and any("merger" in k for k in changed)
+    assert all(not p.requires_grad and p.grad is None for n, p in policy.model.named_parameters()
+               if n in policy.frozen)
+
+    blob = policy.export_weights()
+    sent = set(st_load(blob))
+    assert not sent & policy.frozen and any("merger" in k for k in sent)
+    assert len(blob) < sum(v.numel() * 4 for v in after.values())
+    rollout.load_weights(blob)
+    ours = policy.compute_log_prob(batch)["old_log_probs"]
+    assert _max_gap(ours, rollout.prompt_logprobs(seqs, batch["images"]), seqs) < 1e-4
