@@ -38,3 +38,32 @@ def test_config_is_read_only():
     cfg = load_config([])
     with pytest.raises(Exception):
         cfg.rollout.n = 8
+
+
+def test_a_text_only_policy_refuses_visual_rows_unless_told(tmp_path, capsys):
+    import json as _json
+
+    from peer_rl.config import ConfigError as _ConfigError
+    from peer_rl.train import check_modalities
+
+    text_model, vl_model = tmp_path / "text", tmp_path / "vl"
+    text_model.mkdir(), vl_model.mkdir()
+    (text_model / "config.json").write_text(_json.dumps({"model_type": "qwen2"}))
+    (vl_model / "config.json").write_text(_json.dumps({"model_type": "qwen2_vl",
+                                                       "vision_config": {"depth": 2}}))
+    rows = [{"images": []}, {"images": ["a.png", "b.png"]}]
+    cfg = load_config([])
+    with pytest.raises(_ConfigError, match=r"is a text-only model but 1 training prompt\(s\) "
+                                           r"have images .*data.visual_rows_as_text=true"):
+        check_modalities(cfg, rows, str(text_model))
+    check_modalities(cfg, rows, str(vl_model))                         # a VL policy: fine
+    check_modalities(cfg, rows[:1], str(text_model))                   # no visual rows: fine
+    check_modalities(load_config(["data.visual_rows_as_text=true"]), rows, str(text_model))
+    assert "1 visual prompt(s) are trained on their text" in capsys.readouterr().out
+
+
+def test_prompts_per_file_is_checked_against_train_files():
+    with pytest.raises(ConfigError, match=r"data.prompts_per_file=\[1, 2, 3\]: expected at most "
+                                          r"one count >= 0 per entry of data.train_files \(2\)"):
+        load_config(["data.prompts_per_file=[1,2,3]"])
+    assert list(load_config(["recipe=peer_rur", "model.path=/m"]).data.prompts_per_file) == [2000, 1000]

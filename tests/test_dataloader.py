@@ -34,3 +34,23 @@ def test_latest_checkpoint_ignores_incomplete(tmp_path):
             (ck / name / "trainer_state.json").write_text("{}")
     assert latest_checkpoint(tmp_path).name == "step_10"
     assert latest_checkpoint(tmp_path / "none") is None
+
+
+def test_a_drawn_pool_is_restored_from_the_checkpoint_not_redrawn(tmp_path):
+    import json
+
+    from peer_rl.config import load_config
+    from peer_rl.controller import PROMPTS_FILE, saved_prompt_selection
+    from peer_rl.train import load_prompts
+
+    over = ["data.train_files=[grpo/textual.jsonl,grpo/visual.jsonl]", "data.prompts_per_file=[5,3]"]
+    pool = load_prompts(load_config(over + ["data.seed=1"]))
+    assert [r["modality"] for r in pool] == ["text"] * 5 + ["visual"] * 3
+    other = load_prompts(load_config(over + ["data.seed=2"]))
+    assert [r["id"] for r in other] != [r["id"] for r in pool]
+    ckpt = tmp_path / "step_4"
+    ckpt.mkdir()
+    (ckpt / PROMPTS_FILE).write_text(json.dumps({"ids": [r["id"] for r in pool]}))
+    restored = load_prompts(load_config(over + ["data.seed=2"]), saved_prompt_selection(ckpt))
+    assert restored == pool
+    assert saved_prompt_selection(tmp_path) is None and saved_prompt_selection(None) is None

@@ -155,3 +155,37 @@ def test_supervised_config():
         load_supervised_config(["trainer.lrr=1"], kind="rm")
     with pytest.raises(ConfigError, match="under ser/ or sft/"):
         load_supervised_config(["data.train_files=[grpo/textual.jsonl]"], kind="sft")
+
+
+def test_a_visual_ser_row_shows_its_frame_in_the_step2_round_and_expands_it(tokenizer):
+    """With a vision-language model the frame goes into the Step 2 user turn (the one the
+    RL-time judge shows it in), is expanded to the image's token count, and carries no loss."""
+    image = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    start = tokenizer.convert_tokens_to_ids("<|vision_start|>")
+    row = {**SER_ROW, "images": ["/data/face.jpg"]}
+    plain = build_examples([SER_ROW], "ser", tokenizer, 4096).examples[0]
+    seen = []
+    built = build_examples([row], "ser", tokenizer, 4096,
+                           image_tokens=(image, lambda p: seen.append(p) or 6)).examples[0]
+    assert seen == ["/data/face.jpg"] and built["images"] == ["/data/face.jpg"]
+    ids, labels = built["input_ids"], built["labels"]
+    assert ids.count(image) == 6 and len(ids) == len(plain["input_ids"]) + 6 + 2  # start/end
+    first = ids.index(image)
+    assert ids[first - 1] == start and all(labels[first + k] == IGNORE_INDEX for k in range(6))
+    # the frame sits after the first verdict and before the Step 2 text
+    text = tokenizer.decode(ids[:first])
+    assert text.count("<|im_start|>user") == 2 and "True<|im_end|>" in text
+    # the same four verdicts are the targets as without the image
+    assert targets_text(tokenizer, built) == targets_text(tokenizer, plain)
+    # without image_tokens (a text-only model) the row trains on its words alone
+    assert build_examples([row], "ser", tokenizer, 4096).examples[0]["input_ids"] == \
+        plain["input_ids"]
+
+
+def test_expanding_fewer_placeholders_than_images_is_refused():
+    from peer_rl.supervised import expand_image_tokens
+
+    assert expand_image_tokens([1, 9, 2], [-100, -100, 2], 9, [3]) == \
+        ([1, 9, 9, 9, 2], [-100, -100, -100, -100, 2])
+    with pytest.raises(ValueError, match=r"1 image placeholder\(s\) in the chat for 2 image"):
+        expand_image_tokens([1, 9, 2], [-100, -100, 2], 9, [3, 3])

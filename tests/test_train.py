@@ -102,6 +102,8 @@ def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, 
     assert (run_dir / "checkpoints" / "step_3" / "trainer_state.json").exists()
     # step 3 saw exactly the prompts an uninterrupted run would have seen
     cfg = load_config([f"trainer.output_dir={run_dir}"])
+    pool = json.loads((run_dir / "checkpoints" / "step_3" / "prompts.json").read_text())["ids"]
+    assert pool == [r["id"] for r in load_prompts(cfg)]      # the run's pool, saved in order
     loader = PromptLoader(load_prompts(cfg), cfg.data.train_batch_size, cfg.data.seed)
     expected = [[r["id"] for r in loader.next_batch()] for _ in range(3)]
     seen = {}

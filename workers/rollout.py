@@ -35,6 +35,15 @@ class RolloutWorker:
                             max_model_len=max_model_len,
                             gpu_memory_utilization=gpu_memory_utilization)
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
+        # A reply must not contain image placeholders: in the engine a sampled <|image_pad|> is
+        # a plain embedding, but a training forward would try to fill it with image features.
+        # The mass they would take is removed from the sampler (bias -100: never sampled).
+        self._no_vision_tokens = None
+        if self.multimodal:
+            hf = self.llm.llm_engine.model_config.hf_config
+            ids = {getattr(hf, k, None) for k in ("image_token_id", "video_token_id",
+                                                  "vision_start_token_id", "vision_end_token_id")}
+            self._no_vision_tokens = {int(i): -100.0 for i in ids if i is not None}
         self.start_seconds = time.perf_counter() - t0
         self.weight_syncs = 0
         self._warned_images = False
@@ -66,7 +75,8 @@ class RolloutWorker:
         per_request = not on_cpu()
         params = [SamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
                                  max_tokens=sampling.max_tokens, logprobs=0,
-                                 seed=sampling.seed + i * n if per_request else None)
+                                 seed=sampling.seed + i * n if per_request else None,
+                                 logit_bias=self._no_vision_tokens)
                   for i in range(len(prompts))]
         outputs = self.llm.chat([self._messages(p) for p in prompts], params, use_tqdm=False)
         samples = []

@@ -73,17 +73,18 @@ def model_max_len(model_path: str) -> int | None:
 def serialize_state_dict(state_dict: dict[str, torch.Tensor]) -> bytes:
     """One safetensors blob: `collective_rpc` turns tensors into lists, bytes pass intact.
 
-    Tensors sharing storage (a tied lm_head) are sent once, under their first name: safetensors
-    refuses shared tensors, and vLLM's loader skips the tied copy anyway.
+    Tensors sharing storage (a tied lm_head) are copied, every name kept: safetensors refuses
+    shared tensors, and which of the names a loader reads (vLLM drops a tied lm_head on CPU and
+    loads the embedding) must not depend on the order of the keys.
     """
     from safetensors.torch import save
 
     out, seen = {}, set()
     for k, v in state_dict.items():
+        v = v.detach().cpu().contiguous()
         key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
-        if key not in seen:
-            seen.add(key)
-            out[k] = v.detach().cpu().contiguous()
+        out[k] = v.clone() if key in seen else v
+        seen.add(key)
     return save(out)
 
 

@@ -44,9 +44,9 @@ def ray_session():
 @pytest.mark.e2e
 def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
     import torch
-    from transformers import AutoModelForCausalLM
 
     from peer_rl.judge_prompt import JudgeTemplate
+    from workers.fsdp import load_pretrained
     from workers.sft_trainer import run_supervised
 
     judge = tiny_models["judge"]
@@ -65,8 +65,8 @@ def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
         blob = torch.load(ckpt / "optim" / f"rank_{rank}.pt", weights_only=True)
         assert blob["world_size"] == 2 and blob["state"]
     # the final model is a loadable HF model with the judge template, trained away from the start
-    model = AutoModelForCausalLM.from_pretrained(str(final))
-    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    model = load_pretrained(str(final))                  # the VL judge, by architecture
+    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     assert "lm_head.weight" not in weights(final)          # tied: saved once, as HF does
     start, after = weights(type(final)(judge)), weights(final)
     assert set(start) == set(after)
