@@ -377,6 +377,7 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
         "job", "submit", "--address", cluster.dashboard, "--submission-id", sid,
         "--working-dir", str(REPO), "--runtime-env", str(runtime_env), "--",
         "python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1",
+        "rollout.response_length=48",
         f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
         f"reward_model.path={tiny_models['judge']}",
         timeout=900, check=False)

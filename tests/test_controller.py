@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 def _cfg(tmp_path, tiny, *extra):
     return load_config([f"trainer.output_dir={tmp_path}", f"model.path={tiny['policy']}",
                         f"reward_model.path={tiny['judge']}", "ray.address=local",
-                        "trainer.total_steps=1", "logging.log_samples=true", *extra])
+                        "trainer.total_steps=1", "logging.log_samples=true",
+                        "rollout.response_length=48", *extra])
 
 
 @pytest.fixture(scope="module")

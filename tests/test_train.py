@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 def _cmd(out, tiny, *extra):
     return [sys.executable, "-m", "peer_rl.cli", "train", f"trainer.output_dir={out}",
             f"model.path={tiny['policy']}", f"reward_model.path={tiny['judge']}", "ray.address=local",
-            "trainer.save_freq=1", "logging.log_samples=true", *extra]
+            "trainer.save_freq=1", "logging.log_samples=true", "rollout.response_length=48",
+            *extra]
 
 
 def _train(out, tiny, *extra, timeout=900):

@@ -420,9 +420,9 @@ def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> 
         if not (final / "config.json").exists():
             _log(f"first run: training the tiny {name} once ({'train-rm' if kind == 'rm' else 'sft'}"
                  f", ~2-3 minutes on 2 cores; cached in {run_dir})")
-            cfg = load_supervised_config([f"trainer.output_dir={run_dir}",
-                                          f"model.tiny_cache_dir={cache_dir}",
-                                          f"ray.address={ray_address}"], kind)
+            over = [f"trainer.output_dir={run_dir}", f"model.tiny_cache_dir={cache_dir}"]
+            cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
+                                                 else []), kind)
             run_supervised(cfg, kind)
         out[name] = str(final)
     return out
