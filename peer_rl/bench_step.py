@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 STAGES = ("rollout", "judge", "redundancy", "update", "sync", "controller", "step")
 
@@ -24,6 +25,7 @@ def main(overrides: list[str]) -> int:
             extra.append(f"trainer.output_dir={tmp}")
         out = run(list(overrides) + extra + ["trainer.save_freq=0"])
         recs = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        cfg = OmegaConf.load(Path(out) / "config.yaml")
     timed = recs[1:] or recs
     print(f"\nper-stage time of a GRPO step (median over steps {timed[0]['step']}-{timed[-1]['step']}, "
           f"first step excluded as warm-up)")
@@ -33,21 +35,18 @@ def main(overrides: list[str]) -> int:
         sec = float(np.median([r[f"timing/{stage}"] for r in timed]))
         print(f"{stage:12s} {sec:9.3f} {100 * sec / total:6.1f}%")
     print(f"rollout tokens/s (median): {np.median([r['rollout/tokens_per_s'] for r in timed]):.0f}")
-    _image_share(timed, total, out)
+    _image_share(timed, total, cfg)
     return 0
 
 
-def _image_share(timed: list[dict], total: float, out) -> None:
+def _image_share(timed: list[dict], total: float, cfg) -> None:
     """Image preprocessing inside the stages: the policy's (measured in the update) and the
     engines' (vLLM runs the same processor inside generate: estimated as the processor's time
     per frame x the frames the rollout and judge saw per step)."""
     import time
 
-    from omegaconf import OmegaConf
-
     share = float(np.median([r.get("data/visual_share", 0.0) for r in timed]))
     policy_s = float(np.median([r.get("timing_s/image_preprocess", 0.0) for r in timed]))
-    cfg = OmegaConf.load(Path(out) / "config.yaml")
     print(f"visual rows per step (median share): {100 * share:.0f}%")
     if not share:
         return
