@@ -103,9 +103,9 @@ def import_esconv(path: str | Path, rounds_per_dialogue: int = 3, seed: int = 0,
                 "messages": policy_messages(history, language),
                 "history": history,
                 "solution": turns[t]["content"],
-                "language": language,
-                "modality": "text",
-                "source": "original",
+                "language": {"en": "english", "zh": "chinese"}[language],   # the card's spellings
+                "modality": "textual",
+                "source": "ESConv",                                        # the originating corpus
                 "strategy": strategy or "",
             })
     report.rows = len(rows)

@@ -69,6 +69,9 @@ def test_import_small_file_merges_turns_and_reports(tmp_path):
     assert [r["solution"] for r in rows] == ["Why?", "That is hard."]
     assert rows[0]["history"] == [{"role": "seeker", "content": "hi I am sad"}]
     assert rows[1]["strategy"] == "" and rep.unknown_strategies["Weird"] == 1
+    # written as the PEER card writes grpo rows: the corpus as source, card spellings
+    assert {(r["source"], r["language"], r["modality"]) for r in rows} == \
+        {("ESConv", "english", "textual")}
     assert rep.skipped["no dialog list"] == 1
     assert rep.skipped["dialogue without a supporter reply after a seeker turn"] == 1
 
