@@ -83,13 +83,39 @@ def test_import_rejects_unknown_speaker(tmp_path):
         import_esconv(src)
 
 
-@pytest.mark.skipif(not FAILED_ESCONV.exists(), reason=f"reference data not at {FAILED_ESCONV}")
+def _failed_esconv_style(path: Path, n: int = 6) -> Path:
+    """Dialogues in FailedESConv.json's own shape (speaker/listener turns, annotation
+    strategies with ESConv's spellings, survey fields), written for this test."""
+    lines = [("speaker", "Hey there", None), ("speaker", "I lost my job last week.", None),
+             ("listener", "I'm so sorry. How are you holding up?", "Questions"),
+             ("speaker", "Not well. I can't sleep.", None),
+             ("listener", "Losing a job can shake everything.", "Reflection of feelings"),
+             ("listener", "Have you talked to anyone about it?", "Question"),
+             ("speaker", "Only you, honestly.", None),
+             ("listener", "I'm glad you reached out here.", "Affirmation and Reassurance"),
+             ("speaker", "Thanks. Bye.", None), ("listener", "Take care.", "Other")]
+    dialogues = [{"experience_type": "Current Experience", "emotion_type": "depression",
+                  "problem_type": "job crisis", "situation": f"case {i}",
+                  "survey_score": {"seeker": {"initial_emotion_intensity": "5"}, "supporter": {}},
+                  "dialog": [{"speaker": who, "annotation": {"strategy": st} if st else {},
+                              "content": f"{text} ({i})\n"} for who, text, st in lines]}
+                 for i in range(n)]
+    path.write_text(json.dumps(dialogues), encoding="utf-8")
+    return path
+
+
 def test_import_failed_esconv_passes_check(tmp_path, capsys):
-    out = tmp_path / "esconv_root"
-    assert main(["data", "import-esconv", str(FAILED_ESCONV), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "196 dialogue(s) ->" in printed
-    assert main(["data", "check", str(out)]) == 0
-    rows = [json.loads(x) for x in (out / "grpo" / "esconv.jsonl").read_text().splitlines()]
-    assert len(rows) > 196
-    assert all(r["history"][-1]["role"] == "seeker" or r["history"] for r in rows)
+    """The importer on ESConv's failed-dialogue format: a file written here always, and the real
+    FailedESConv.json (196 dialogues) as well when the reference data sits beside the repo."""
+    sources = [(_failed_esconv_style(tmp_path / "failed_style.json"), 6)]
+    if FAILED_ESCONV.exists():
+        sources.append((FAILED_ESCONV, 196))
+    for k, (src, n_dialogues) in enumerate(sources):
+        out = tmp_path / f"esconv_root_{k}"
+        assert main(["data", "import-esconv", str(src), "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert f"{n_dialogues} dialogue(s) ->" in printed
+        assert main(["data", "check", str(out)]) == 0
+        rows = [json.loads(x) for x in (out / "grpo" / "esconv.jsonl").read_text().splitlines()]
+        assert len(rows) >= n_dialogues
+        assert all(r["history"] and r["history"][-1]["role"] == "seeker" for r in rows)
