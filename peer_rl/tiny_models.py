@@ -1,7 +1,9 @@
-"""Tiny, random, offline models (DESIGN 2-3): the policy and judge that tests and the CPU recipe use.
+"""Tiny, random, offline models: the vision-language policy and judge that tests and the CPU recipe use.
 
-No hub access is possible here, so a byte-level BPE tokenizer is trained on local text and a
-random Qwen2ForCausalLM is built around it. Everything is deterministic from a seed. The
+No hub access is possible here, so a byte-level BPE tokenizer is trained on local text (with
+Qwen's chat and vision tokens) and random Qwen2.5-VL / Qwen2-VL models with a real Qwen2-VL
+processor are built around it (a plain Qwen2ForCausalLM builder remains for text-only tests).
+Everything is deterministic from a seed. The
 tokenizer is trained with Qwen2's own normaliser/pre-tokenizer because `AutoTokenizer` (and so
 vLLM) reloads it as `Qwen2Tokenizer`, which re-creates that pipeline: any other pre-tokenizer
 would give different ids in vLLM than in training.

@@ -1,7 +1,7 @@
 """Rollout worker: G samples per prompt from a vLLM engine, with in-place weight sync.
 
 A plain class (no Ray import): the placement layer wraps it with `ray.remote`, tests use it
-in-process (DESIGN 2).
+in-process.
 """
 from __future__ import annotations
 
