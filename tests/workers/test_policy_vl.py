@@ -3,7 +3,6 @@ the update (same log-probs), a frozen vision tower stays put while the language 
 and the weight sync carries only what training changed."""
 from __future__ import annotations
 
-import os
 import socket
 
 import numpy as np
