@@ -1,4 +1,4 @@
-"""GRPO math (DESIGN 1.4), in plain torch and named after verl's core_algos.
+"""GRPO math, in plain torch and named after verl's core_algos.
 
 Advantage estimators are registered by name (`algorithm.adv_estimator`); nothing here needs a
 model, Ray or a config object.

@@ -1,4 +1,5 @@
-"""The single controller: one GRPO step is the eight stages of DESIGN.md section 2.
+"""The single controller: one GRPO step is eight stages (prompts, rollout, parse, UnifiReward,
+RUR, advantages, policy update, weight sync), in that order in `train_step`.
 
 The controller holds no model. It talks to the pools only through the Ray handles it is given
 (see peer_rl.placement) and does the cheap, pure work itself (parsing, advantages, metrics).

@@ -1,4 +1,4 @@
-"""The UnifiReward conversation layout (DESIGN 1.2): system + 4 x (user, assistant).
+"""The UnifiReward conversation layout: system + 4 x (user, assistant).
 
 Rounds 1-3 judge one reasoning step each, round 4 compares two replies. The template is data:
 it is written next to a trained reward model (`judge_template.json`) and read back at RL time,

@@ -1,4 +1,4 @@
-"""Structured empathetic reasoning: the policy instruction and the Step 1-4 parser (DESIGN 1.1).
+"""Structured empathetic reasoning: the policy instruction and the Step 1-4 parser.
 
 Only Step 4 is ever shown to a seeker; Steps 1-3 exist so that UnifiReward can judge the
 process. The parser is deliberately tolerant of marker spelling (full/half-width colons,

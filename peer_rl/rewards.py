@@ -1,4 +1,4 @@
-"""Reward math (DESIGN 1.2-1.3): verdict parsing, the PEER reward and RUR reweighting.
+"""Reward math: verdict parsing, the PEER reward and RUR reweighting.
 
 Everything here is a function of strings and arrays: no model, no Ray, no config object.
 """

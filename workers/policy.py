@@ -1,4 +1,4 @@
-"""One rank of the FSDP2 policy group (DESIGN 2, step 7): old/ref log-probs and the GRPO update.
+"""One rank of the FSDP2 policy group (step 7 of the controller): old/ref log-probs and the GRPO update.
 
 A plain class, no Ray import: the placement layer wraps it (`ray.remote(num_cpus=1)(PolicyWorker)`)
 and the GPU machine, which has no Ray, can drive it directly. Every rank receives the SAME full

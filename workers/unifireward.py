@@ -1,9 +1,9 @@
 """UnifiReward worker: the generative judge scoring process (Steps 1-3) and outcome (reply).
 
-Scoring is 4 batched greedy rounds (DESIGN 1.2): round k for every item at once, each round's
+Scoring is 4 batched greedy rounds: round k for every item at once, each round's
 conversation carrying the judge's earlier answers as assistant turns (system + 4 x (user,
 assistant)), so the shared system/history prefix is served from vLLM's prefix cache.
-A plain class, no Ray import (DESIGN 2).
+A plain class, no Ray import: the placement layer makes it an actor.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Why a helper: the CPU backend needs `VLLM_CPU_KVCACHE_SPACE` set before the engine starts
 (unset, it reserves ~18 GiB), float32 there keeps log-probs within 1e-4 of transformers, and
-weight sync needs a worker extension (DESIGN 3). Rollout and judge workers share this.
+weight sync needs a worker extension. Rollout and judge workers share this.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where each subset's files live in a PEER-layout root (DESIGN 1.6)."""
+"""Where each subset's files live in a PEER-layout root (README: Data)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""Gaussian sparse sampling of dialogue rounds (DESIGN 1.6).
+"""Gaussian sparse sampling of dialogue rounds, as the PEER paper builds its data.
 
 Middle rounds carry the richest support context; early rounds are greetings and late ones
 goodbyes. Rounds are drawn from N(mu = N_r / 2, sigma = N_r / 4), rounded, kept in [1, N_r].
