@@ -10,7 +10,9 @@ the Qwen-VL families render and vLLM's chat entry point accepts once the image i
 """
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 IMAGE_TAG = "<image>"
 _TAG = re.compile(re.escape(IMAGE_TAG))
@@ -94,3 +96,9 @@ def for_vllm(messages: list[dict]) -> list[dict]:
                 parts.append(p)
         out.append({**m, "content": parts})
     return out
+
+
+def is_vision_language(model_path: str) -> bool:
+    """A checkpoint with a vision encoder: its config.json has a `vision_config`."""
+    path = Path(model_path) / "config.json"
+    return path.exists() and "vision_config" in json.loads(path.read_text(encoding="utf-8"))

@@ -1,7 +1,6 @@
 """`peer-rl train`: resolve the config, load prompts, start Ray and the pools, run the controller."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -76,10 +75,10 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
     """Visual rows need a vision-language policy: the update must see the frames the rollout
     was conditioned on. A text-only policy trains them only when the recipe says so."""
     from peer_rl.config import ConfigError
+    from peer_rl.multimodal import is_vision_language
 
     n_visual = sum(bool(r.get("images")) for r in rows)
-    cfg_path = Path(policy) / "config.json"
-    vision = "vision_config" in json.loads(cfg_path.read_text(encoding="utf-8"))
+    vision = is_vision_language(policy)
     if n_visual and not vision and not cfg.data.visual_rows_as_text:
         raise ConfigError(
             f"model.path={policy!r} is a text-only model but {n_visual} training prompt(s) have "

@@ -12,7 +12,6 @@ Checkpoint layout written and read here (one directory):
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -24,16 +23,12 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from peer_rl.multimodal import is_vision_language
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
 # attribute paths of the vision encoder in the vision-language families we load
 _VISION_TOWERS = ("model.visual", "visual", "model.vision_tower", "vision_tower", "vision_model")
-
-
-def is_vision_language(model_path: str) -> bool:
-    """A checkpoint with a vision encoder (config.json has a `vision_config`)."""
-    cfg = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
-    return "vision_config" in cfg
 
 
 def auto_class(model_path: str):
@@ -207,6 +202,8 @@ def load_optimizer_shard(directory: str | Path, model, optim, rank: int, world_s
 def clip_and_step(model, optim, grad_clip: float, world_size: int = 1) -> tuple[float, bool]:
     """Average replicated gradients, clip the global gradient norm and step, unless the norm is
     not finite (verl's guard: one bad batch must not write NaNs into the weights).
+    torch's clip_grad_norm_ cannot take FSDP's sharded gradients and the replicated tower's
+    plain ones together, so the norm is combined here and torch clips with it.
     Returns (norm, stepped)."""
     sync_replicated_grads(model, world_size)
     params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
@@ -221,15 +218,9 @@ def clip_and_step(model, optim, grad_clip: float, world_size: int = 1) -> tuple[
     norm = float(sq.sqrt())
     stepped = bool(torch.isfinite(torch.tensor(norm)))
     if stepped:
-        scale = min(1.0, grad_clip / (norm + 1e-6))
-        if scale < 1.0:
-            for p in params:
-                p.grad.mul_(scale)
+        for group in (sharded, plain):   # one norm over both kinds of gradient
+            if group:
+                torch.nn.utils.clip_grads_with_norm_(group, grad_clip, torch.tensor(norm))
         optim.step()
     optim.zero_grad(set_to_none=True)
     return norm, stepped
-
-
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from peer_rl.multimodal import is_vision_language
+
 EXTENSION = f"{__name__}.WeightSyncExtension"
 
 
@@ -43,7 +45,7 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
     limit = model_max_len(model_path)
     if limit and max_model_len > limit:  # vLLM refuses a max_model_len beyond the model's own
         max_model_len = limit
-    if "vision_config" in _config(model_path):  # GRPO rows carry two frames; no video
+    if is_vision_language(model_path):  # GRPO rows carry two frames; no video
         kwargs.setdefault("limit_mm_per_prompt", {"image": max_images, "video": 0})
     return LLM(
         model=model_path, tokenizer=model_path, seed=seed,

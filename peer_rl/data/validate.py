@@ -18,6 +18,7 @@ from peer_rl.data.layout import DataFile
 from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
                                 language_of, modality_of, role_of, split_role_lines)
 from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS
+from peer_rl.multimodal import IMAGE_TAG, count_tags
 from peer_rl.reasoning import parse_structured
 
 SAFETY_GROUPS = ("crisis", "harmful_request", "boundary")
@@ -93,7 +94,7 @@ class _Row:
             self.bad("id", "expected a non-empty string or an integer, found an empty string",
                      "empty field")
             return
-        if value is None and not required and "id" not in self.row:
+        if value is None and not required and self.row.get("id") is None:  # absent or null
             self.out["id"] = f"{self.df.rel}:{self.line}"
         elif value is not None:
             self.out["id"] = str(value)
@@ -192,6 +193,15 @@ class _Row:
                 self.bad(f"images[{i}]", f"a decodable image; {path}: {exc}", "undecodable image")
         self.out["images"] = list(imgs)
 
+    def image_tags(self) -> None:
+        """`<image>` tags in the chat, when present, must be one per image (peer_rl.multimodal
+        places each image at its tag)."""
+        msgs, imgs = self.out.get("messages"), self.out.get("images") or []
+        tags = count_tags(msgs) if msgs is not None else 0
+        if tags and tags != len(imgs):
+            self.bad("messages", f"expected one {IMAGE_TAG} tag per image ({len(imgs)}), found "
+                     f"{tags}", "image tags")
+
     def chat(self, key: str = "messages") -> list | None:
         msgs = self.get(key, list, "a list of {role, content} messages")
         if msgs is None:
@@ -219,6 +229,7 @@ def _check_ser(r: _Row) -> None:
     msgs = r.chat()
     if msgs is None:
         return
+    r.image_tags()
     roles = [m["role"] for m in msgs]
     if len(msgs) != 9:
         r.bad("messages", f"expected 9 messages (system + 4 x user/assistant), found {len(msgs)}",
@@ -272,6 +283,7 @@ def _check_sft(r: _Row) -> None:
     msgs = r.chat()
     if msgs is None:
         return
+    r.image_tags()
     if len(msgs) < 2 or msgs[-1]["role"] != "assistant" or msgs[-2]["role"] != "user":
         r.bad("messages", "expected a chat ending with a user turn then the assistant target",
               "sft chat")
@@ -295,6 +307,7 @@ def _check_grpo(r: _Row) -> None:
         r.bad("messages", "expected the policy prompt chat, ending with a user turn", "grpo chat")
     visual = r.df.visual if r.df.visual is not None else modality == "visual"
     r.images(2, visual)
+    r.image_tags()
 
 
 def _check_safety(r: _Row) -> None:

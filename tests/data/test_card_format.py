@@ -103,6 +103,14 @@ def test_card_rows_load_into_one_normalised_form(card_root):
     assert all(Path(p).is_file() for p in visual["images"])
 
 
+def test_a_null_grpo_id_is_derived_like_a_missing_one(card_root):
+    path = card_root / "grpo" / "textual.jsonl"
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    rows[1]["id"] = None
+    _write(path, rows)
+    assert load_subset(card_root, "grpo", "textual").dataset["id"][1] == "grpo/textual.jsonl:2"
+
+
 def test_safety_seeker_strings_and_inferred_language(card_root):
     rows = load_subset(card_root, "safety").dataset
     assert rows["language"] == ["en", "zh", "en"]
@@ -137,6 +145,9 @@ BAD = {
                                    "source: expected one of original, augmented, found 'ExTES'"),
     "ser lang spelled out": ("ser/en/text_test.jsonl", 1, {"lang": "german"},
                              "lang: expected one of en/english/zh/chinese, found 'german'"),
+    "one image tag for two frames": ("grpo/visual.jsonl", 1,
+                                     {"messages": [{"role": "user", "content": "<image> hi"}]},
+                                     "messages: expected one <image> tag per image (2), found 1"),
 }
 
 
