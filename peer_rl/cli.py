@@ -169,6 +169,79 @@ def _eval_rm(args) -> int:
     return 0
 
 
+def _eval_protocol(args) -> int:
+    from peer_rl.config import ConfigError
+    from peer_rl.data.loading import InvalidDataError
+    from peer_rl.evaluation.cases import CaseFileError
+    from peer_rl.evaluation.config import load_eval_config
+    from peer_rl.evaluation.endpoints import EndpointError
+    from peer_rl.evaluation.report import REPORT_MD, TABLES
+    from peer_rl.evaluation.run import evaluate
+    from peer_rl.evaluation.store import RunMismatch
+
+    try:
+        cfg = load_eval_config(args.eval_cmd, args.overrides)
+        report = evaluate(args.eval_cmd, cfg, args.out)
+    except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except EndpointError as exc:
+        print(f"error: {exc}\nfinished cases are saved in {args.out}; rerun the same command "
+              "to continue", file=sys.stderr)
+        return 3
+    summary = report["summary"]
+    print(TABLES[args.eval_cmd]({"model": summary}))
+    print(f"wrote {Path(args.out, REPORT_MD).resolve()}")
+    return 0
+
+
+def _eval_compare(args) -> int:
+    from peer_rl.evaluation.report import compare_runs
+
+    try:
+        md = compare_runs(args.runs, args.out, args.names.split(",") if args.names else None)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(md.read_text(encoding="utf-8"))
+    print(f"wrote {md.resolve()}")
+    return 0
+
+
+def _chat(args) -> int:
+    from peer_rl.chat import chat_loop
+    from peer_rl.evaluation.endpoints import EndpointError
+
+    try:
+        return chat_loop(args)
+    except EndpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+
+
+def _add_eval_protocols(ev) -> None:
+    what = {"esc": "ESC-Eval: role cards, 5 rounds with a simulated seeker, 7 dimensions "
+                   "scored 0-4 by a judge (needs model, seeker, judge)",
+            "sage": "SAGE: a simulated seeker's emotion from 40, sentient score, success "
+                    "rate, bands (needs model, seeker)",
+            "safety": "the PEER safety probes judged per group (needs model, judge)",
+            "diversity": "distinct-n and embedding similarity of replies to the GRPO test "
+                         "prompts (needs model)"}
+    for name, help_text in what.items():
+        p = ev.add_parser(name, help=help_text, description=help_text + ". Parties: "
+                          "<role>.url=http://host:port/v1 [<role>.model=NAME] "
+                          "[<role>.api_key_env=VAR] or <role>.path=MODEL_DIR; "
+                          "model.prompt=peer|chat. Rerun with the same --out to continue.")
+        p.add_argument("--out", required=True, help="run directory (cases.jsonl, report.*)")
+        p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
+        p.set_defaults(fn=_eval_protocol)
+    p = ev.add_parser("compare", help="several runs side by side (Markdown, JSON, PNG)")
+    p.add_argument("runs", nargs="+", help="run directories of `peer-rl eval ...`")
+    p.add_argument("--out", required=True, help="directory for compare.md and figures")
+    p.add_argument("--names", default="", help="comma-separated model names, in run order")
+    p.set_defaults(fn=_eval_compare)
+
+
 def _bench(args) -> int:
     from peer_rl import bench
 
@@ -205,6 +278,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-images", action="store_true",
                    help="judge visual rows on their words alone (the paper's ablation)")
     p.set_defaults(fn=_eval_rm)
+    _add_eval_protocols(ev)
+    p = sub.add_parser("chat", help="talk to a model in the terminal (Step 4 shown; "
+                       "/reasoning toggles the rest)")
+    p.add_argument("model", help="a local model directory or an OpenAI-compatible base URL")
+    p.add_argument("--model-name", default="", help="served model name (URL endpoints)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY")
+    p.add_argument("--prompt", default="peer", choices=["peer", "chat"])
+    p.add_argument("--lang", default="en", choices=["en", "zh"])
+    p.add_argument("--show-reasoning", action="store_true")
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--kv-cache-gib", type=float, default=1.0)
+    p.set_defaults(fn=_chat)
     p = sub.add_parser("bench", help="benchmarks that print a table")
     p.add_argument("what", choices=["rewards", "step"])
     p.add_argument("rest", nargs=argparse.REMAINDER)

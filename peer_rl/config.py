@@ -120,6 +120,24 @@ class TrainerConfig:
     seed: int = 0
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     max_actor_restarts: int = 2          # rollout / judge actors restarted after a crash
+    eval_freq: int = 0                   # evaluate the policy every k steps (0: never); see `eval`
+
+
+@dataclass
+class TrainEvalConfig:
+    """What `trainer.eval_freq` runs on the current policy, through the rollout pool (no extra
+    engine): reply diversity on GRPO test prompts and a small safety evaluation."""
+    diversity_pattern: str = "*_test"    # grpo/<pattern>.jsonl under data.root
+    diversity_prompts: int = 8           # the first N test prompts
+    n: int = 4                           # replies per diversity prompt
+    safety_probes: int = 6               # probes of safety/ under data.root (spread over groups)
+    max_tokens: int = 0                  # 0 = rollout.response_length
+    # the safety judge: "" = the reward-model pool's engine; an OpenAI-compatible base URL
+    # (judge_model, key from judge_api_key_env) for a real judge
+    judge_url: str = ""
+    judge_model: str = ""
+    judge_api_key_env: str = "OPENAI_API_KEY"
+    judge_max_tokens: int = 128
 
 
 @dataclass
@@ -148,6 +166,7 @@ class PeerRLConfig:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: TrainEvalConfig = field(default_factory=TrainEvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
 
 
@@ -183,10 +202,12 @@ _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_
              "actor.ppo_micro_batch_size", "actor.ppo_epochs", "rollout.num_workers", "rollout.n",
              "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
              "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
-             "algorithm.rur.cjk_chars_per_word")
+             "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens")
 _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
-                 "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip")
+                 "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
+                 "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
+                 "eval.max_tokens")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",)}
 

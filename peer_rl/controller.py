@@ -21,7 +21,7 @@ import torch
 from peer_rl.algos import get_adv_estimator
 from peer_rl.dataloader import Cursor, PromptLoader
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
-from peer_rl.protocol import JudgeItem, Prompt, SamplingConfig
+from peer_rl.protocol import JudgeItem, Prompt, SamplingConfig, shard
 from peer_rl.reasoning import parse_structured
 from peer_rl.rewards import rur_reweight
 
@@ -42,17 +42,6 @@ class Pools:
     actor: list                      # FSDP2 ranks, rank 0 first
     redundancy: list = field(default_factory=list)
     restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
-
-
-def shard(items: list, n: int) -> list[list]:
-    """Contiguous, near-equal chunks (keeps prompt order when re-concatenated)."""
-    k, r = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + k + (1 if i < r else 0)
-        out.append(items[start:end])
-        start = end
-    return out
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
@@ -104,6 +93,11 @@ class Controller:
                                    cfg.data.shuffle, cursor)
         self.metrics = MetricsSink(self.out, list(cfg.trainer.loggers),
                                    resume_step=self.step if resume_dir else None)
+        self.evaluator = None
+        if cfg.trainer.eval_freq:    # inputs are read now: a bad file fails before step 1
+            from peer_rl.evaluation.in_training import InTrainingEval
+
+            self.evaluator = InTrainingEval(cfg)
         if resume_dir is not None:
             print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
             self._policy_call("load_checkpoint", str(resume_dir / "policy"))
@@ -364,6 +358,15 @@ class Controller:
                 rec |= {key: float(red[key][k]) for key in ("s_hist", "s_group", "tau") if red}
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
+    def evaluate(self) -> dict:
+        """`trainer.eval_freq`: diversity + safety of the synced policy via the pools."""
+        t = time.perf_counter()
+        embedder = self.pools.redundancy[0]
+        m = self.evaluator.run(self._map_pool, self.pools,
+                               lambda texts: ray.get(embedder.encode.remote(texts)), self.step)
+        m["timing/eval"] = time.perf_counter() - t
+        return m
+
     # ---------------------------------------------------------------- the loop
     def fit(self) -> int:
         from tqdm import tqdm
@@ -374,6 +377,8 @@ class Controller:
             batch_rows = self.loader.next_batch()
             metrics = self.train_step(batch_rows)
             self.step += 1
+            if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
+                metrics |= self.evaluate()
             self.metrics.log(self.step, metrics)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")

@@ -74,6 +74,11 @@ class MetricsSink:
             shown = " ".join(f"{k.split('/', 1)[1] if k != 'timing/step' else 'sec'}="
                              f"{metrics[k]:.3f}" for k in keys if k in metrics)
             print(f"[step {step}] {shown}", file=sys.stderr, flush=True)
+            ev = [k for k in ("eval/diversity/distinct_2", "eval/diversity/self_similarity",
+                              "eval/safety/pass_rate") if k in metrics]
+            if ev:
+                print(f"[eval {step}] " + " ".join(f"{k.split('/', 1)[1]}={metrics[k]:.3f}"
+                                                   for k in ev), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.tb is not None:

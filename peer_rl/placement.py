@@ -122,7 +122,8 @@ class PoolFactory:
         cfg = self.cfg
         sizes = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
                  "actor": cfg.actor.world_size}
-        if cfg.algorithm.rur.enable:
+        embeds = cfg.algorithm.rur.enable or cfg.trainer.eval_freq > 0
+        if embeds:
             sizes["redundancy"] = 1
         for name, n in sizes.items():
             self.pgs[name] = _pool_pg(name, cfg.resources[name], n,
@@ -130,7 +131,7 @@ class PoolFactory:
         pools = Pools(rollout=[self.rollout(i) for i in range(sizes["rollout"])],
                       reward_model=[self.reward_model(i) for i in range(sizes["reward_model"])],
                       actor=self.actor_group(),
-                      redundancy=[self.redundancy()] if cfg.algorithm.rur.enable else [],
+                      redundancy=[self.redundancy()] if embeds else [],
                       restart=self.restart)
         # surface constructor failures (bad model path, engine OOM) now, naming the pool
         for name, handles in (("rollout", pools.rollout), ("reward_model", pools.reward_model),

@@ -56,3 +56,14 @@ class JudgeResult:
     parse_failures: int                 # unparseable answers among those asked
     asked: int                          # verdicts requested from the judge
     raw: list[str] = field(default_factory=list)  # judge answers (for logging.log_samples)
+
+
+def shard(items: list, n: int) -> list[list]:
+    """Contiguous, near-equal chunks (keeps prompt order when re-concatenated)."""
+    k, r = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + k + (1 if i < r else 0)
+        out.append(items[start:end])
+        start = end
+    return out

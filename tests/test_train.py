@@ -116,12 +116,27 @@ def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, 
     assert [seen[k] for k in (1, 2, 3)] == expected
 
 
-def test_two_rollout_workers_one_policy_rank_and_no_dialogue_text_in_logs(tmp_path, tiny_models):
-    """Pools scale independently; with logging.log_samples off no dialogue text is written."""
+def test_two_rollout_workers_one_policy_rank_in_training_eval_and_no_dialogue_text_in_logs(
+        tmp_path, tiny_models):
+    """Pools scale independently; trainer.eval_freq evaluates through them (RUR off: the
+    redundancy pool still starts, to embed); with logging.log_samples off no dialogue text
+    is written."""
     proc = _train(tmp_path, tiny_models, "trainer.total_steps=1", "rollout.num_workers=2",
-                  "actor.world_size=1", "logging.log_samples=false")
+                  "actor.world_size=1", "logging.log_samples=false", "algorithm.rur.enable=false",
+                  "trainer.eval_freq=1", "eval.diversity_prompts=3", "eval.n=2",
+                  "eval.safety_probes=3", "eval.max_tokens=24")
     assert "rollout x2" in proc.stdout and "actor x1" in proc.stdout
-    assert [r["step"] for r in _metrics(tmp_path)] == [1]
+    assert "redundancy x1" in proc.stdout and "[eval 1]" in proc.stderr
+    [m] = _metrics(tmp_path)
+    assert m["step"] == 1 and "reward/rur_mean" not in m
+    assert 0 < m["eval/diversity/distinct_1"] <= 1 and 0 < m["eval/diversity/distinct_2"] <= 1
+    assert -1 <= m["eval/diversity/self_similarity"] <= 1
+    # the judge pool answers the safety rubric in its JSON schema: every verdict parses, one
+    # probe of each group (round-robin over the groups)
+    assert m["eval/safety/unparsed"] == 0 and 0 <= m["eval/safety/pass_rate"] <= 1
+    assert {k for k in m if k.endswith("pass_rate") and k.startswith("eval/safety/")} == {
+        "eval/safety/pass_rate", "eval/safety/crisis_pass_rate",
+        "eval/safety/harmful_request_pass_rate", "eval/safety/boundary_pass_rate"}
     cfg = load_config([f"trainer.output_dir={tmp_path}"])
     snippets = {t["content"][:40] for r in load_prompts(cfg) for t in r["history"]
                 if len(t["content"]) >= 40}

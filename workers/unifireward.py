@@ -53,6 +53,19 @@ class UnifiRewardWorker:
         outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False)
         return [o.outputs[0].text.strip() for o in outs]
 
+    def chat(self, conversations: list[list[dict]], max_tokens: int, temperature: float = 0.0,
+             schema: dict | None = None) -> list[str]:
+        """Free-form answers from the judge's engine (the in-training safety evaluation uses it
+        as its judge); `schema`: JSON the answers must follow."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                                structured_outputs=StructuredOutputsParams(json=schema)
+                                if schema is not None else None)
+        outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False)
+        return [o.outputs[0].text for o in outs]
+
     def _with_images(self, item: JudgeItem, turns: list[dict | None]) -> list[dict | None]:
         """The item's frame(s) in the round that judges Step 2 ("emotional state from the
         facial expression and the words"), as SER's visual rows show the judge one frame; a

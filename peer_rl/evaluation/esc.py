@@ -1,0 +1,64 @@
+"""ESC-Eval: a role card starts a simulated seeker; five rounds of seeker and supporter; then the
+judge scores the supporter on seven dimensions, 0-4, one prompt per dimension.
+
+Reported per dimension: the mean over the dialogues whose score parsed, the count that did not,
+and the 0-100 scale the PEER paper quotes (mean / 4 x 100); the average is over the dimensions.
+"""
+from __future__ import annotations
+
+from peer_rl.evaluation.endpoints import Request
+from peer_rl.evaluation.parse import parse_int
+from peer_rl.evaluation.prompts import (DIMENSIONS, SCORE_SCHEMA, esc_judge_messages, esc_persona,
+                                        seeker_messages)
+from peer_rl.evaluation.simulated import seeker_line
+from peer_rl.evaluation.supporter import shown_reply, supporter_request
+
+
+def esc_case(card, style: str, rounds: int = 5):
+    lang = card.language
+    persona = esc_persona(card.base, lang)
+    history: list[dict] = []
+    turns = []
+    for _ in range(rounds):
+        texts = yield "seeker", Request(seeker_messages(persona, history, lang))
+        seeker = seeker_line(texts[0])
+        history.append({"role": "seeker", "content": seeker})
+        texts = yield "model", supporter_request(style, history, lang)
+        reply, step4 = shown_reply(texts[0], style)
+        history.append({"role": "supporter", "content": reply})
+        turns.append({"seeker": seeker, "model_raw": texts[0], "reply": reply, "step4": step4})
+    answers = yield "judge", [Request(esc_judge_messages(d, history, lang), schema=SCORE_SCHEMA)
+                              for d in DIMENSIONS]
+    scores = {d: parse_int(a[0], "score", 0, 4, ("分数", "评分")) for d, a in zip(DIMENSIONS, answers)}
+    return {"language": lang, "turns": turns, "scores": scores,
+            "judge_raw": {d: a[0] for d, a in zip(DIMENSIONS, answers)}}
+
+
+def summarise_esc(records: list[dict]) -> dict:
+    ok = [r for r in records if "error" not in r]
+    dims = {}
+    for d in DIMENSIONS:
+        vals = [r["scores"][d] for r in ok if r["scores"][d] is not None]
+        mean = sum(vals) / len(vals) if vals else None
+        dims[d] = {"mean": mean, "scaled": None if mean is None else mean / 4 * 100,
+                   "n": len(vals), "unparsed": len(ok) - len(vals)}
+    means = [v["mean"] for v in dims.values() if v["mean"] is not None]
+    avg = sum(means) / len(means) if len(means) == len(DIMENSIONS) else None
+    step4 = [t["step4"] for r in ok for t in r["turns"] if t["step4"] is not None]
+    by_lang = {}
+    for lang in sorted({r["language"] for r in ok}):
+        sub = [r for r in ok if r["language"] == lang]
+        by_lang[lang] = {"cases": len(sub), **{
+            d: _mean([r["scores"][d] for r in sub if r["scores"][d] is not None])
+            for d in DIMENSIONS}}
+    return {"protocol": "esc", "cases": len(records), "errors": len(records) - len(ok),
+            "error_ids": [r["id"] for r in records if "error" in r],
+            "dimensions": dims, "average": avg,
+            "average_scaled": None if avg is None else avg / 4 * 100,
+            "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
+            "step4_rate": _mean(step4), "by_language": by_lang}
+
+
+def _mean(xs):
+    xs = [float(x) for x in xs]
+    return sum(xs) / len(xs) if xs else None

@@ -1,0 +1,131 @@
+"""`trainer.eval_freq`: diversity and a small safety evaluation of the current policy, run
+through the training pools (the rollout pool answers, the reward-model pool's engine or an
+HTTP endpoint judges, the redundancy pool embeds), logged as `eval/...` beside the step's
+metrics. The same protocol programs as `peer-rl eval`, without a run store."""
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import partial
+from pathlib import Path
+
+from peer_rl.evaluation.cases import load_diversity_prompts, load_probes
+from peer_rl.evaluation.diversity import diversity_case, diversity_metrics
+from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint, Reply,
+                                          _without_images)
+from peer_rl.evaluation.runner import run_all
+from peer_rl.evaluation.safety import safety_case, summarise_safety
+from peer_rl.multimodal import image_paths
+from peer_rl.protocol import Prompt, SamplingConfig, shard
+
+
+class PoolEndpoint(Endpoint):
+    """A training pool as a party: `map_pool(pool, method, chunks, *args)` is the
+    controller's fault-tolerant fan-out (peer_rl.controller.Controller._map_pool)."""
+
+    def __init__(self, role: str, map_pool, workers: int, max_tokens: int, temperature: float,
+                 seed: int = 0):
+        self.name, self.map_pool, self.workers = f"{role} (training pool)", map_pool, workers
+        self.cfg = EndpointConfig(max_tokens=max_tokens, temperature=temperature)
+        self.seed = seed
+
+    def _groups(self, requests):
+        groups = defaultdict(list)
+        for i, r in enumerate(requests):
+            groups[(r.n,) + self._params(r) + (r.schema is not None,)].append(i)
+        return groups.items()
+
+
+class RolloutPoolEndpoint(PoolEndpoint):
+    def chat(self, requests):
+        replies = [None] * len(requests)
+        for (n, max_tokens, temperature, _), idx in self._groups(requests):
+            prompts = [Prompt(uid=i, messages=_without_images(requests[i].messages),
+                              images=image_paths(requests[i].messages)) for i in idx]
+            sampling = SamplingConfig(n=n, temperature=temperature, max_tokens=max_tokens,
+                                      seed=self.seed)
+            parts = self.map_pool("rollout", "generate", shard(prompts, self.workers), sampling)
+            texts = defaultdict(list)
+            for s in (s for part in parts for s in part):
+                texts[s.uid].append(s.text)
+            for i in idx:
+                replies[i] = Reply(texts=texts[i])
+        return replies
+
+
+class JudgePoolEndpoint(PoolEndpoint):
+    def chat(self, requests):
+        replies = [None] * len(requests)
+        for (_, max_tokens, temperature, _), idx in self._groups(requests):
+            for j in idx:
+                assert requests[j].n == 1, "the judge pool answers one text per request"
+            schema = requests[idx[0]].schema if self.cfg.structured else None
+            convs = [requests[i].messages for i in idx]
+            parts = self.map_pool("reward_model", "chat", shard(convs, self.workers),
+                                  max_tokens, temperature, schema)
+            for i, text in zip(idx, (t for part in parts for t in part)):
+                replies[i] = Reply(texts=[text])
+        return replies
+
+
+def spread_over_groups(probes: list, k: int) -> list:
+    """The first k probes taken round-robin over the groups (crisis, harmful request, boundary
+    all represented however the file is ordered)."""
+    by_group = defaultdict(list)
+    for p in probes:
+        by_group[p.group].append(p)
+    out, i = [], 0
+    while len(out) < min(k, len(probes)):
+        for g in sorted(by_group):
+            if i < len(by_group[g]) and len(out) < k:
+                out.append(by_group[g][i])
+        i += 1
+    return out
+
+
+class InTrainingEval:
+    def __init__(self, cfg):
+        from peer_rl.data.sample import sample_root
+
+        e = cfg.eval
+        root = Path(cfg.data.root or sample_root())
+        self.cfg, self.e = cfg, e
+        self.prompts = load_diversity_prompts(root, e.diversity_pattern,
+                                              cfg.data.skip_invalid).items[:e.diversity_prompts]
+        self.probes = (spread_over_groups(load_probes(root, cfg.data.skip_invalid).items,
+                                          e.safety_probes) if e.safety_probes else [])
+
+    def _judge(self, map_pool, workers: int) -> Endpoint:
+        e = self.e
+        if e.judge_url:
+            return HttpEndpoint("eval.judge", EndpointConfig(
+                url=e.judge_url, model=e.judge_model, api_key_env=e.judge_api_key_env,
+                temperature=0.0, max_tokens=e.judge_max_tokens))
+        return JudgePoolEndpoint("judge", map_pool, workers, e.judge_max_tokens, 0.0)
+
+    def run(self, map_pool, pools, encode, step: int) -> dict:
+        """`encode(texts)` -> unit embeddings (the redundancy pool)."""
+        cfg, e = self.cfg, self.e
+        model = RolloutPoolEndpoint("model", map_pool, len(pools.rollout),
+                                    e.max_tokens or cfg.rollout.response_length,
+                                    cfg.rollout.temperature,
+                                    seed=cfg.trainer.seed * 100_003 + 50_000 + step)
+        out: dict = {}
+        if self.prompts:
+            recs = run_all(self.prompts, partial(diversity_case, style="peer", n=e.n),
+                           {"model": model}, batch_cases=len(self.prompts))
+            div = diversity_metrics([r["replies"] for r in recs], [r["history"] for r in recs],
+                                    encode)
+            out |= {f"eval/diversity/{k}": v for k, v in div.items()
+                    if isinstance(v, float)}
+            step4 = [x for r in recs for x in r["step4"]]
+            out["eval/diversity/step4_rate"] = sum(step4) / len(step4)
+        if self.probes:
+            endpoints = {"model": model, "judge": self._judge(map_pool, len(pools.reward_model))}
+            s = summarise_safety(run_all(self.probes, partial(safety_case, style="peer"),
+                                         endpoints, batch_cases=len(self.probes)))
+            out["eval/safety/pass_rate"] = s["overall"]["pass_rate"]
+            out["eval/safety/unparsed"] = s["overall"]["unparsed"]
+            out["eval/safety/errors"] = s["errors"]
+            for g, r in s["groups"].items():
+                out[f"eval/safety/{g}_pass_rate"] = r["pass_rate"]
+        return {k: v for k, v in out.items() if v is not None}

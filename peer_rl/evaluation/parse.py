@@ -1,0 +1,70 @@
+"""Reading the parties' answers: a JSON object when the endpoint honoured the schema, else the
+number or word where a model usually writes it. Anything else is None: the caller counts it as
+a parse failure and the run goes on."""
+from __future__ import annotations
+
+import json
+import re
+
+_GOODBYE = re.compile(r"\b(good\s*-?\s*bye|bye(?:\s*bye)?|farewell)\b|再见|拜拜|回头见",
+                      re.IGNORECASE)
+
+
+def json_field(text: str, key: str):
+    """`key` of the first JSON object in the text, or None."""
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, _ = json.JSONDecoder().raw_decode(text[start:])
+            if isinstance(obj, dict) and key in obj:
+                return obj[key]
+        except ValueError:
+            pass
+        start = text.find("{", start + 1)
+    return None
+
+
+def _int_in(value, lo: int, hi: int) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        value = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        value = int(value)
+    else:
+        return None
+    return value if lo <= value <= hi else None
+
+
+def parse_int(text: str, key: str, lo: int, hi: int, labels: tuple[str, ...] = ()) -> int | None:
+    """An integer in [lo, hi]: the JSON field `key`, or the number after `key`/a label
+    (`"score": 3`, `Score: 3`, `分数：3`, `change = -4`), or a lone number as the whole answer."""
+    value = _int_in(json_field(text, key), lo, hi)
+    if value is not None:
+        return value
+    names = "|".join(re.escape(x) for x in (key,) + labels)
+    m = re.search(rf"(?:{names})\W{{0,4}}?\s*[:：=]?\s*([+-]?\d+)", text, re.IGNORECASE)
+    if m:
+        return _int_in(m.group(1), lo, hi)
+    m = re.fullmatch(r"\s*([+-]?\d+)\s*[.。]?\s*", text)
+    return _int_in(m.group(1), lo, hi) if m else None
+
+
+def parse_verdict(text: str) -> bool | None:
+    """PASS -> True, FAIL -> False: the JSON field `verdict`, else the one of the two words the
+    answer uses (None when it uses neither or both)."""
+    value = json_field(text, "verdict")
+    if isinstance(value, str) and value.strip().upper() in ("PASS", "FAIL"):
+        return value.strip().upper() == "PASS"
+    words = {w.upper() for w in re.findall(r"\b(pass|fail)(?:es|ed|s)?\b", text, re.IGNORECASE)}
+    return (words == {"PASS"}) if len(words) == 1 else None
+
+
+def is_goodbye(text: str) -> bool:
+    """The simulated seeker ends the conversation (SAGE stops on a goodbye)."""
+    return bool(_GOODBYE.search(text))
+
+
+def strip_think(text: str) -> str:
+    """A reasoning model's `<think>...</think>` block is not part of its reply."""
+    return re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.DOTALL).strip()

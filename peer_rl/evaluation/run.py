@@ -1,0 +1,104 @@
+"""`peer-rl eval <protocol>`: load the cases, open the parties, run what is not yet on file,
+write the report. Rerunning the same command on the same --out continues the run."""
+from __future__ import annotations
+
+import hashlib
+from functools import partial
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from peer_rl.evaluation import cases as case_files
+from peer_rl.evaluation.config import ROLES, SAMPLE_EVAL
+from peer_rl.evaluation.diversity import diversity_case, summarise_diversity
+from peer_rl.evaluation.endpoints import close_all, open_endpoints
+from peer_rl.evaluation.esc import esc_case, summarise_esc
+from peer_rl.evaluation.report import write_report
+from peer_rl.evaluation.runner import run_cases
+from peer_rl.evaluation.safety import safety_case, summarise_safety
+from peer_rl.evaluation.sage import sage_case, summarise_sage
+from peer_rl.evaluation.store import RunStore
+
+# what identifies a party's answers (operational knobs such as concurrency may change on rerun)
+_PARTY_KEYS = ("url", "path", "model", "prompt", "temperature", "top_p", "max_tokens",
+               "structured", "images")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _inputs(protocol: str, cfg) -> tuple[case_files.Loaded, dict]:
+    """The cases and what identifies them (file + hash) for the run's manifest."""
+    from peer_rl.data.sample import sample_root
+
+    skip = cfg.skip_invalid
+    if protocol == "esc":
+        path = Path(cfg.esc.cards or SAMPLE_EVAL / "esc_cards.json")
+        return case_files.load_role_cards(path, skip), {"file": str(path), "sha256": _sha256(path)}
+    if protocol == "sage":
+        path = Path(cfg.sage.profiles or SAMPLE_EVAL / "sage_profiles.jsonl")
+        return case_files.load_profiles(path, skip), {"file": str(path), "sha256": _sha256(path)}
+    root = Path(cfg[protocol].root or sample_root())
+    if protocol == "safety":
+        files = sorted((root / "safety").glob("*.jsonl"))
+        loaded = case_files.load_probes(root, skip)
+    else:
+        files = sorted((root / "grpo").glob(cfg.diversity.pattern + ".jsonl"))
+        loaded = case_files.load_diversity_prompts(root, cfg.diversity.pattern, skip)
+    return loaded, {"files": {str(f): _sha256(f) for f in files}}
+
+
+def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
+    section = OmegaConf.to_container(cfg[protocol]) if protocol in cfg else {}
+    return {"protocol": protocol, "settings": section, "inputs": inputs,
+            "parties": {r: {k: cfg[r][k] for k in _PARTY_KEYS} for r in ROLES[protocol]}}
+
+
+def _program(protocol: str, cfg):
+    style = cfg.model.prompt
+    if protocol == "esc":
+        return partial(esc_case, style=style, rounds=cfg.esc.rounds)
+    if protocol == "sage":
+        return partial(sage_case, style=style, start=cfg.sage.start_emotion,
+                       max_turns=cfg.sage.max_turns)
+    if protocol == "safety":
+        return partial(safety_case, style=style)
+    return partial(diversity_case, style=style, n=cfg.diversity.n, images=cfg.model.images)
+
+
+def summarise(protocol: str, records: list[dict], cfg) -> dict:
+    if protocol == "esc":
+        return summarise_esc(records)
+    if protocol == "sage":
+        return summarise_sage(records)
+    if protocol == "safety":
+        return summarise_safety(records)
+    from workers.redundancy import load_embedding_model
+
+    encoder = load_embedding_model(cfg.diversity.embedding_model)
+    return summarise_diversity(records, encoder.encode)
+
+
+def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
+    """Run (or continue) one evaluation; returns its report."""
+    loaded, inputs = _inputs(protocol, cfg)
+    todo = loaded.items[:cfg.limit] if cfg.limit else loaded.items
+    manifest = manifest_of(protocol, cfg, inputs)
+    store = RunStore(out_dir, manifest)
+    if store.torn_lines:
+        print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
+              "interrupted write; those cases run again")
+    missing = [c for c in todo if not store.done(c.id)]
+    if missing:
+        endpoints = open_endpoints({r: cfg[r] for r in ROLES[protocol]}, seed=cfg.seed)
+        try:
+            run_cases(todo, _program(protocol, cfg), endpoints, store, cfg.batch_cases,
+                      desc=f"eval {protocol}")
+        finally:
+            close_all(endpoints)
+    records = [store.records[c.id] for c in todo]
+    summary = summarise(protocol, records, cfg)
+    summary["skipped_inputs"] = loaded.skipped
+    summary["resumed_cases"] = len(todo) - len(missing)
+    return write_report(out_dir, summary, manifest)

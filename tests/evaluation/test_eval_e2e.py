@@ -1,0 +1,155 @@
+"""`peer-rl eval ...` and `peer-rl chat` as a user runs them, against a real vLLM server and a
+local checkpoint, with the tiny policy playing every party (its answers are mostly unparseable:
+they must be counted, never crash the run)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SMALL = ["model.max_tokens=48", "seeker.max_tokens=24", "judge.max_tokens=24", "esc.rounds=2",
+         "sage.max_turns=3", "diversity.n=2"]
+
+
+def _cmd(protocol, out, url, *extra):
+    parties = [f"{r}.url={url}" for r in ("model", "seeker", "judge")]
+    return [sys.executable, "-m", "peer_rl.cli", "eval", protocol, "--out", str(out),
+            *parties, *SMALL, *extra]
+
+
+def _run(cmd, timeout=600, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kw)
+
+
+def _cases(out):
+    return [json.loads(x) for x in (out / "cases.jsonl").read_text().splitlines()]
+
+
+def _dialogue_text(rec) -> list[str]:
+    """Every generated or dataset utterance of a case (>= 12 characters, to be distinctive)."""
+    keys = ("seeker", "reply", "model_raw", "analysis", "judge_raw", "first_talk")
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k in keys and isinstance(v, str):
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                if isinstance(v, str) and len(v) >= 12:
+                    found.append(v)
+                else:
+                    walk(v)
+    walk(rec)
+    return [s.strip()[:40] for s in found if len(s.strip()) >= 12]
+
+
+@pytest.mark.parametrize("protocol,expected_cases", [("esc", 2), ("sage", 2), ("safety", 3),
+                                                     ("diversity", 2)])
+def test_each_protocol_against_an_openai_compatible_server(protocol, expected_cases, server_url,
+                                                           tmp_path):
+    out = tmp_path / protocol
+    proc = _run(_cmd(protocol, out, server_url, f"limit={expected_cases}"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    cases = _cases(out)
+    assert sorted(c["id"] for c in cases) == sorted({c["id"] for c in cases})
+    assert len(cases) == expected_cases and not any("error" in c for c in cases)
+    report = json.loads((out / "report.json").read_text())
+    s = report["summary"]
+    assert s["cases"] == expected_cases and s["errors"] == 0
+    assert report["manifest"]["parties"]["model"]["url"] == server_url
+    for fig in report["figures"]:
+        assert (out / fig).stat().st_size > 1000
+    assert "|" in (out / "report.md").read_text()
+    if protocol == "esc":
+        dims = s["dimensions"]
+        assert all(d["n"] + d["unparsed"] == expected_cases for d in dims.values())
+        assert all(len(c["turns"]) == 2 for c in cases)
+    if protocol == "sage":
+        assert all(c["trajectory"][0] == 40 and len(c["trajectory"]) == len(c["turns"]) + 1
+                   for c in cases)
+        assert sum(s["bands"].values()) == expected_cases
+    if protocol == "safety":
+        assert s["overall"]["judged"] + s["overall"]["unparsed"] == expected_cases
+    if protocol == "diversity":
+        assert s["replies"] == 2 * expected_cases and 0 <= s["distinct_1"] <= 1
+    # nothing of a dialogue reaches stdout or stderr
+    written = proc.stdout + proc.stderr
+    leaked = [t for c in cases for t in _dialogue_text(c) if t in written]
+    assert not leaked, leaked[:3]
+
+
+def test_killing_the_server_mid_run_then_rerunning_finishes_every_case_once(vllm_server,
+                                                                            server_url, tmp_path):
+    out = tmp_path / "sage"
+    cmd = _cmd("sage", out, server_url, "batch_cases=1", "sage.max_turns=4",
+               "model.max_retries=1", "seeker.max_retries=1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cases_file = out / "cases.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cases_file.exists() and cases_file.read_text().count("\n") >= 1:
+            vllm_server.stop()
+            break
+        time.sleep(0.05)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert not vllm_server.running(), "the run ended before the server could be killed"
+    assert proc.returncode == 3, stdout[-2000:] + stderr[-3000:]
+    assert "unreachable" in stderr and "rerun the same command" in stderr
+    first = [c["id"] for c in _cases(out)]
+    assert 1 <= len(first) < 3
+
+    vllm_server.start()
+    proc = _run(cmd)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    ids = [c["id"] for c in _cases(out)]
+    assert sorted(ids) == ["sample-en-1", "sample-zh-1", "sample-zh-2"]   # each exactly once
+    assert ids[:len(first)] == first
+    summary = json.loads((out / "report.json").read_text())["summary"]
+    assert summary["resumed_cases"] == len(first) and summary["cases"] == 3
+
+
+def test_compare_two_prompt_styles_and_chat_in_the_terminal(server_url, tmp_path):
+    runs = []
+    for style in ("peer", "chat"):
+        out = tmp_path / style
+        proc = _run(_cmd("diversity", out, server_url, "limit=2", f"model.prompt={style}"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(str(out))
+    proc = _run([sys.executable, "-m", "peer_rl.cli", "eval", "compare", *runs, "--out",
+                 str(tmp_path / "cmp")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "cmp" / "compare.md").read_text()
+    assert f"{server_url} (peer)" in table and f"{server_url} (chat)" in table
+    assert (tmp_path / "cmp" / "compare_diversity_metrics.png").exists()
+
+    proc = _run([sys.executable, "-m", "peer_rl.cli", "chat", server_url, "--max-tokens", "48"],
+                input="I failed my exam again.\n/reasoning\nAnd my parents are angry.\n/quit\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("supporter> ") == 2
+    assert "(reasoning shown)" in proc.stdout and proc.stdout.count("[reasoning]") == 1
+
+
+def test_a_local_checkpoint_serves_the_model_and_the_judge(tiny_models, tmp_path):
+    out = tmp_path / "safety"
+    cmd = [sys.executable, "-m", "peer_rl.cli", "eval", "safety", "--out", str(out),
+           f"model.path={tiny_models['policy']}", f"judge.path={tiny_models['policy']}",
+           "model.max_tokens=48", "judge.max_tokens=24", "model.kv_cache_gib=0.5", "limit=3"]
+    proc = _run(cmd)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    s = json.loads((out / "report.json").read_text())["summary"]
+    assert s["cases"] == 3 and s["overall"]["judged"] + s["overall"]["unparsed"] == 3
+    # the judge answered in the schema: with structured output every verdict parses
+    assert s["overall"]["unparsed"] == 0
+    # a rerun on the finished directory runs nothing and reports the same
+    again = _run(cmd)
+    assert again.returncode == 0 and "eval safety" not in again.stderr
+    assert json.loads((out / "report.json").read_text())["summary"]["overall"] == s["overall"]
