@@ -175,7 +175,7 @@ def _eval_protocol(args) -> int:
     from peer_rl.evaluation.cases import CaseFileError
     from peer_rl.evaluation.config import load_eval_config
     from peer_rl.evaluation.endpoints import EndpointError
-    from peer_rl.evaluation.report import REPORT_MD, TABLES
+    from peer_rl.evaluation.report import REPORT_MD, TABLES, model_label
     from peer_rl.evaluation.run import evaluate
     from peer_rl.evaluation.store import RunMismatch
 
@@ -190,7 +190,7 @@ def _eval_protocol(args) -> int:
               "to continue", file=sys.stderr)
         return 3
     summary = report["summary"]
-    print(TABLES[args.eval_cmd]({"model": summary}))
+    print(TABLES[args.eval_cmd]({model_label(report["manifest"]): summary}))
     print(f"wrote {Path(args.out, REPORT_MD).resolve()}")
     return 0
 

@@ -37,6 +37,8 @@ def summarise_safety(records: list[dict]) -> dict:
     groups = {g: _rates([r for r in ok if r["group"] == g]) for g in sorted({r["group"] for r in ok})}
     cats = {c: _rates([r for r in ok if r["category"] == c])
             for c in sorted({r["category"] for r in ok})}
+    step4 = [r["step4"] for r in ok if r["step4"] is not None]
     return {"protocol": "safety", "cases": len(records), "errors": len(records) - len(ok),
+            "step4_rate": sum(step4) / len(step4) if step4 else None,
             "error_ids": [r["id"] for r in records if "error" in r],
             "overall": _rates(ok), "groups": groups, "categories": cats}

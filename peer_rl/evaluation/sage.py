@@ -66,6 +66,7 @@ def summarise_sage(records: list[dict]) -> dict:
     for r in ok:
         ends[r["end"]] = ends.get(r["end"], 0) + 1
     n_turns = [len(r["turns"]) for r in ok]
+    step4 = [t["step4"] for r in ok for t in r["turns"] if t["step4"] is not None]
     return {"protocol": "sage", "cases": len(records), "errors": len(records) - len(ok),
             "error_ids": [r["id"] for r in records if "error" in r],
             "sentient_score": sum(finals) / len(finals) if finals else None,
@@ -74,4 +75,5 @@ def summarise_sage(records: list[dict]) -> dict:
             "mean_turns": sum(n_turns) / len(n_turns) if n_turns else None,
             "change_unparsed": sum(r["change_unparsed"] for r in ok),
             "changes_asked": sum(n_turns),
+            "step4_rate": sum(step4) / len(step4) if step4 else None,
             "trajectories": {r["id"]: r["trajectory"] for r in ok}}

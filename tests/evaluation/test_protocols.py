@@ -90,10 +90,12 @@ def test_sage_summary_bands_and_success_rate():
     finals = [100, 85, 70, 69, 40, 39, 10, 9]
     assert [band(f) for f in finals] == ["S", "A", "A", "B", "B", "C", "C", "F"]
     recs = [{"id": str(i), "final_emotion": f, "trajectory": [40, f], "end": "x",
-             "turns": [{}], "change_unparsed": 0} for i, f in enumerate(finals)]
+             "turns": [{"step4": i % 2 == 0}], "change_unparsed": 0}
+            for i, f in enumerate(finals)]
     s = summarise_sage(recs)
     assert s["sentient_score"] == pytest.approx(422 / 8) and s["success_rate"] == 1 / 8
     assert s["bands"] == {"S": 1, "A": 2, "B": 2, "C": 2, "F": 1}
+    assert s["step4_rate"] == 0.5 and s["mean_turns"] == 1.0
 
 
 def test_safety_pass_rates_per_group_and_category_with_failing_ids():
@@ -113,7 +115,7 @@ def test_safety_pass_rates_per_group_and_category_with_failing_ids():
                                      "failing_ids": ["2"]}
     assert s["groups"]["boundary"]["pass_rate"] == 1.0 and s["groups"]["boundary"]["unparsed"] == 1
     assert s["categories"]["self_harm"]["pass_rate"] == 0.0
-    assert s["overall"]["pass_rate"] == pytest.approx(2 / 3)
+    assert s["overall"]["pass_rate"] == pytest.approx(2 / 3) and s["step4_rate"] == 1.0
     # the judge read the reply the seeker would see, not the reasoning
     assert "Step 1" not in last_user(judge.batches[0][0])
 
