@@ -136,7 +136,8 @@ def _supervised(args, kind: str) -> int:
     from workers.sft_trainer import run_supervised
 
     try:
-        run_supervised(load_supervised_config(args.overrides, kind), kind)
+        cfg = load_supervised_config(args.overrides, kind)
+        run_supervised(cfg, cfg.kind)     # train-rm runs UnifiReward (rm) or scalar (bt) recipes
     except (ConfigError, FileNotFoundError, InvalidDataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -165,6 +166,28 @@ def _eval_rm(args) -> int:
           f"{report['note']}")
     if report["metrics"]:
         print(f"parse-failure rate: {report['metrics']['all']['parse_failure_rate']:.3f}")
+    print(f"wrote {Path(args.out).resolve()}")
+    return 0
+
+
+def _eval_pairs(args) -> int:
+    from peer_rl.data.sample import sample_root
+    from peer_rl.eval_pairs import evaluate_pairs
+
+    if not Path(args.model, "config.json").exists():
+        print(f"error: --model {args.model}: no config.json there (expected the final directory "
+              "of `peer-rl train-rm recipe=escrag_rm...`)", file=sys.stderr)
+        return 2
+    try:
+        rep = evaluate_pairs(args.data or sample_root(), args.model, args.out, args.files,
+                             args.kv_cache_gib, args.max_model_len, args.limit)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    langs = ", ".join(f"{k} {v['pairwise_accuracy']:.3f} ({v['pairs']})"
+                      for k, v in rep["by_language"].items())
+    print(f"pairwise accuracy {rep['pairwise_accuracy']:.3f} on {rep['pairs']} pair(s) "
+          f"({langs}); mean margin {rep['mean_margin']:.3f}; {rep['seconds']:.1f} s")
     print(f"wrote {Path(args.out).resolve()}")
     return 0
 
@@ -242,6 +265,41 @@ def _add_eval_protocols(ev) -> None:
     p.set_defaults(fn=_eval_compare)
 
 
+def _index(args) -> int:
+    from peer_rl.data.loading import InvalidDataError
+    from peer_rl.retrieval import build
+    from peer_rl.retrieval.index import IndexMismatch
+
+    try:
+        return build.build(args) if args.index_cmd == "build" else build.query(args)
+    except (FileNotFoundError, InvalidDataError, IndexMismatch, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _add_index(sub) -> None:
+    from workers.redundancy import DEFAULT_EMBEDDING_MODEL
+
+    ix = sub.add_parser("index", help="ESCRAG-R1 exemplar index (faiss)").add_subparsers(
+        dest="index_cmd", required=True)
+    p = ix.add_parser("build", help="embed ESC-Preference exemplars into a faiss index")
+    p.add_argument("data", help="a root with exemplars/ (or preference/: the chosen replies), "
+                   "or one such .jsonl file")
+    p.add_argument("--out", required=True, help="index directory (replaced whole)")
+    p.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL,
+                   help="as algorithm.rur.embedding_model; queries must use the same")
+    p.add_argument("--approx-threshold", type=int, default=50_000,
+                   help="exact search up to this many vectors, HNSW above")
+    p.add_argument("--skip-invalid", action="store_true", help="index the valid rows, count the rest")
+    p.set_defaults(fn=_index)
+    p = ix.add_parser("query", help="what the index returns for a seeker's words")
+    p.add_argument("index", help="index directory")
+    p.add_argument("text", help="the seeker's last message")
+    p.add_argument("--reply", default="", help="an initial reply (the policy's first pass)")
+    p.add_argument("-k", type=int, default=3)
+    p.set_defaults(fn=_index)
+
+
 def _bench(args) -> int:
     from peer_rl import bench
 
@@ -278,7 +336,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-images", action="store_true",
                    help="judge visual rows on their words alone (the paper's ablation)")
     p.set_defaults(fn=_eval_rm)
+    p = ev.add_parser("pairs", help="a scalar reward model's pairwise accuracy on preference "
+                      "pairs (ESCRAG-R1)")
+    p.add_argument("--model", required=True, help="reward model directory (HF format)")
+    p.add_argument("--data", default="", help="root with preference/ (default: the sample)")
+    p.add_argument("--files", default="test", help="preference/<files>.jsonl (glob)")
+    p.add_argument("--out", default="eval_pairs.json", help="JSON report to write")
+    p.add_argument("--kv-cache-gib", type=float, default=1.0)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--limit", type=int, default=0)
+    p.set_defaults(fn=_eval_pairs)
     _add_eval_protocols(ev)
+    _add_index(sub)
     p = sub.add_parser("chat", help="talk to a model in the terminal (Step 4 shown; "
                        "/reasoning toggles the rest)")
     p.add_argument("model", help="a local model directory or an OpenAI-compatible base URL")

@@ -13,8 +13,11 @@ from omegaconf import MISSING, DictConfig
 
 from peer_rl.config import ConfigError, RayConfig, check_ranges, load_config
 
-KINDS = ("rm", "sft")                       # train-rm | sft
-DEFAULT_RECIPE = {"rm": "unifireward_tiny", "sft": "sft_tiny"}
+# rm: UnifiReward SFT on SER chats; bt: a scalar reward model on preference pairs (Bradley-
+# Terry; ESCRAG-R1); both run as `peer-rl train-rm`. sft: the policy (`peer-rl sft`).
+KINDS = ("rm", "bt", "sft")
+DEFAULT_RECIPE = {"rm": "unifireward_tiny", "bt": "escrag_rm_tiny", "sft": "sft_tiny"}
+COMMAND_KINDS = {"train-rm": ("rm", "bt"), "sft": ("sft",)}
 
 
 @dataclass
@@ -103,9 +106,11 @@ def check_supervised(cfg: DictConfig) -> None:
         raise ConfigError("data.train_files: expected at least one file (e.g. ser/*/*_train.jsonl)")
     for rel in cfg.data.train_files:
         parts = Path(rel).parts
-        if len(parts) < 2 or parts[0] not in ("ser", "sft"):
-            raise ConfigError(f"data.train_files: {rel!r}: expected a path under ser/ or sft/ "
-                              "relative to data.root")
+        allowed = ("preference",) if cfg.kind == "bt" else ("ser", "sft")
+        if len(parts) < 2 or parts[0] not in allowed:
+            raise ConfigError(f"data.train_files: {rel!r}: expected a path under "
+                              f"{' or '.join(a + '/' for a in allowed)} relative to data.root "
+                              f"(kind={cfg.kind})")
     if cfg.trainer.min_lr_ratio > 1:
         raise ConfigError(f"trainer.min_lr_ratio={cfg.trainer.min_lr_ratio}: expected <= 1")
 
@@ -116,9 +121,10 @@ def load_supervised_config(overrides=(), kind: str = "rm") -> DictConfig:
         raise ValueError(f"kind={kind!r}: expected one of {KINDS}")
     cfg = load_config(list(overrides), schema=SupervisedConfig,
                       default_recipe=DEFAULT_RECIPE[kind], check=lambda c: None)
-    if cfg.kind != kind and cfg.kind in KINDS:
-        command = {"rm": "peer-rl train-rm", "sft": "peer-rl sft"}
+    command = next(c for c, kinds in COMMAND_KINDS.items() if kind in kinds)
+    if cfg.kind != kind and cfg.kind in KINDS and cfg.kind not in COMMAND_KINDS[command]:
+        right = next(c for c, kinds in COMMAND_KINDS.items() if cfg.kind in kinds)
         raise ConfigError(f"recipe={cfg.recipe!r} is a kind={cfg.kind!r} recipe; run it with "
-                          f"`{command[cfg.kind]}` (this is `{command[kind]}`)")
+                          f"`peer-rl {right}` (this is `peer-rl {command}`)")
     check_supervised(cfg)
     return cfg

@@ -151,6 +151,28 @@ def build_tiny_causal_lm(out_dir: str | Path, tokenizer_dir: str | Path, seed: i
     return model
 
 
+def build_tiny_reward_model(out_dir: str | Path, tokenizer_dir: str | Path, seed: int = 2,
+                            hidden_size: int = 128, num_layers: int = 2, num_heads: int = 2):
+    """A random Qwen2ForSequenceClassification with one label (float32): the shape of the
+    ESCRAG-R1 scalar reward model, for `train-rm recipe=escrag_rm_tiny` to train."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS, PAD])
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_heads,
+        head_dim=hidden_size // num_heads, intermediate_size=2 * hidden_size,
+        max_position_embeddings=2048, tie_word_embeddings=False, num_labels=1,
+        bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32")
+    torch.manual_seed(seed)
+    model = Qwen2ForSequenceClassification(config).to(torch.float32).eval()
+    model.save_pretrained(Path(out_dir), safe_serialization=True)
+    tokenizer.save_pretrained(Path(out_dir))
+    return model
+
+
 def build_tiny_vl(out_dir: str | Path, tokenizer_dir: str | Path, family: str = "qwen2_vl",
                   seed: int = 0, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 2,
                   vision_depth: int = 2, vision_dim: int = 64, max_position_embeddings: int = 4096):
@@ -228,6 +250,27 @@ def default_cache_dir() -> Path:
     """$XDG_CACHE_HOME/peer-rl/tiny-<version> (~/.cache by default): one build per layout."""
     base = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
     return Path(base) / "peer-rl" / f"tiny-{TINY_VERSION}"
+
+
+def ensure_tiny_reward_model(cache_dir: str | Path, seed: int = 2) -> str:
+    """The tiny scalar reward model (untrained), built once beside the tiny policy and judge
+    with their tokenizer."""
+    cache_dir = Path(cache_dir)
+    final = cache_dir / "reward"
+    if (final / "config.json").exists() and (final / "model.safetensors").exists():
+        return str(final)
+    policy = ensure_tiny_models(cache_dir)["policy"]
+    tmp = Path(tempfile.mkdtemp(prefix=".build-reward-", dir=cache_dir))
+    try:
+        build_tiny_reward_model(tmp / "reward", policy, seed=seed)
+        try:
+            os.replace(tmp / "reward", final)
+        except OSError:   # another process finished first
+            if not (final / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(final)
 
 
 def ensure_tiny_models(cache_dir: str | Path, seed: int = 0) -> dict[str, str]:

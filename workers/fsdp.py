@@ -12,6 +12,7 @@ Checkpoint layout written and read here (one directory):
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -33,10 +34,19 @@ _VISION_TOWERS = ("model.visual", "visual", "model.vision_tower", "vision_tower"
 
 def auto_class(model_path: str):
     """transformers' auto class for the checkpoint: image-text-to-text for vision-language
-    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL ...), causal LM for text models."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL ...), sequence classification for scalar reward
+    models (a `*ForSequenceClassification` architecture), causal LM for other text models."""
+    from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText,
+                              AutoModelForSequenceClassification)
 
-    return AutoModelForImageTextToText if is_vision_language(model_path) else AutoModelForCausalLM
+    if is_vision_language(model_path):
+        return AutoModelForImageTextToText
+    cfg = Path(model_path) / "config.json"
+    archs = json.loads(cfg.read_text(encoding="utf-8")).get("architectures") or [] \
+        if cfg.exists() else []
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        return AutoModelForSequenceClassification
+    return AutoModelForCausalLM
 
 
 def load_pretrained(model_path: str, dtype=torch.float32):

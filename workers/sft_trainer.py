@@ -110,6 +110,7 @@ def train_loop(config: dict) -> None:
 
     from workers import fsdp
 
+    from peer_rl.bradley_terry import collate_pairs, load_pairs
     from peer_rl.supervised import (batch_indices, collate, count_targets, load_examples,
                                     lr_at, rank_rows)
 
@@ -130,10 +131,15 @@ def train_loop(config: dict) -> None:
 
     # ---- data: every rank tokenizes the same files (deterministic) and takes its rows per step
     tokenizer = AutoTokenizer.from_pretrained(config["model_path"])
-    vision = vision_inputs(config["model_path"])
-    examples, _ = load_examples(config["data_root"], config["train_files"], tokenizer,
-                                config["max_length"], config["skip_invalid"], config["max_rows"],
-                                image_tokens=image_token_counter(vision))
+    bt = config["kind"] == "bt"      # pairs + Bradley-Terry loss; else token cross-entropy
+    vision = None if bt else vision_inputs(config["model_path"])
+    if bt:
+        examples, _ = load_pairs(config["data_root"], config["train_files"], tokenizer,
+                                 config["max_length"], config["skip_invalid"], config["max_rows"])
+    else:
+        examples, _ = load_examples(config["data_root"], config["train_files"], tokenizer,
+                                    config["max_length"], config["skip_invalid"],
+                                    config["max_rows"], image_tokens=image_token_counter(vision))
     n, bs, micro, total = len(examples), config["batch_size"], config["micro_batch_size"], config["total_steps"]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -175,15 +181,28 @@ def train_loop(config: dict) -> None:
     for step in range(start_step, total):
         idx = batch_indices(n, bs, step, config["seed"])
         rows, real = rank_rows(idx, rank, ws)
-        global_tokens = max(1, sum(count_targets(examples[i]) for i in idx))
+        # the loss is a mean over the global batch: target tokens (sft, rm) or pairs (bt)
+        global_tokens = len(idx) if bt else max(1, sum(count_targets(examples[i]) for i in idx))
         lr = lr_at(step, total, config["lr"], config["warmup_steps"], config["lr_scheduler"],
                    config["min_lr_ratio"])
         for g in optim.param_groups:
             g["lr"] = lr
         optim.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float64)
+        right = torch.zeros((), dtype=torch.float64)       # bt: pairs scored the right way
         for k in range(0, len(rows), micro):
             chunk = [examples[i] for i in rows[k:k + micro]]
+            if bt:
+                ok = torch.tensor(real[k:k + micro], dtype=torch.float32, device=device)
+                batch = {key: v.to(device) for key, v in collate_pairs(chunk, pad_id).items()}
+                scores = model(**batch, use_cache=False).logits[:, 0].float()
+                margin = scores[:len(chunk)] - scores[len(chunk):]
+                nll = (-F.logsigmoid(margin) * ok).sum()     # rank padding pairs weigh 0
+                (nll * (ws / global_tokens)).backward()
+                loss_sum += nll.detach().double().cpu()
+                right += (((margin > 0).float() + 0.5 * (margin == 0).float()) * ok).sum() \
+                    .detach().double().cpu()
+                continue
             batch = collate(chunk, pad_id, real[k:k + micro])
             extra = {}
             if vision is not None:     # the frames of visual rows (workers.vision)
@@ -204,9 +223,10 @@ def train_loop(config: dict) -> None:
             (ce * (ws / global_tokens)).backward()
             loss_sum += ce.detach().double().cpu()
         norm, _ = fsdp.clip_and_step(model, optim, config["grad_clip"], ws)
-        red = loss_sum.to(device)
+        red = torch.stack([loss_sum, right]).to(device)
         dist.all_reduce(red)
-        loss = float(red) / global_tokens
+        loss = float(red[0]) / global_tokens
+        window["acc"] = window.get("acc", 0.0) + float(red[1]) / global_tokens
         window["loss"] += loss
         window["tokens"] += global_tokens
         window["steps"] += 1
@@ -219,12 +239,17 @@ def train_loop(config: dict) -> None:
                     "grad_norm": window["grad_norm"] / window["steps"],
                     "target_tokens_per_s": window["tokens"] / max(dt, 1e-9),
                     "epoch": step * bs / n, "resumed_from_step": start_step}
+            if bt:   # tokens/s means pairs/s here; the train pairwise accuracy of the window
+                last["pairwise_accuracy"] = window.get("acc", 0.0) / window["steps"]
             if rank == 0:
+                rate = (f"{last['target_tokens_per_s']:.1f} pairs/s train acc "
+                        f"{last['pairwise_accuracy']:.3f}" if bt else
+                        f"{last['target_tokens_per_s']:.0f} target tok/s")
                 _log(f"step {done}/{total} loss {last['loss']:.4f} lr {lr:.2e} "
-                     f"grad_norm {last['grad_norm']:.3f} {last['target_tokens_per_s']:.0f} target tok/s")
+                     f"grad_norm {last['grad_norm']:.3f} {rate}")
                 with open(metrics_path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(last) + "\n")
-            window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0,
+            window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "acc": 0.0,
                       "t0": time.perf_counter()}
         if is_save:
             tmp = Path(tempfile.mkdtemp(prefix=f"peer-rl-step{done}-"))
@@ -248,7 +273,12 @@ def resolve_model(cfg, kind: str) -> str:
 
         # same cache location as peer_rl.train.resolve_models, so all stages share one build
         cache = cfg.model.tiny_cache_dir or default_cache_dir()
-        path = ensure_tiny_models(cache)["judge" if kind == "rm" else "policy"]
+        if kind == "bt":
+            from peer_rl.tiny_models import ensure_tiny_reward_model
+
+            path = ensure_tiny_reward_model(cache)
+        else:
+            path = ensure_tiny_models(cache)["judge" if kind == "rm" else "policy"]
     if not Path(path, "config.json").exists():
         raise FileNotFoundError(f"model.path={path!r}: no config.json there (expected an HF "
                                 "model directory)")
@@ -316,23 +346,34 @@ def run_supervised(cfg, kind: str) -> Path:
                           "resume=auto to continue it or choose another trainer.output_dir")
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
-    _log(f"{'train-rm' if kind == 'rm' else 'sft'}: recipe={cfg.recipe} output_dir={out}")
+    _log(f"{'sft' if kind == 'sft' else 'train-rm'}: recipe={cfg.recipe} kind={kind} "
+         f"output_dir={out}")
 
     root = Path(cfg.data.root).resolve() if cfg.data.root else sample_root()
     model_path = resolve_model(cfg, kind)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     t0 = time.perf_counter()
-    vision = vision_inputs(model_path)
-    examples, summary = load_examples(root, list(cfg.data.train_files), tokenizer,
-                                      cfg.trainer.max_length, cfg.data.skip_invalid,
-                                      cfg.data.max_rows, image_tokens=image_token_counter(vision))
+    vision = None if kind == "bt" else vision_inputs(model_path)
+    if kind == "bt":
+        from peer_rl.bradley_terry import load_pairs
+
+        examples, summary = load_pairs(root, list(cfg.data.train_files), tokenizer,
+                                       cfg.trainer.max_length, cfg.data.skip_invalid,
+                                       cfg.data.max_rows)
+        what = "preference pair(s)"
+    else:
+        examples, summary = load_examples(root, list(cfg.data.train_files), tokenizer,
+                                          cfg.trainer.max_length, cfg.data.skip_invalid,
+                                          cfg.data.max_rows,
+                                          image_tokens=image_token_counter(vision))
+        what = f"example(s) ({summary['target_tokens']} target tokens)"
     total = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch(len(examples),
                                                                             cfg.trainer.batch_size)
-    _log(f"model {model_path}; data {root}: {summary['examples']} example(s) "
-         f"({summary['target_tokens']} target tokens; {summary['too_long']} dropped as longer "
-         f"than max_length={cfg.trainer.max_length}; {summary['invalid']} invalid skipped) in "
-         f"{time.perf_counter() - t0:.1f} s; {total} step(s) of {cfg.trainer.batch_size}")
-    if summary["with_images"]:
+    _log(f"model {model_path}; data {root}: {summary['examples']} {what}; "
+         f"{summary['too_long']} dropped as longer than max_length={cfg.trainer.max_length}; "
+         f"{summary['invalid']} invalid skipped; read in {time.perf_counter() - t0:.1f} s; "
+         f"{total} step(s) of {cfg.trainer.batch_size}")
+    if summary.get("with_images"):
         _log(f"{summary['with_images']} row(s) have images: " + (
             "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
             else "the model is text-only, so they are trained on their words alone"))
@@ -399,6 +440,8 @@ def run_supervised(cfg, kind: str) -> Path:
     _log(f"output directory: {out} (model: {final})")
     if kind == "rm":
         _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
+    if kind == "bt":
+        _log(f"score the reward model: peer-rl eval pairs --model {final}")
     print(final, flush=True)
     return final
 

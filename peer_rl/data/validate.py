@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
+from peer_rl.data.escrag import PERSPECTIVES
 from peer_rl.data.layout import DataFile
 from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
                                 language_of, modality_of, role_of, split_role_lines)
@@ -322,7 +323,47 @@ def _check_safety(r: _Row) -> None:
         r.out["language"] = infer_language([t["content"] for t in turns])
 
 
-CHECKERS = {"ser": _check_ser, "sft": _check_sft, "grpo": _check_grpo, "safety": _check_safety}
+def _dialogue_end(r: _Row, turns: list | None, answered: str) -> None:
+    if turns and turns[-1]["role"] != "seeker":
+        r.bad("history", f"expected the last turn to be the seeker's (the turn {answered} "
+              "answers)", "history end")
+
+
+def _check_preference(r: _Row) -> None:
+    """ESC-Preference pairs (peer_rl.data.escrag)."""
+    r.row_id(required=True)
+    _language(r)
+    _dialogue_end(r, r.history(), "chosen/rejected")
+    chosen, rejected = r.text("chosen"), r.text("rejected")
+    if chosen is not None and chosen == rejected:
+        r.bad("rejected", "expected a reply different from chosen", "identical pair")
+    scores = r.row.get("scores")
+    if scores is None:
+        return
+    what = ("an object {chosen, rejected} of {client, counselor, judge} numbers in [0, 10]")
+    ok = isinstance(scores, dict) and set(scores) <= {"chosen", "rejected"} and all(
+        isinstance(v, dict) and set(v) <= set(PERSPECTIVES) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 10
+            for x in v.values()) for v in scores.values())
+    if not ok:
+        r.bad("scores", f"expected {what}", "bad scores")
+    else:
+        r.out["scores"] = scores
+
+
+def _check_exemplars(r: _Row) -> None:
+    """The ESCRAG-R1 retrieval corpus (peer_rl.data.escrag)."""
+    r.row_id(required=True)
+    _language(r)
+    _dialogue_end(r, r.history(), "response")
+    r.text("response")
+    for key in ("strategy", "source"):
+        if key in r.row:
+            r.text(key, required=False)
+
+
+CHECKERS = {"ser": _check_ser, "sft": _check_sft, "grpo": _check_grpo, "safety": _check_safety,
+            "preference": _check_preference, "exemplars": _check_exemplars}
 
 
 def check_file(df: DataFile) -> FileReport:

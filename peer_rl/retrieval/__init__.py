@@ -1,0 +1,1 @@
+"""ESCRAG-R1 retrieval: the exemplar index (faiss) over ESC-Preference exemplars."""

@@ -1,0 +1,143 @@
+"""The ESCRAG-R1 exemplar index: preferred counsellor replies, keyed by their dialogue state, in
+faiss.
+
+An exemplar's key is the last seeker turn it answers plus the reply itself; a query is the last
+seeker turn plus the policy's initial reply (the paper: "an initial response queries the
+retrieval corpus"), so a hit is a preferred reply to a similar moment that says something like
+what the policy was about to say. Vectors are unit-normalised, so inner product is cosine.
+Exact search (`IndexFlatIP`) up to `approx_threshold` vectors, HNSW above it (no training
+pass, good recall); on a machine with faiss-gpu and a GPU the flat index is moved to the GPUs.
+
+A directory holds `index.faiss`, `exemplars.jsonl` (metadata, in vector order) and
+`index.json` (embedding model, dimension, count, kind, the source's sha256). Loading with
+another embedding model is refused: its vectors would live in a different space.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+INDEX_FILE, META_FILE, INFO_FILE = "index.faiss", "exemplars.jsonl", "index.json"
+APPROX_THRESHOLD = 50_000
+
+
+class IndexMismatch(ValueError):
+    pass
+
+
+def exemplar_key(history: list[dict], reply: str) -> str:
+    """The text embedded for an exemplar (and, with the initial reply, for a query)."""
+    last = next((t["content"] for t in reversed(history) if t["role"] == "seeker"), "")
+    return f"{last}\n{reply}".strip()
+
+
+@dataclass
+class Hit:
+    score: float
+    exemplar: dict
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError as exc:
+        raise RuntimeError("the exemplar index needs faiss (pip install faiss-cpu, or "
+                           "faiss-gpu-cu12 on GPU nodes)") from exc
+    return faiss
+
+
+def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: str | Path,
+                approx_threshold: int = APPROX_THRESHOLD, source_sha256: str = "",
+                batch_size: int = 256, progress=None) -> dict:
+    """Embed every exemplar (`encode(texts)` -> unit rows) and write the index directory
+    atomically (a temporary directory renamed into place). Returns index.json's content."""
+    faiss = _faiss()
+    if not exemplars:
+        raise ValueError("no exemplars to index")
+    out = Path(out_dir)
+    keys = [exemplar_key(e["history"], e["response"]) for e in exemplars]
+    chunks = []
+    for start in range(0, len(keys), batch_size):
+        chunks.append(np.asarray(encode(keys[start:start + batch_size]), dtype=np.float32))
+        if progress is not None:
+            progress(min(start + batch_size, len(keys)), len(keys))
+    vecs = np.ascontiguousarray(np.concatenate(chunks))
+    faiss.normalize_L2(vecs)
+    dim = vecs.shape[1]
+    if len(vecs) > approx_threshold:
+        index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+        kind = "hnsw"
+    else:
+        index = faiss.IndexFlatIP(dim)
+        kind = "flat"
+    index.add(vecs)
+    info = {"embedding_model": embedding_model, "dim": int(dim), "count": len(exemplars),
+            "kind": kind, "key": "last seeker turn + reply", "source_sha256": source_sha256,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    faiss.write_index(index, str(tmp / INDEX_FILE))
+    with open(tmp / META_FILE, "w", encoding="utf-8") as fh:
+        for e in exemplars:
+            fh.write(json.dumps(e, ensure_ascii=False) + "\n")
+    (tmp / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return info
+
+
+class ExemplarIndex:
+    """A loaded index: `search(queries, k)` -> k hits per query, best first."""
+
+    def __init__(self, directory: str | Path, embedding_model: str | None = None,
+                 use_gpu: bool | None = None):
+        faiss = _faiss()
+        d = Path(directory)
+        for name in (INDEX_FILE, META_FILE, INFO_FILE):
+            if not (d / name).is_file():
+                raise FileNotFoundError(f"{d}: no {name} (build one with `peer-rl index build "
+                                        f"DATA --out {d}`)")
+        self.info = json.loads((d / INFO_FILE).read_text(encoding="utf-8"))
+        if embedding_model is not None and embedding_model != self.info["embedding_model"]:
+            raise IndexMismatch(
+                f"{d} was built with embedding model {self.info['embedding_model']!r}; this run "
+                f"embeds queries with {embedding_model!r}, whose vectors are not comparable. "
+                f"Use the same model or rebuild the index with it.")
+        self.index = faiss.read_index(str(d / INDEX_FILE))
+        if self.index.ntotal != self.info["count"]:
+            raise IndexMismatch(f"{d}: {INDEX_FILE} holds {self.index.ntotal} vectors, "
+                                f"{INFO_FILE} says {self.info['count']}")
+        if isinstance(self.index, faiss.IndexHNSWFlat):
+            self.index.hnsw.efSearch = 64
+        gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+        if (use_gpu if use_gpu is not None else gpus > 0) and gpus and self.info["kind"] == "flat":
+            self.index = faiss.index_cpu_to_all_gpus(self.index)
+        with open(d / META_FILE, encoding="utf-8") as fh:
+            self.exemplars = [json.loads(line) for line in fh if line.strip()]
+        if len(self.exemplars) != self.info["count"]:
+            raise IndexMismatch(f"{d}: {META_FILE} has {len(self.exemplars)} exemplars for "
+                                f"{self.info['count']} vectors")
+
+    def search_vectors(self, queries: np.ndarray, k: int) -> list[list[Hit]]:
+        faiss = _faiss()
+        q = np.ascontiguousarray(np.asarray(queries, dtype=np.float32))
+        faiss.normalize_L2(q)
+        k = min(k, len(self.exemplars))
+        scores, ids = self.index.search(q, k)
+        return [[Hit(float(s), self.exemplars[i]) for s, i in zip(row_s, row_i) if i >= 0]
+                for row_s, row_i in zip(scores, ids)]
+
+
+def sha256_of(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

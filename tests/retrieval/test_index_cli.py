@@ -1,0 +1,28 @@
+"""`peer-rl index build` and `query` as a user runs them."""
+import subprocess
+import sys
+
+from peer_rl.data.sample import sample_root
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "peer_rl.cli", "index", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_build_from_the_sample_then_query(tmp_path):
+    proc = _cli("build", str(sample_root()), "--out", str(tmp_path / "idx"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "304 exemplar(s)" in proc.stdout and "flat index" in proc.stdout
+    proc = _cli("query", str(tmp_path / "idx"), "我又差几分没考上研究生，不敢告诉爸妈。", "-k", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("score ") == 2 and "(zh" in proc.stdout.splitlines()[0]
+
+
+def test_bad_rows_are_named_and_nothing_is_written(tmp_path):
+    bad = tmp_path / "exemplars"
+    bad.mkdir()
+    (bad / "x.jsonl").write_text('{"id": "a", "language": "en", "history": ["hi"]}\n')
+    proc = _cli("build", str(tmp_path), "--out", str(tmp_path / "idx"))
+    assert proc.returncode == 2 and "x.jsonl:1: response: missing" in proc.stderr
+    assert not (tmp_path / "idx").exists()

@@ -1,0 +1,39 @@
+"""Bradley-Terry loss and pairwise accuracy against hand-worked numbers."""
+import math
+
+import pytest
+import torch
+
+from peer_rl.bradley_terry import bt_loss, collate_pairs, pairwise_accuracy, rm_messages
+
+
+def test_bt_loss_by_hand():
+    # pair 1: margin 2 -> -log sigmoid(2) = log(1 + e^-2); pair 2: margin 0 -> log 2
+    expected = (math.log(1 + math.exp(-2)) + math.log(2)) / 2
+    got = bt_loss(torch.tensor([2.0, 0.5]), torch.tensor([0.0, 0.5]))
+    assert float(got) == pytest.approx(expected, abs=1e-7) and expected == pytest.approx(0.410038, abs=1e-6)
+    # the gradient pushes chosen up and rejected down: d/dr_c = -(1 - sigmoid(m)) / n
+    rc = torch.tensor([1.0], requires_grad=True)
+    rr = torch.tensor([0.0], requires_grad=True)
+    bt_loss(rc, rr).backward()
+    assert float(rc.grad) == pytest.approx(-(1 - 1 / (1 + math.exp(-1))))
+    assert float(rr.grad) == pytest.approx(-float(rc.grad))
+
+
+def test_pairwise_accuracy_counts_ties_half():
+    assert pairwise_accuracy([3.0, 1.0, 0.2, 5.0], [1.0, 2.0, 0.2, -1.0]) == pytest.approx(
+        (1 + 0 + 0.5 + 1) / 4)
+    assert pairwise_accuracy([0.0] * 6, [0.0] * 6) == 0.5
+
+
+def test_pairs_collate_chosen_then_rejected_right_padded():
+    batch = collate_pairs([{"chosen": [5, 6, 7], "rejected": [8]},
+                           {"chosen": [9], "rejected": [1, 2]}], pad_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [9, 0, 0], [8, 0, 0], [1, 2, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 0, 0], [1, 1, 0]]
+
+
+def test_the_reward_prompt_shows_history_and_reply():
+    [msg] = rm_messages([{"role": "seeker", "content": "I lost my job."}], "That hurts.", "en")
+    assert msg["role"] == "user" and "Seeker: I lost my job." in msg["content"]
+    assert msg["content"].endswith("That hurts.")

@@ -1,0 +1,62 @@
+"""ESCRAG-R1's scalar reward model end to end: `train-rm recipe=escrag_rm_tiny` (Bradley-Terry on
+Ray Train, 2 FSDP2 ranks), `eval pairs` on held-out pairs, and the vLLM pooling engine of the
+reward pool agreeing with transformers' forward of the same checkpoint."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def trained_rm(tmp_path_factory, tiny_models):
+    out = tmp_path_factory.mktemp("escrag_rm")
+    cache = tmp_path_factory.getbasetemp() / "tiny_cache_rm"
+    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train-rm", "recipe=escrag_rm_tiny",
+                           f"trainer.output_dir={out}", f"model.tiny_cache_dir={cache}",
+                           "trainer.total_steps=60", "trainer.save_freq=0", "ray.address=local"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return out
+
+
+def test_bt_training_learns_the_pairs_and_generalises_to_held_out_dialogues(trained_rm, tmp_path):
+    recs = [json.loads(x) for x in (trained_rm / "metrics.jsonl").read_text().splitlines()]
+    assert recs[0]["loss"] == pytest.approx(0.693, abs=0.05)     # log 2: a random head
+    assert recs[-1]["loss"] < 0.4 and recs[-1]["pairwise_accuracy"] > 0.8
+    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "eval", "pairs", "--model",
+                           str(trained_rm / "final"), "--out", str(tmp_path / "pairs.json"),
+                           "--kv-cache-gib", "0.5"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads((tmp_path / "pairs.json").read_text())
+    assert rep["pairs"] == 134 and rep["pairwise_accuracy"] > 0.8 and rep["mean_margin"] > 0
+    assert set(rep["by_language"]) == {"en", "zh"}
+
+
+def test_the_pooling_engine_scores_like_transformers(trained_rm):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from peer_rl.bradley_terry import rm_messages
+    from workers.scalar_reward import ScalarRewardWorker
+
+    model_dir = str(trained_rm / "final")
+    hist = [{"role": "seeker", "content": "I failed the exam again."}]
+    items = [(hist, "That must sting after all your work. What happened?", "en"),
+             (hist, "Exams don't matter. Move on.", "en"),
+             ([{"role": "seeker", "content": "我又没考上。"}], "又一次落空，真的很难受。", "zh")]
+    worker = ScalarRewardWorker(model_dir, kv_cache_gib=0.5, max_model_len=1024)
+    try:
+        got = worker.score(items)
+    finally:
+        worker.close()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    hf = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = [float(hf(**tok(tok.apply_chat_template(rm_messages(h, r, lang), tokenize=False),
+                               return_tensors="pt", add_special_tokens=False)).logits[0, 0])
+                for h, r, lang in items]
+    assert got == pytest.approx(want, abs=1e-4)
+    assert got[0] > got[1]          # the trained model prefers the supportive reply

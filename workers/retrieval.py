@@ -1,0 +1,45 @@
+"""Retrieval pool (ESCRAG-R1): holds the exemplar index and the embedding model, answers
+batched queries. A plain class; the placement layer makes it a Ray actor.
+
+One call embeds every query of a step at once and runs one faiss search; the controller sends
+(last seeker turn, initial reply) pairs and gets k exemplars per query, best first.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from peer_rl.retrieval.index import ExemplarIndex, exemplar_key
+from workers.redundancy import load_embedding_model
+
+
+class RetrievalWorker:
+    def __init__(self, index_dir: str, embedding_model: str, device: str | None = None,
+                 batch_size: int = 64):
+        import torch
+
+        t0 = time.perf_counter()
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.index = ExemplarIndex(index_dir, embedding_model=embedding_model)
+        self.encoder = load_embedding_model(embedding_model, device, batch_size)
+        self.index_dir, self.embedding_model = index_dir, embedding_model
+        self.start_seconds = time.perf_counter() - t0
+        self.queries = 0
+
+    def search(self, queries: list[tuple[list[dict], str]], k: int) -> dict:
+        """queries: (history, initial reply) pairs -> {"hits": k exemplars per query as
+        {"score", "id", "response", ...}, "seconds": the search's wall time}."""
+        t0 = time.perf_counter()
+        if not queries:
+            return {"hits": [], "seconds": 0.0}
+        vecs = self.encoder.encode([exemplar_key(h, r) for h, r in queries])
+        hits = self.index.search_vectors(vecs, k)
+        self.queries += len(queries)
+        return {"hits": [[{"score": h.score, **h.exemplar} for h in row] for row in hits],
+                "seconds": time.perf_counter() - t0}
+
+    def health(self) -> dict:
+        return {"ok": True, "pid": os.getpid(), "index": self.index_dir,
+                "exemplars": len(self.index.exemplars), "kind": self.index.info["kind"],
+                "embedding_model": self.embedding_model, "queries": self.queries,
+                "start_seconds": round(self.start_seconds, 2)}
