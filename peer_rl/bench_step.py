@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-STAGES = ("rollout", "judge", "redundancy", "update", "sync", "controller", "step")
+# ESCRAG-R1 steps (retrieval.enable) add the retrieval call and the second rollout pass
+STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy", "update", "sync",
+          "controller", "step")
 
 
 def main(overrides: list[str]) -> int:
@@ -31,7 +33,7 @@ def main(overrides: list[str]) -> int:
           f"first step excluded as warm-up)")
     total = float(np.median([r["timing/step"] for r in timed]))
     print(f"{'stage':12s} {'seconds':>9s} {'share':>7s}")
-    for stage in STAGES:
+    for stage in (s for s in STAGES if f"timing/{s}" in timed[0]):
         sec = float(np.median([r[f"timing/{stage}"] for r in timed]))
         print(f"{stage:12s} {sec:9.3f} {100 * sec / total:6.1f}%")
     print(f"rollout tokens/s (median): {np.median([r['rollout/tokens_per_s'] for r in timed]):.0f}")

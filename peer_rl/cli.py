@@ -267,7 +267,7 @@ def _add_eval_protocols(ev) -> None:
 
 def _index(args) -> int:
     from peer_rl.data.loading import InvalidDataError
-    from peer_rl.retrieval import build
+    from peer_rl import index_cmd as build
     from peer_rl.retrieval.index import IndexMismatch
 
     try:

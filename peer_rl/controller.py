@@ -41,6 +41,7 @@ class Pools:
     reward_model: list
     actor: list                      # FSDP2 ranks, rank 0 first
     redundancy: list = field(default_factory=list)
+    retrieval: list = field(default_factory=list)
     restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
 
 
@@ -286,16 +287,36 @@ class Controller:
             red = self._map_pool("redundancy", "similarities", [replies], histories, G)[0]
             final = rur_reweight(rewards, red["s_hist"], red["s_group"], red["tau"])
         timing["redundancy"] = time.perf_counter() - t
+        verdicts = np.array([[v is True for v in r.step_verdicts] for r in results])
+        asked = sum(r.asked for r in results)
+        metrics = {
+            "reward/format_rate": float(np.mean([p.complete for p in parsed])),
+            "reward/step1_true_rate": float(verdicts[:, 0].mean()),
+            "reward/step2_true_rate": float(verdicts[:, 1].mean()),
+            "reward/step3_true_rate": float(verdicts[:, 2].mean()),
+            "reward/preference_ok_rate": float(np.mean([r.preference_ok is True for r in results])),
+            "judge/parse_failure_rate": sum(r.parse_failures for r in results) / max(asked, 1),
+            "judge/asked": asked,
+        }
         return {"samples": samples, "parsed": parsed, "replies": replies, "results": results,
-                "rewards": rewards, "final": final, "redundancy": red}
+                "rewards": rewards, "final": final, "redundancy": red, "metrics": metrics,
+                "judge_raw": [r.raw for r in results]}
+
+    def _score(self, batch_rows: list[dict], timing: dict) -> dict:
+        """The method's stages 2-5: PEER (one pass, UnifiReward) or ESCRAG-R1 (two passes with
+        retrieval, scalar reward; peer_rl.rag_rollout)."""
+        if self.cfg.retrieval.enable:
+            from peer_rl.rag_rollout import score_two_pass
+
+            return score_two_pass(self, batch_rows, timing)
+        return self.score_batch(batch_rows, timing)
 
     def train_step(self, batch_rows: list[dict]) -> dict:
         cfg, timing = self.cfg, {}
         t0 = time.perf_counter()
-        scored = self.score_batch(batch_rows, timing)
-        samples, results, final = scored["samples"], scored["results"], scored["final"]
-        rewards, replies, parsed, red = (scored["rewards"], scored["replies"], scored["parsed"],
-                                         scored["redundancy"])
+        scored = self._score(batch_rows, timing)
+        samples, final = scored["samples"], scored["final"]
+        rewards, replies, red = scored["rewards"], scored["replies"], scored["redundancy"]
 
         uid = torch.tensor([s.uid for s in samples])                     # 6. advantages
         adv = get_adv_estimator(cfg.algorithm.adv_estimator)(
@@ -318,17 +339,9 @@ class Controller:
             m |= summarise("rur/tau", red["tau"])
             m["reward/rur_mean"] = float(final.mean())
         n_tokens = sum(len(s.response_ids) for s in samples)
-        verdicts = np.array([[v is True for v in r.step_verdicts] for r in results])
-        asked = sum(r.asked for r in results)
+        m |= scored["metrics"]
         m |= {
             "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
-            "reward/format_rate": float(np.mean([p.complete for p in parsed])),
-            "reward/step1_true_rate": float(verdicts[:, 0].mean()),
-            "reward/step2_true_rate": float(verdicts[:, 1].mean()),
-            "reward/step3_true_rate": float(verdicts[:, 2].mean()),
-            "reward/preference_ok_rate": float(np.mean([r.preference_ok is True for r in results])),
-            "judge/parse_failure_rate": sum(r.parse_failures for r in results) / max(asked, 1),
-            "judge/asked": asked,
             "response/length_mean": float(np.mean([len(s.response_ids) for s in samples])),
             "response/distinct_1": distinct_n(replies, 1),
             "response/distinct_2": distinct_n(replies, 2),
@@ -351,9 +364,10 @@ class Controller:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
         red = scored["redundancy"] or {}
         with open(self.out / "samples.jsonl", "a", encoding="utf-8") as fh:
-            for k, (s, r) in enumerate(zip(scored["samples"], scored["results"])):
-                rec = {"step": self.step + 1, "prompt_id": rows[s.uid].get("id"), "uid": s.uid,
-                       "text": s.text, "judge": r.raw, "reward": r.reward,
+            for k, s in enumerate(scored["samples"]):
+                rec = {"step": self.step + 1, "prompt_id": rows[s.uid % len(rows)].get("id"),
+                       "uid": s.uid, "text": s.text, "judge": scored["judge_raw"][k],
+                       "reward": float(scored["rewards"][k]),
                        "final_reward": float(scored["final"][k])}
                 rec |= {key: float(red[key][k]) for key in ("s_hist", "s_group", "tau") if red}
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -64,8 +64,9 @@ def _node_address() -> tuple[str, int]:
 class PoolFactory:
     """Creates (and re-creates, after a crash) the actors of every pool."""
 
-    def __init__(self, cfg, policy_path: str, judge_path: str):
+    def __init__(self, cfg, policy_path: str, judge_path: str, index_dir: str = ""):
         self.cfg, self.policy_path, self.judge_path = cfg, policy_path, judge_path
+        self.index_dir = index_dir
         self.pgs: dict = {}
 
     def rollout(self, i: int):
@@ -80,9 +81,17 @@ class PoolFactory:
                           gpu_memory_utilization=c.gpu_memory_utilization)
 
     def reward_model(self, i: int):
+        from workers.scalar_reward import ScalarRewardWorker
         from workers.unifireward import UnifiRewardWorker
 
         c, res = self.cfg.reward_model, self.cfg.resources.reward_model
+        if c.kind == "scalar":
+            cls = ray.remote(ScalarRewardWorker).options(
+                **_opts(self.pgs["reward_model"], i, res, engine_env(),
+                        self.cfg.trainer.max_actor_restarts))
+            return cls.remote(self.judge_path, seed=self.cfg.trainer.seed,
+                              kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
+                              gpu_memory_utilization=c.gpu_memory_utilization)
         cls = ray.remote(UnifiRewardWorker).options(
             **_opts(self.pgs["reward_model"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
@@ -100,6 +109,16 @@ class PoolFactory:
         return cls.remote(r.embedding_model, batch_size=r.batch_size, alpha=r.alpha, beta=r.beta,
                           history_agg=r.history_agg, group_agg=r.group_agg,
                           cjk_chars_per_word=r.cjk_chars_per_word)
+
+    def retrieval(self, i: int = 0):
+        from workers.retrieval import RetrievalWorker
+
+        r, res = self.cfg.retrieval, self.cfg.resources.retrieval
+        cls = ray.remote(RetrievalWorker).options(
+            **_opts(self.pgs["retrieval"], i, res, {"HF_HUB_OFFLINE": "1",
+                                                    "TOKENIZERS_PARALLELISM": "false"},
+                    self.cfg.trainer.max_actor_restarts))
+        return cls.remote(self.index_dir, r.embedding_model)
 
     def actor_group(self) -> list:
         from workers.policy import PolicyWorker
@@ -125,6 +144,8 @@ class PoolFactory:
         embeds = cfg.algorithm.rur.enable or cfg.trainer.eval_freq > 0
         if embeds:
             sizes["redundancy"] = 1
+        if cfg.retrieval.enable:
+            sizes["retrieval"] = cfg.retrieval.num_workers
         for name, n in sizes.items():
             self.pgs[name] = _pool_pg(name, cfg.resources[name], n,
                                       "SPREAD" if name == "rollout" else "PACK")
@@ -132,10 +153,12 @@ class PoolFactory:
                       reward_model=[self.reward_model(i) for i in range(sizes["reward_model"])],
                       actor=self.actor_group(),
                       redundancy=[self.redundancy()] if embeds else [],
+                      retrieval=[self.retrieval(i) for i in range(sizes.get("retrieval", 0))],
                       restart=self.restart)
         # surface constructor failures (bad model path, engine OOM) now, naming the pool
         for name, handles in (("rollout", pools.rollout), ("reward_model", pools.reward_model),
-                              ("actor", pools.actor), ("redundancy", pools.redundancy)):
+                              ("actor", pools.actor), ("redundancy", pools.redundancy),
+                              ("retrieval", pools.retrieval)):
             try:
                 ray.get([h.health.remote() for h in handles])
             except ray.exceptions.RayActorError as exc:
@@ -152,7 +175,8 @@ class PoolFactory:
             closing += [h.shutdown.remote() for h in pools.actor]
             ray.wait(closing, num_returns=len(closing), timeout=30)
             # then end the processes: a worker left to exit on its own can outlive the cluster
-            for h in pools.rollout + pools.reward_model + pools.actor + pools.redundancy:
+            for h in (pools.rollout + pools.reward_model + pools.actor + pools.redundancy
+                      + pools.retrieval):
                 ray.kill(h, no_restart=True)
         for pg in self.pgs.values():
             remove_placement_group(pg)

@@ -15,18 +15,53 @@ def resolve_models(cfg) -> tuple[str, str]:
     tiny supervised stages (a judge that answers in the verdict format, a policy that writes
     Steps 1-4), built offline once and cached (workers.sft_trainer.ensure_trained_tiny_models)."""
     policy, judge = cfg.model.path, cfg.reward_model.path
+    scalar = cfg.reward_model.kind == "scalar"
     if not policy or not judge:
         from peer_rl.tiny_models import default_cache_dir
-        from workers.sft_trainer import ensure_trained_tiny_models
+        from workers.sft_trainer import (ensure_trained_tiny_models,
+                                         ensure_trained_tiny_reward_model)
 
-        tiny = ensure_trained_tiny_models(cfg.model.tiny_cache_dir or default_cache_dir(),
-                                          cfg.ray.address)
+        cache = cfg.model.tiny_cache_dir or default_cache_dir()
+        tiny = ensure_trained_tiny_models(cache, cfg.ray.address) if not policy or not scalar \
+            else {}
+        if not judge and scalar:
+            judge = ensure_trained_tiny_reward_model(cache, cfg.ray.address)
         policy, judge = policy or tiny["policy"], judge or tiny["judge"]
     for key, path in (("model.path", policy), ("reward_model.path", judge)):
         if not Path(path, "config.json").exists():
             raise FileNotFoundError(f"{key}={path!r}: no config.json there (expected an HF model "
                                     "directory)")
     return str(policy), str(judge)
+
+
+def resolve_index(cfg, out: Path) -> str:
+    """retrieval.index, or an index built from data.root's exemplars/ (else preference/) into
+    <output_dir>/index, rebuilt only when the source files or the embedding model change."""
+    import json
+
+    from peer_rl.data.sample import sample_root
+    from peer_rl.retrieval.corpus import load_exemplars
+    from peer_rl.retrieval.index import INFO_FILE, build_index
+    from workers.redundancy import load_embedding_model
+
+    if cfg.retrieval.index:
+        return cfg.retrieval.index
+    root = Path(cfg.data.root) if cfg.data.root else sample_root()
+    rows, src = load_exemplars(root, cfg.data.skip_invalid)
+    target = out / "index"
+    info_path = target / INFO_FILE
+    if info_path.exists():
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        if info.get("source_sha256") == src["sha256"] and \
+                info.get("embedding_model") == cfg.retrieval.embedding_model:
+            return str(target)
+    t0 = time.perf_counter()
+    encoder = load_embedding_model(cfg.retrieval.embedding_model)
+    info = build_index(rows, encoder.encode, cfg.retrieval.embedding_model, target,
+                       source_sha256=src["sha256"])
+    print(f"[peer-rl] exemplar index: {info['count']} exemplar(s) from {root} -> {target} "
+          f"({info['kind']}, {time.perf_counter() - t0:.1f} s)", flush=True)
+    return str(target)
 
 
 def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
@@ -105,13 +140,15 @@ def run(overrides: list[str]) -> Path:
     check_modalities(cfg, rows, policy)
     t0 = time.perf_counter()
     init_ray(cfg)
-    factory = PoolFactory(cfg, policy, judge)
+    index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
+    factory = PoolFactory(cfg, policy, judge, index)
     pools = None
     try:
         pools = factory.make_pools()
         print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: rollout x"
               f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
-              f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}", flush=True)
+              f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
+              + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""), flush=True)
         steps = Controller(cfg, pools, rows, out).fit()
     finally:
         factory.shutdown(pools)

@@ -34,3 +34,22 @@ def trained_judge(tiny_models, tmp_path_factory) -> str:
 def grpo_models(tiny_models, trained_judge) -> dict[str, str]:
     """The models the GRPO end-to-end tests run: the tiny policy and the trained tiny judge."""
     return {"policy": tiny_models["policy"], "judge": trained_judge}
+
+
+@pytest.fixture(scope="session")
+def trained_scalar_rm(tiny_models, tmp_path_factory) -> str:
+    """The tiny scalar reward model after a short real `train-rm recipe=escrag_rm_tiny`
+    (Bradley-Terry, 2 FSDP2 ranks); returns its run directory (final/ is the model)."""
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("escrag_rm")
+    cache = Path(tiny_models["policy"]).parent       # the reward model is built beside them
+    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train-rm", "recipe=escrag_rm_tiny",
+                           f"trainer.output_dir={out}", f"model.tiny_cache_dir={cache}",
+                           "trainer.total_steps=60", "trainer.save_freq=0", "ray.address=local"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return str(out)

@@ -67,3 +67,12 @@ def test_prompts_per_file_is_checked_against_train_files():
                                           r"one count >= 0 per entry of data.train_files \(2\)"):
         load_config(["data.prompts_per_file=[1,2,3]"])
     assert list(load_config(["recipe=peer_rur", "model.path=/m"]).data.prompts_per_file) == [2000, 1000]
+
+
+def test_retrieval_needs_the_scalar_reward_model_and_escrag_recipe_loads():
+    with pytest.raises(ConfigError, match="set reward_model.kind=scalar"):
+        load_config(["retrieval.enable=true"])
+    with pytest.raises(ConfigError, match="reward_model.kind='generative'"):
+        load_config(["reward_model.kind=generative"])
+    cfg = load_config(["recipe=escrag_r1_tiny"])
+    assert cfg.retrieval.enable and cfg.retrieval.k == 3 and cfg.reward_model.kind == "scalar"

@@ -446,6 +446,24 @@ def run_supervised(cfg, kind: str) -> Path:
     return final
 
 
+def ensure_trained_tiny_reward_model(cache_dir: str | Path, ray_address: str = "") -> str:
+    """The tiny scalar reward model after `train-rm recipe=escrag_rm_tiny` (Bradley-Terry on the
+    sample's preference pairs), trained once into <cache_dir>/trained/reward and reused."""
+    from peer_rl.config_supervised import load_supervised_config
+
+    run_dir = Path(cache_dir) / "trained" / "reward"
+    final = run_dir / "final"
+    if not (final / "config.json").exists():
+        _log(f"first run: training the tiny scalar reward model once (train-rm "
+             f"recipe=escrag_rm_tiny, ~2 minutes on 2 cores; cached in {run_dir})")
+        over = ["recipe=escrag_rm_tiny", f"trainer.output_dir={run_dir}",
+                f"model.tiny_cache_dir={cache_dir}"]
+        cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
+                                             else []), "bt")
+        run_supervised(cfg, "bt")
+    return str(final)
+
+
 def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> dict[str, str]:
     """The tiny judge after `peer-rl train-rm` and the tiny policy after `peer-rl sft` (their
     default recipes, on the bundled sample), trained once into <cache_dir>/trained and reused.

