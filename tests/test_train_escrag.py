@@ -54,3 +54,21 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 4 * 4
     assert json.loads((out / "index" / "index.json").read_text())["count"] == 304
+
+
+def test_the_loss_covers_the_final_reply_only_given_its_full_prompt():
+    """README: the GRPO samples are the final replies, the loss on their response tokens, with
+    dialogue + initial reply + exemplars as (unmasked) context."""
+    import numpy as np
+
+    from peer_rl.controller import Controller
+    from peer_rl.protocol import Sample
+
+    final = Sample(uid=0, prompt_ids=list(range(100, 112)), response_ids=[7, 8, 9],
+                   response_logprobs=[0.0] * 3, text="")
+    short = Sample(uid=0, prompt_ids=[1, 2], response_ids=[5], response_logprobs=[0.0], text="")
+    batch = Controller._policy_batch(None, [final, short], np.array([1.0, -1.0]))
+    assert batch["input_ids"][0].tolist() == list(range(100, 112)) + [7, 8, 9]
+    assert batch["response_mask"][0].tolist() == [0] * 12 + [1, 1, 1]
+    assert batch["response_mask"][1].tolist() == [0, 0, 1] + [0] * 12
+    assert batch["attention_mask"][1].tolist() == [1, 1, 1] + [0] * 12
