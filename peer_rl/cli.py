@@ -171,6 +171,7 @@ def _eval_rm(args) -> int:
 
 
 def _eval_pairs(args) -> int:
+    from peer_rl.data.loading import InvalidDataError
     from peer_rl.data.sample import sample_root
     from peer_rl.eval_pairs import evaluate_pairs
 
@@ -181,7 +182,7 @@ def _eval_pairs(args) -> int:
     try:
         rep = evaluate_pairs(args.data or sample_root(), args.model, args.out, args.files,
                              args.kv_cache_gib, args.max_model_len, args.limit)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, InvalidDataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     langs = ", ".join(f"{k} {v['pairwise_accuracy']:.3f} ({v['pairs']})"

@@ -82,7 +82,7 @@ def _data_url(path: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(Path(path).read_bytes()).decode()}"
 
 
-def _without_images(messages: list[dict]) -> list[dict]:
+def without_images(messages: list[dict]) -> list[dict]:
     out = []
     for m in messages:
         if isinstance(m["content"], list):
@@ -139,7 +139,7 @@ class HttpEndpoint(Endpoint):
         if r.schema is not None and self.cfg.structured:
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "answer", "schema": r.schema}}
-        messages = r.messages if self.cfg.images else _without_images(r.messages)
+        messages = r.messages if self.cfg.images else without_images(r.messages)
         async with sem:
             try:
                 resp = await client.chat.completions.create(
@@ -209,10 +209,10 @@ class LocalEndpoint(Endpoint):
 
         if self.vision and self.cfg.images:
             return for_vllm(messages)
-        return _without_images(messages)
+        return without_images(messages)
 
     def _fits(self, r: Request) -> bool:
-        text = self.tokenizer.apply_chat_template(_without_images(r.messages), tokenize=False,
+        text = self.tokenizer.apply_chat_template(without_images(r.messages), tokenize=False,
                                                   add_generation_prompt=True)
         return len(self.tokenizer(text)["input_ids"]) + self._params(r)[0] <= self.max_len
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from peer_rl.evaluation.cases import load_diversity_prompts, load_probes
 from peer_rl.evaluation.diversity import diversity_case, diversity_metrics
 from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint, Reply,
-                                          _without_images)
+                                          without_images)
 from peer_rl.evaluation.runner import run_all
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.multimodal import image_paths
@@ -39,7 +39,7 @@ class RolloutPoolEndpoint(PoolEndpoint):
     def chat(self, requests):
         replies = [None] * len(requests)
         for (n, max_tokens, temperature, _), idx in self._groups(requests):
-            prompts = [Prompt(uid=i, messages=_without_images(requests[i].messages),
+            prompts = [Prompt(uid=i, messages=without_images(requests[i].messages),
                               images=image_paths(requests[i].messages)) for i in idx]
             sampling = SamplingConfig(n=n, temperature=temperature, max_tokens=max_tokens,
                                       seed=self.seed)

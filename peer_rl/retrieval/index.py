@@ -14,7 +14,6 @@ another embedding model is refused: its vectors would live in a different space.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -138,6 +137,3 @@ class ExemplarIndex:
         return [[Hit(float(s), self.exemplars[i]) for s, i in zip(row_s, row_i) if i >= 0]
                 for row_s, row_i in zip(scores, ids)]
 
-
-def sha256_of(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -65,3 +65,18 @@ def test_the_sample_pairs_and_exemplars_keep_test_dialogues_out_of_the_index():
     assert test_dialogues and not any(r["id"].rsplit("-t", 1)[0] in test_dialogues for r in ex_rows)
     assert {r["language"] for r in ex_rows} == {"en", "zh"}
     assert all(r["chosen"] != r["rejected"] for rows in pref.values() for r in rows)
+
+
+def test_eval_pairs_names_a_bad_pair_before_starting_an_engine(tmp_path, capsys):
+    from peer_rl.cli import main
+
+    (tmp_path / "preference").mkdir()
+    (tmp_path / "preference" / "test.jsonl").write_text(
+        '{"id": 1, "language": "en", "history": ["hi"], "chosen": "a"}\n')
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert main(["eval", "pairs", "--model", str(model), "--data", str(tmp_path),
+                 "--out", str(tmp_path / "r.json")]) == 2
+    assert "test.jsonl:1: rejected: missing" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
