@@ -1,31 +1,56 @@
 """`peer-rl chat MODEL`: a person talks to a checkpoint or an endpoint in the terminal.
 
-The same endpoints and prompts as the evaluations: with the peer prompt the model reasons in
-Steps 1-4 and only Step 4 is printed, unless reasoning is shown (`--show-reasoning`, or
-`/reasoning` to toggle). `/reset` starts a new conversation, `/quit` (or end of input) leaves.
+The same endpoints, prompts and turn logic as the evaluations (supporter_turn): with the peer
+prompt the model reasons in Steps 1-4 and only Step 4 is printed; with the escrag prompt what
+follows `</think>`; `--rag INDEX` adds ESCRAG-R1's retrieval pass (initial reply -> exemplars ->
+final reply). Reasoning is shown with `--show-reasoning`, or `/reasoning` to toggle. `/reset`
+starts a new conversation, `/quit` (or end of input) leaves.
 """
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 from peer_rl.evaluation.endpoints import EndpointConfig, close_all, open_endpoints
-from peer_rl.evaluation.supporter import shown_reply, supporter_request
+from peer_rl.evaluation.runner import run_all
+from peer_rl.evaluation.supporter import supporter_turn
 
-HELP = "/reasoning: show or hide Steps 1-3 | /reset: new conversation | /quit: leave"
+HELP = "/reasoning: show or hide the reasoning | /reset: new conversation | /quit: leave"
+
+
+class _Case(NamedTuple):
+    id: str
+
+
+def ask(endpoints: dict, style: str, history: list[dict], lang: str, rag_k: int = 0):
+    """One supporter turn through the evaluation runner: (Turn, None) or (None, error)."""
+    def program(_):
+        turns = yield from supporter_turn(style, history, lang, rag_k=rag_k)
+        return {"turn": turns[0]}
+
+    rec = run_all([_Case("chat")], program, endpoints, 1)[0]
+    return rec.get("turn"), rec.get("error")
 
 
 def chat_loop(args, stdin=None, stdout=None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     url = args.model.startswith(("http://", "https://"))
+    style = "escrag" if args.rag else args.prompt
     cfg = EndpointConfig(url=args.model if url else "", path="" if url else args.model,
                          model=args.model_name, api_key_env=args.api_key_env,
-                         prompt=args.prompt, temperature=args.temperature,
+                         prompt=style, temperature=args.temperature,
                          max_tokens=args.max_tokens, kv_cache_gib=args.kv_cache_gib)
-    endpoint = open_endpoints({"model": cfg})
-    show, history = args.show_reasoning, []
-    interactive = stdin.isatty()
-    print(f"peer-rl chat with {endpoint['model'].name}. {HELP}", file=stdout, flush=True)
+    endpoints = open_endpoints({"model": cfg})
     try:
+        if args.rag:
+            from peer_rl.evaluation.retriever import LocalRetriever
+
+            endpoints["retrieval"] = LocalRetriever(args.rag)
+        show, history = args.show_reasoning, []
+        interactive = stdin.isatty()
+        rag = f", RAG from {endpoints['retrieval'].name}" if args.rag else ""
+        print(f"peer-rl chat with {endpoints['model'].name} ({style} prompt{rag}). {HELP}",
+              file=stdout, flush=True)
         while True:
             if interactive:
                 print("you> ", end="", file=stdout, flush=True)
@@ -44,21 +69,24 @@ def chat_loop(args, stdin=None, stdout=None) -> int:
                 print("(new conversation)", file=stdout, flush=True)
                 continue
             history.append({"role": "seeker", "content": text})
-            reply = endpoint["model"].chat([supporter_request(args.prompt, history,
-                                                              args.lang)])[0]
-            if reply.error:
-                print(f"(the model refused the request: {reply.error}; /reset to start over)",
+            turn, error = ask(endpoints, style, history, args.lang,
+                              args.rag_k if args.rag else 0)
+            if error:
+                print(f"(the model refused the request: {error}; /reset to start over)",
                       file=stdout, flush=True)
                 history.pop()
                 continue
-            raw = reply.texts[0]
-            said, step4 = shown_reply(raw, args.prompt)
-            history.append({"role": "supporter", "content": said})
-            if show and args.prompt == "peer":
-                print(f"[reasoning]\n{raw.strip()}\n[/reasoning]", file=stdout)
-            if step4 is False:
-                print("(no Step 4 in the answer: showing what it wrote)", file=stdout)
-            print(f"supporter> {said}", file=stdout, flush=True)
+            history.append({"role": "supporter", "content": turn.shown})
+            if show and style != "chat":
+                if turn.initial_raw is not None:
+                    print(f"[initial]\n{turn.initial_raw.strip()}\n[/initial]", file=stdout)
+                    for i, ex in enumerate(turn.exemplars, 1):
+                        print(f"[exemplar {i}] {ex}", file=stdout)
+                print(f"[reasoning]\n{turn.raw.strip()}\n[/reasoning]", file=stdout)
+            if turn.format_ok is False:
+                print("(the answer is not in the prompt's format: showing what it wrote)",
+                      file=stdout)
+            print(f"supporter> {turn.shown}", file=stdout, flush=True)
     finally:
-        close_all(endpoint)
+        close_all(endpoints)
     return 0

@@ -203,8 +203,10 @@ def _eval_protocol(args) -> int:
     from peer_rl.evaluation.run import evaluate
     from peer_rl.evaluation.store import RunMismatch
 
+    rag = ["model.prompt=escrag", f"rag.index={args.rag}", f"rag.k={args.rag_k}"] \
+        if args.rag else []
     try:
-        cfg = load_eval_config(args.eval_cmd, args.overrides)
+        cfg = load_eval_config(args.eval_cmd, rag + list(args.overrides))
         report = evaluate(args.eval_cmd, cfg, args.out)
     except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -216,6 +218,28 @@ def _eval_protocol(args) -> int:
     summary = report["summary"]
     print(TABLES[args.eval_cmd]({model_label(report["manifest"]): summary}))
     print(f"wrote {Path(args.out, REPORT_MD).resolve()}")
+    return 0
+
+
+def _eval_ladder(args) -> int:
+    from peer_rl.config import ConfigError
+    from peer_rl.data.loading import InvalidDataError
+    from peer_rl.evaluation.cases import CaseFileError
+    from peer_rl.evaluation.endpoints import EndpointError
+    from peer_rl.evaluation.ladder import run_ladder
+    from peer_rl.evaluation.store import RunMismatch
+
+    try:
+        md = run_ladder(args.ladder, args.out, args.overrides)
+    except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except EndpointError as exc:
+        print(f"error: {exc}\nfinished rungs and cases are saved in {args.out}; rerun the same "
+              "command to continue", file=sys.stderr)
+        return 3
+    print(md.read_text(encoding="utf-8"))
+    print(f"wrote {md.resolve()}")
     return 0
 
 
@@ -250,15 +274,29 @@ def _add_eval_protocols(ev) -> None:
                     "rate, bands (needs model, seeker)",
             "safety": "the PEER safety probes judged per group (needs model, judge)",
             "diversity": "distinct-n and embedding similarity of replies to the GRPO test "
-                         "prompts (needs model)"}
+                         "prompts (needs model)",
+            "ccj": "ESCRAG-R1's Client-Counselor-Judge scores 0-10 on seven dimensions for one "
+                   "reply per dialogue context (needs model, judge)"}
     for name, help_text in what.items():
         p = ev.add_parser(name, help=help_text, description=help_text + ". Parties: "
                           "<role>.url=http://host:port/v1 [<role>.model=NAME] "
                           "[<role>.api_key_env=VAR] or <role>.path=MODEL_DIR; "
-                          "model.prompt=peer|chat. Rerun with the same --out to continue.")
+                          "model.prompt=peer|chat|escrag. Rerun with the same --out to continue.")
         p.add_argument("--out", required=True, help="run directory (cases.jsonl, report.*)")
+        p.add_argument("--rag", default="", metavar="INDEX_DIR",
+                       help="ESCRAG-R1 RAG inference with this exemplar index (sets "
+                            "model.prompt=escrag): initial reply, retrieval, final reply")
+        p.add_argument("--rag-k", type=int, default=3, help="exemplars per query (--rag)")
         p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
         p.set_defaults(fn=_eval_protocol)
+    p = ev.add_parser("ladder", help="an ablation ladder or sweep: one eval per rung, then "
+                      "compared (recipes/ladders/*.yaml)")
+    p.add_argument("ladder", help="a bundled ladder name (escrag_ablation, escrag_retrieval_k) "
+                   "or a .yaml path")
+    p.add_argument("--out", required=True, help="directory: one run per rung + compare.md")
+    p.add_argument("overrides", nargs="*", help="paths.NAME=DIR for the ladder's checkpoints; "
+                   "other key=value pairs apply to every rung (judge.url=..., limit=...)")
+    p.set_defaults(fn=_eval_ladder)
     p = ev.add_parser("compare", help="several runs side by side (Markdown, JSON, PNG)")
     p.add_argument("runs", nargs="+", help="run directories of `peer-rl eval ...`")
     p.add_argument("--out", required=True, help="directory for compare.md and figures")
@@ -349,12 +387,16 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_eval_pairs)
     _add_eval_protocols(ev)
     _add_index(sub)
-    p = sub.add_parser("chat", help="talk to a model in the terminal (Step 4 shown; "
+    p = sub.add_parser("chat", help="talk to a model in the terminal (the reply shown; "
                        "/reasoning toggles the rest)")
     p.add_argument("model", help="a local model directory or an OpenAI-compatible base URL")
     p.add_argument("--model-name", default="", help="served model name (URL endpoints)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY")
-    p.add_argument("--prompt", default="peer", choices=["peer", "chat"])
+    p.add_argument("--prompt", default="peer", choices=["peer", "chat", "escrag"])
+    p.add_argument("--rag", default="", metavar="INDEX_DIR",
+                   help="ESCRAG-R1 RAG inference with this exemplar index (implies "
+                        "--prompt escrag)")
+    p.add_argument("--rag-k", type=int, default=3)
     p.add_argument("--lang", default="en", choices=["en", "zh"])
     p.add_argument("--show-reasoning", action="store_true")
     p.add_argument("--max-tokens", type=int, default=512)

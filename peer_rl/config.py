@@ -69,8 +69,10 @@ class RolloutConfig:
 
 @dataclass
 class RewardModelConfig:
-    # unifireward: the generative process+outcome judge (PEER); scalar: a Bradley-Terry
-    # sequence-classification reward model served by vLLM's pooling runner (ESCRAG-R1)
+    # unifireward: the generative process+outcome judge (PEER; the policy writes Steps 1-4);
+    # scalar: a Bradley-Terry sequence-classification reward model served by vLLM's pooling
+    # runner (ESCRAG-R1; the policy writes <think>...</think> then the reply, in two passes with
+    # retrieval.enable, else one)
     kind: str = "unifireward"
     path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
     num_workers: int = 1

@@ -106,7 +106,7 @@ def check_supervised(cfg: DictConfig) -> None:
         raise ConfigError("data.train_files: expected at least one file (e.g. ser/*/*_train.jsonl)")
     for rel in cfg.data.train_files:
         parts = Path(rel).parts
-        allowed = ("preference",) if cfg.kind == "bt" else ("ser", "sft")
+        allowed = {"bt": ("preference",), "rm": ("ser",)}.get(cfg.kind, ("sft", "cold_start"))
         if len(parts) < 2 or parts[0] not in allowed:
             raise ConfigError(f"data.train_files: {rel!r}: expected a path under "
                               f"{' or '.join(a + '/' for a in allowed)} relative to data.root "

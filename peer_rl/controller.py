@@ -303,12 +303,13 @@ class Controller:
                 "judge_raw": [r.raw for r in results]}
 
     def _score(self, batch_rows: list[dict], timing: dict) -> dict:
-        """The method's stages 2-5: PEER (one pass, UnifiReward) or ESCRAG-R1 (two passes with
-        retrieval, scalar reward; peer_rl.rag_rollout)."""
-        if self.cfg.retrieval.enable:
-            from peer_rl.rag_rollout import score_two_pass
+        """The method's stages 2-5: PEER (one pass, UnifiReward) or ESCRAG-R1 (the `<think>`
+        prompt, scalar reward, two passes with retrieval unless retrieval.enable=false;
+        peer_rl.rag_rollout)."""
+        if self.cfg.reward_model.kind == "scalar":
+            from peer_rl.rag_rollout import score_escrag
 
-            return score_two_pass(self, batch_rows, timing)
+            return score_escrag(self, batch_rows, timing)
         return self.score_batch(batch_rows, timing)
 
     def train_step(self, batch_rows: list[dict]) -> dict:

@@ -54,6 +54,10 @@ def final_messages(history: list[dict], lang: str, initial_reply: str,
                 exemplars=listed)}]
 
 
+def format_reasoned(reasoning: str, reply: str) -> str:
+    return f"<think>{reasoning.strip()}</think>\n{reply.strip()}"
+
+
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 

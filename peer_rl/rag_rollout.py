@@ -1,5 +1,8 @@
 """ESCRAG-R1's stages 2-5: two-pass rollouts with retrieval, scored by the scalar reward model.
 
+With `retrieval.enable=false` (the paper's "Vanilla-GRPO" rung) the same prompt and reward run
+one pass: the G initial replies are the GRPO samples.
+
 Per prompt the rollout pool writes G initial replies (the therapist prompt, reasoning in
 <think></think>); the retrieval pool returns `retrieval.k` exemplars for each (queried with the
 seeker's last turn and the initial reply); the rollout pool then writes one final reply per
@@ -34,7 +37,8 @@ def _rewards(ctrl, items: list[tuple]) -> np.ndarray:
     return np.array([x for part in parts for x in part], dtype=np.float64)
 
 
-def score_two_pass(ctrl, batch_rows: list[dict], timing: dict) -> dict:
+def score_escrag(ctrl, batch_rows: list[dict], timing: dict) -> dict:
+    """Two passes with retrieval (`retrieval.enable`), else one pass (Vanilla-GRPO)."""
     cfg, G = ctrl.cfg, ctrl.G
     B = len(batch_rows)
     t = time.perf_counter()                                           # pass 1
@@ -45,6 +49,19 @@ def score_two_pass(ctrl, batch_rows: list[dict], timing: dict) -> dict:
     if len(initial) != B * G:
         raise RuntimeError(f"rollout returned {len(initial)} initial samples for {B} x n={G}")
     init_parsed = [parse_reasoned(s.text) for s in initial]
+    if not cfg.retrieval.enable:
+        t = time.perf_counter()
+        rewards = _rewards(ctrl, [(batch_rows[s.uid]["history"], p.reply,
+                                   batch_rows[s.uid]["language"])
+                                  for s, p in zip(initial, init_parsed)])
+        timing["judge"] = time.perf_counter() - t
+        replies = [p.reply for p in init_parsed]
+        red, final = _rur(ctrl, batch_rows, replies, rewards, timing)
+        return {"samples": initial, "parsed": init_parsed, "replies": replies,
+                "rewards": rewards, "final": final, "redundancy": red,
+                "metrics": {"reward/format_rate": float(np.mean([p.complete
+                                                                 for p in init_parsed]))},
+                "judge_raw": [None] * len(initial)}
 
     t = time.perf_counter()                                           # retrieval
     queries = [(batch_rows[s.uid]["history"], p.reply) for s, p in zip(initial, init_parsed)]
@@ -68,17 +85,11 @@ def score_two_pass(ctrl, batch_rows: list[dict], timing: dict) -> dict:
     scores = _rewards(ctrl, items)
     rewards, init_rewards = scores[:B * G], scores[B * G:]
     timing["judge"] = time.perf_counter() - t
-
-    t = time.perf_counter()                                           # RUR (optional)
-    red, final = None, rewards
-    if cfg.algorithm.rur.enable:
-        histories = [[u["content"] for u in r["history"]] for r in batch_rows]
-        red = ctrl._map_pool("redundancy", "similarities", [replies], histories, G)[0]
-        final = rur_reweight(rewards, red["s_hist"], red["s_group"], red["tau"])
-    timing["redundancy"] = time.perf_counter() - t
+    red, final = _rur(ctrl, batch_rows, replies, rewards, timing)
 
     metrics = {
         "reward/format_rate": float(np.mean([p.complete for p in parsed])),
+        "reward/initial_format_rate": float(np.mean([p.complete for p in init_parsed])),
         "reward/initial_mean": float(init_rewards.mean()),
         "reward/final_mean": float(rewards.mean()),
         "reward/final_minus_initial": float((rewards - init_rewards).mean()),
@@ -97,3 +108,16 @@ def score_two_pass(ctrl, batch_rows: list[dict], timing: dict) -> dict:
     return {"samples": samples, "parsed": parsed, "replies": all_replies,
             "rewards": all_rewards, "final": all_final, "redundancy": red, "metrics": metrics,
             "judge_raw": [None] * len(samples)}
+
+
+def _rur(ctrl, batch_rows: list[dict], replies: list[str], rewards: np.ndarray,
+         timing: dict) -> tuple[dict | None, np.ndarray]:
+    """RUR on the scored replies when `algorithm.rur.enable` (combinable with the scalar RM)."""
+    t = time.perf_counter()
+    red, final = None, rewards
+    if ctrl.cfg.algorithm.rur.enable:
+        histories = [[u["content"] for u in r["history"]] for r in batch_rows]
+        red = ctrl._map_pool("redundancy", "similarities", [replies], histories, ctrl.G)[0]
+        final = rur_reweight(rewards, red["s_hist"], red["s_group"], red["tau"])
+    timing["redundancy"] = time.perf_counter() - t
+    return red, final

@@ -7,7 +7,8 @@ prefix by prefix, and a token is a target when it starts inside one of those spa
 
 Targets (everything else is -100, so prompt tokens carry no loss):
 - SER rows (ser/): the 4 assistant verdict turns (3 step verdicts + the preference verdict);
-- SFT rows (sft/): the last assistant turn (the Step 1-4 target).
+- SFT rows (sft/): the last assistant turn (the Step 1-4 target);
+- cold-start rows (cold_start/, ESCRAG-R1): the last assistant turn (`<think>...</think>reply`).
 A target is the assistant content followed by the template's end-of-turn token (the EOS,
 `<|im_end|>` for Qwen templates): the model must learn to stop after a verdict, or a greedy judge
 runs on past it. The assistant header (`<|im_start|>assistant\\n`) and the newline after the
@@ -29,9 +30,9 @@ def target_turns(subset: str, messages: list[dict]) -> list[int]:
         raise ValueError("a supervised row needs at least one assistant message")
     if subset == "ser":
         return assistant                       # the 4 verdicts
-    if subset == "sft":
-        return assistant[-1:]                  # the structured reply
-    raise ValueError(f"subset {subset!r}: expected 'ser' or 'sft'")
+    if subset in ("sft", "cold_start"):
+        return assistant[-1:]                  # the structured / reasoning-response reply
+    raise ValueError(f"subset {subset!r}: expected 'ser', 'sft' or 'cold_start'")
 
 
 def _render(tokenizer, messages, add_generation_prompt: bool = False) -> str:

@@ -153,8 +153,12 @@ def test_supervised_config():
         load_supervised_config(["trainer.batch_size=0"], kind="rm")
     with pytest.raises(ConfigError, match="config key 'trainer.lrr'"):
         load_supervised_config(["trainer.lrr=1"], kind="rm")
-    with pytest.raises(ConfigError, match="under ser/ or sft/"):
+    with pytest.raises(ConfigError, match=r"'grpo/textual.jsonl': expected a path under sft/ or "
+                                          r"cold_start/ relative to data.root \(kind=sft\)"):
         load_supervised_config(["data.train_files=[grpo/textual.jsonl]"], kind="sft")
+    with pytest.raises(ConfigError, match=r"expected a path under ser/ relative to data.root "
+                                          r"\(kind=rm\)"):
+        load_supervised_config(["data.train_files=[sft/textual_train.jsonl]"], kind="rm")
 
 
 def test_a_visual_ser_row_shows_its_frame_in_the_step2_round_and_expands_it(tokenizer):

@@ -464,6 +464,25 @@ def ensure_trained_tiny_reward_model(cache_dir: str | Path, ray_address: str = "
     return str(final)
 
 
+def ensure_trained_tiny_escrag_policy(cache_dir: str | Path, ray_address: str = "") -> str:
+    """The tiny policy after ESCRAG-R1's cold start (`sft recipe=escrag_sft_tiny` from the tiny
+    PEER-SFT policy, which already writes the sample's languages): writes `<think>...</think>`
+    then a reply; trained once into <cache_dir>/trained/escrag_policy and reused."""
+    from peer_rl.config_supervised import load_supervised_config
+
+    run_dir = Path(cache_dir) / "trained" / "escrag_policy"
+    final = run_dir / "final"
+    if not (final / "config.json").exists():
+        start = ensure_trained_tiny_models(cache_dir, ray_address)["policy"]
+        _log(f"first run: the tiny policy's cold-start SFT on the <think> format once (sft "
+             f"recipe=escrag_sft_tiny, ~1.5 minutes on 2 cores; cached in {run_dir})")
+        over = ["recipe=escrag_sft_tiny", f"model.path={start}", f"trainer.output_dir={run_dir}"]
+        cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
+                                             else []), "sft")
+        run_supervised(cfg, "sft")
+    return str(final)
+
+
 def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> dict[str, str]:
     """The tiny judge after `peer-rl train-rm` and the tiny policy after `peer-rl sft` (their
     default recipes, on the bundled sample), trained once into <cache_dir>/trained and reused.

@@ -5,17 +5,31 @@ exemplar corpus the ESCRAG-R1 index is built from.
                          "scores"?: {"chosen": {"client", "counselor", "judge"},
                                      "rejected": {...}}, "source"?}
     exemplars/*.jsonl   {"id", "language", "history", "response", "strategy"?, "source"?}
+    cold_start/*.jsonl  {"id", "language", "messages": [system, user, assistant], "pass"?,
+                         "source"?}: demonstrations of the reasoning-response format for the
+                         cold-start SFT; the assistant turn is `<think>reasoning</think>reply`
+                         and the prompt is the policy's pass-1 or pass-2 prompt
+                         (peer_rl.escrag_prompt); `pass` is "initial" or "final"
 
 `history` takes every spelling the PEER subsets accept (peer_rl.data.vocab) and ends with the
 seeker turn that `chosen` / `rejected` / `response` answer; scores are the Client, Counselor and
 Judge perspectives' 0-10 ratings where the data has them (the reward model trains on the pair
 alone). The bundled sample derives both from the project's own dialogues: a pair per supporter
 turn and quality level (the reply vs the worse reply, the equally good alternative vs the
-unusable one), and the train dialogues' good replies as exemplars.
+unusable one), the train dialogues' good replies as exemplars, and one cold-start
+demonstration per train turn and pass (reasoning from the turn's stage / state / strategy
+annotations; the pass-2 one revises the worse reply with the alternative and two replies of the
+same strategy from other dialogues as its guidelines).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from peer_rl.escrag_prompt import final_messages, format_reasoned, initial_messages
+
 PERSPECTIVES = ("client", "counselor", "judge")
+PASSES = ("initial", "final")
+_REVISE = {"en": "The guidelines fit better than my draft.", "zh": "参考回复比初稿更贴切。"}
 
 
 def preference_rows(targets: list[dict], split: str) -> list[dict]:
@@ -36,4 +50,25 @@ def exemplar_rows(targets: list[dict]) -> list[dict]:
                 "source": "peer-rl sample"}
         rows.append({"id": f"{t['id']}-r", **base, "response": t["text"]})
         rows.append({"id": f"{t['id']}-alt", **base, "response": t["alt_good"]})
+    return rows
+
+
+def cold_start_rows(targets: list[dict], reasoning: Callable[[dict], str]) -> list[dict]:
+    """Pass-1 and pass-2 demonstrations for the train targets (`reasoning(target)`: its three
+    counselling stages as prose)."""
+    train = [t for t in targets if t["split"] == "train"]
+    rows = []
+    for t in train:
+        lang, why = t["lang"], reasoning(t)
+        base = {"language": lang, "source": "peer-rl sample"}
+        rows.append({"id": f"{t['id']}-initial", **base, "pass": "initial",
+                     "messages": initial_messages(t["history"], lang)
+                     + [{"role": "assistant", "content": format_reasoned(why, t["text"])}]})
+        same = [o["text"] for o in train if o["strategy"] == t["strategy"]
+                and o["lang"] == lang and o["dialogue"] != t["dialogue"]]
+        guidelines = [t["alt_good"]] + same[:2]
+        rows.append({"id": f"{t['id']}-final", **base, "pass": "final",
+                     "messages": final_messages(t["history"], lang, t["poor"], guidelines)
+                     + [{"role": "assistant", "content": format_reasoned(
+                         why + (" " if lang == "en" else "") + _REVISE[lang], t["text"])}]})
     return rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-SUBSETS = ("ser", "sft", "grpo", "safety", "preference", "exemplars")
+SUBSETS = ("ser", "sft", "grpo", "safety", "preference", "exemplars", "cold_start")
 
 
 @dataclass(frozen=True)

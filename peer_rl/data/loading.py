@@ -34,6 +34,9 @@ FEATURES = {
     "exemplars": Features({"id": Value("string"), "language": Value("string"), "history": _MSG,
                            "response": Value("string"), "strategy": Value("string"),
                            "source": Value("string")}),
+    "cold_start": Features({"id": Value("string"), "language": Value("string"),
+                            "messages": _MSG, "pass": Value("string"),
+                            "source": Value("string")}),
 }
 
 

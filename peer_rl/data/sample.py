@@ -15,7 +15,7 @@ import random
 import shutil
 from pathlib import Path
 
-from peer_rl.data.escrag import exemplar_rows, preference_rows
+from peer_rl.data.escrag import cold_start_rows, exemplar_rows, preference_rows
 from peer_rl.data.faces import expression_for, write_faces
 from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS, JudgeTemplate
 from peer_rl.reasoning import STRATEGIES, format_structured, policy_messages
@@ -81,6 +81,17 @@ def step_texts(tg: dict, lang: str, face: str | None) -> list[str]:
             s2 += f"面部表情：{_FACE_ZH[face]}。"
         s3 = f"策略：{STRATEGY_ZH[tg['strategy']]}（{tg['strategy']}）。{tg['rationale']}"
     return [s1, s2, s3]
+
+
+def counselling_stages(tg: dict) -> str:
+    """ESCRAG-R1's three reasoning stages (counselling stage, psychological state, strategy),
+    short: the tiny CPU recipes generate at most 128 tokens."""
+    if tg["lang"] == "en":
+        return (f"Stage: {tg['stage']}. State: {tg['intensity']} {', '.join(tg['emotions'])}. "
+                f"Strategy: {tg['strategy']}. {tg['rationale']}")
+    return (f"阶段：{_STAGE_ZH[tg['stage']]}。状态：{_INTENSITY_ZH[tg['intensity']]}"
+            f"{'、'.join(_EMOTION_ZH[e] for e in tg['emotions'])}。"
+            f"策略：{STRATEGY_ZH[tg['strategy']]}。{tg['rationale']}")
 
 
 def _corrupt(tg: dict, others: list[dict], rng: random.Random, step: int) -> dict:
@@ -198,6 +209,7 @@ def build_sample(out: str | Path) -> dict[str, int]:
     for split in ("train", "test"):
         emit(f"preference/{split}.jsonl", preference_rows(both, split))
     emit("exemplars/exemplars.jsonl", exemplar_rows(both))
+    emit("cold_start/train.jsonl", cold_start_rows(both, counselling_stages))
     (out / "README.md").write_text(_CARD, encoding="utf-8")
     return counts
 

@@ -41,6 +41,8 @@ def file_stats(report: FileReport) -> dict:
     elif df.subset == "safety":
         out["group"] = dict(Counter(r["group"] for r in rows))
         out["category"] = dict(Counter(r["category"] for r in rows))
+    elif df.subset == "cold_start":
+        out["pass"] = dict(Counter(r.get("pass") or "(none)" for r in rows))
     elif df.subset in ("preference", "exemplars"):
         out["history_turns_mean"] = round(sum(len(r["history"]) for r in rows) / max(len(rows), 1), 2)
         if df.subset == "preference":

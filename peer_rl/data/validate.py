@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from peer_rl.data.escrag import PERSPECTIVES
+from peer_rl.data.escrag import PASSES, PERSPECTIVES
 from peer_rl.data.layout import DataFile
 from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
                                 language_of, modality_of, role_of, split_role_lines)
 from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS
 from peer_rl.multimodal import IMAGE_TAG, count_tags
+from peer_rl.escrag_prompt import parse_reasoned
 from peer_rl.reasoning import parse_structured
 
 SAFETY_GROUPS = ("crisis", "harmful_request", "boundary")
@@ -362,8 +363,29 @@ def _check_exemplars(r: _Row) -> None:
             r.text(key, required=False)
 
 
+def _check_cold_start(r: _Row) -> None:
+    """ESCRAG-R1 cold-start demonstrations (peer_rl.data.escrag)."""
+    r.row_id(required=True)
+    _language(r)
+    if "pass" in r.row:
+        r.choice("pass", PASSES)
+    if "source" in r.row:
+        r.text("source", required=False)
+    msgs = r.chat()
+    if msgs is None:
+        return
+    if len(msgs) < 2 or msgs[-1]["role"] != "assistant" or msgs[-2]["role"] != "user":
+        r.bad("messages", "expected a chat ending with a user turn then the assistant target",
+              "cold-start chat")
+        return
+    if not parse_reasoned(msgs[-1]["content"]).complete:
+        r.bad("messages[-1].content", "expected <think>reasoning</think> then a non-empty reply "
+              "(one think block)", "cold-start format")
+
+
 CHECKERS = {"ser": _check_ser, "sft": _check_sft, "grpo": _check_grpo, "safety": _check_safety,
-            "preference": _check_preference, "exemplars": _check_exemplars}
+            "preference": _check_preference, "exemplars": _check_exemplars,
+            "cold_start": _check_cold_start}
 
 
 def check_file(df: DataFile) -> FileReport:

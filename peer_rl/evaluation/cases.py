@@ -9,6 +9,10 @@
   it is inferred from the text.
 * Safety probes and diversity prompts are the PEER layout's `safety/` and `grpo/*_test` files
   (peer_rl.data).
+* Client-Counselor-Judge contexts: any PEER-layout subset whose rows carry a `history` that ends
+  with the seeker (preference/, exemplars/, grpo/; a context shared by several rows counts
+  once), or an ESConv JSON file (contexts cut at sampled supporter rounds, as `data
+  import-esconv` does).
 
 A malformed item fails with `path:item N: field: expected ...` for every problem; with
 `skip_invalid` the valid items run and the skipped ones are counted in the report.
@@ -64,6 +68,13 @@ class DiversityPrompt:
     messages: tuple          # the policy prompt (peer style)
     history: tuple           # role/content turns (chat style)
     images: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    id: str
+    language: str
+    history: tuple           # role/content turns, the seeker's last
 
 
 @dataclass
@@ -187,3 +198,37 @@ def load_diversity_prompts(root, pattern: str = "*_test", skip_invalid: bool = F
                                  tuple(r["history"]), tuple(r.get("images") or ()))
                  for r in res.items]
     return res
+
+
+def _contexts(rows: list[dict]) -> list[Context]:
+    seen, out = set(), []
+    for r in rows:
+        key = (r["language"], tuple((t["role"], t["content"]) for t in r["history"]))
+        if key not in seen:
+            seen.add(key)
+            out.append(Context(str(r["id"]), r["language"], tuple(r["history"])))
+    return out
+
+
+def load_contexts(root, subset: str = "preference", pattern: str = "*test*",
+                  skip_invalid: bool = False) -> Loaded:
+    """Distinct dialogue contexts of `<root>/<subset>/<pattern>.jsonl`."""
+    if subset not in ("preference", "exemplars", "grpo"):
+        raise ValueError(f"ccj.subset={subset!r}: expected preference, exemplars or grpo (rows "
+                         "with a history that ends with the seeker)")
+    res = _peer_rows(root, subset, pattern, skip_invalid)
+    res.items = _contexts(res.items)
+    return res
+
+
+def load_esconv_contexts(path, per_dialogue: int = 1, seed: int = 0) -> Loaded:
+    """Contexts from ESConv dialogues: `per_dialogue` supporter rounds per dialogue (Gaussian
+    round sampling, seeded); what the importer skipped is reported as skipped inputs."""
+    from peer_rl.data.esconv import import_esconv
+    from peer_rl.data.vocab import language_of
+
+    rows, report = import_esconv(path, rounds_per_dialogue=per_dialogue, seed=seed)
+    for r in rows:
+        r["language"] = language_of(r["language"])
+    skipped = [f"{path}: {why}: {n}" for why, n in report.skipped.items()]
+    return Loaded(_contexts(rows), skipped)

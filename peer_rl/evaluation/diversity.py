@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from peer_rl.evaluation.supporter import shown_reply, supporter_request
+from peer_rl.evaluation.supporter import supporter_turn
 from peer_rl.metrics import distinct_n
 from peer_rl.rewards import group_similarity, history_similarity
 
 
-def diversity_case(prompt, style: str, n: int = 4, images: bool = True):
-    texts = yield "model", supporter_request(style, list(prompt.history), prompt.language,
-                                             images=prompt.images if images else (), n=n,
-                                             messages=list(prompt.messages))
-    shown = [shown_reply(t, style) for t in texts]
-    return {"language": prompt.language, "model_raw": texts, "replies": [s for s, _ in shown],
-            "step4": [ok for _, ok in shown],
-            "history": [t["content"] for t in prompt.history]}
+def diversity_case(prompt, style: str, n: int = 4, images: bool = True, rag_k: int = 0):
+    turns = yield from supporter_turn(style, list(prompt.history), prompt.language, n=n,
+                                      images=prompt.images if images else (),
+                                      messages=list(prompt.messages), rag_k=rag_k)
+    record = {"language": prompt.language, "model_raw": [t.raw for t in turns],
+              "replies": [t.shown for t in turns], "format_ok": [t.format_ok for t in turns],
+              "history": [t["content"] for t in prompt.history]}
+    if rag_k:
+        record |= {"initial_raw": [t.initial_raw for t in turns],
+                   "exemplars": [list(t.exemplars) for t in turns]}
+    return record
 
 
 def diversity_metrics(replies: list[list[str]], histories: list[list[str]], encode) -> dict:
@@ -50,10 +53,10 @@ def diversity_metrics(replies: list[list[str]], histories: list[list[str]], enco
 
 def summarise_diversity(records: list[dict], encode) -> dict:
     ok = [r for r in records if "error" not in r]
-    step4 = [x for r in ok for x in r["step4"] if x is not None]
+    fmt = [x for r in ok for x in r["format_ok"] if x is not None]
     out = {"protocol": "diversity", "cases": len(records), "errors": len(records) - len(ok),
            "error_ids": [r["id"] for r in records if "error" in r],
-           "step4_rate": sum(step4) / len(step4) if step4 else None}
+           "format_rate": sum(fmt) / len(fmt) if fmt else None}
     out |= diversity_metrics([r["replies"] for r in ok], [r["history"] for r in ok], encode)
     by_lang = {}
     for lang in sorted({r["language"] for r in ok}):

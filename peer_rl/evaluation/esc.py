@@ -11,10 +11,10 @@ from peer_rl.evaluation.parse import parse_int
 from peer_rl.evaluation.prompts import (DIMENSIONS, SCORE_SCHEMA, esc_judge_messages, esc_persona,
                                         seeker_messages)
 from peer_rl.evaluation.simulated import seeker_line
-from peer_rl.evaluation.supporter import shown_reply, supporter_request
+from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
 
-def esc_case(card, style: str, rounds: int = 5):
+def esc_case(card, style: str, rounds: int = 5, rag_k: int = 0):
     lang = card.language
     persona = esc_persona(card.base, lang)
     history: list[dict] = []
@@ -23,10 +23,9 @@ def esc_case(card, style: str, rounds: int = 5):
         texts = yield "seeker", Request(seeker_messages(persona, history, lang))
         seeker = seeker_line(texts[0])
         history.append({"role": "seeker", "content": seeker})
-        texts = yield "model", supporter_request(style, history, lang)
-        reply, step4 = shown_reply(texts[0], style)
-        history.append({"role": "supporter", "content": reply})
-        turns.append({"seeker": seeker, "model_raw": texts[0], "reply": reply, "step4": step4})
+        turn = (yield from supporter_turn(style, history, lang, rag_k=rag_k))[0]
+        history.append({"role": "supporter", "content": turn.shown})
+        turns.append({"seeker": seeker, **turn_record(turn)})
     answers = yield "judge", [Request(esc_judge_messages(d, history, lang), schema=SCORE_SCHEMA)
                               for d in DIMENSIONS]
     scores = {d: parse_int(a[0], "score", 0, 4, ("分数", "评分")) for d, a in zip(DIMENSIONS, answers)}
@@ -44,7 +43,7 @@ def summarise_esc(records: list[dict]) -> dict:
                    "n": len(vals), "unparsed": len(ok) - len(vals)}
     means = [v["mean"] for v in dims.values() if v["mean"] is not None]
     avg = sum(means) / len(means) if len(means) == len(DIMENSIONS) else None
-    step4 = [t["step4"] for r in ok for t in r["turns"] if t["step4"] is not None]
+    fmt = [t["format_ok"] for r in ok for t in r["turns"] if t["format_ok"] is not None]
     by_lang = {}
     for lang in sorted({r["language"] for r in ok}):
         sub = [r for r in ok if r["language"] == lang]
@@ -56,7 +55,7 @@ def summarise_esc(records: list[dict]) -> dict:
             "dimensions": dims, "average": avg,
             "average_scaled": None if avg is None else avg / 4 * 100,
             "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
-            "step4_rate": _mean(step4), "by_language": by_lang}
+            "format_rate": _mean(fmt), "by_language": by_lang}
 
 
 def _mean(xs):

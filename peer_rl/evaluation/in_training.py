@@ -117,8 +117,8 @@ class InTrainingEval:
                                     encode)
             out |= {f"eval/diversity/{k}": v for k, v in div.items()
                     if isinstance(v, float)}
-            step4 = [x for r in recs for x in r["step4"]]
-            out["eval/diversity/step4_rate"] = sum(step4) / len(step4)
+            fmt = [x for r in recs for x in r["format_ok"]]
+            out["eval/diversity/format_rate"] = sum(fmt) / len(fmt)
         if self.probes:
             endpoints = {"model": model, "judge": self._judge(map_pool, len(pools.reward_model))}
             s = summarise_safety(run_all(self.probes, partial(safety_case, style="peer"),

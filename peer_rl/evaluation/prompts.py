@@ -193,3 +193,89 @@ def safety_judge_messages(group: str, seeker_turns: list[str], reply: str, lang:
                                       seeker="\n".join(untrusted(t) for t in seeker_turns),
                                       reply=untrusted(reply))
     return [{"role": "user", "content": text}]
+
+
+# ---------------------------------------------------------------- Client-Counselor-Judge
+# ESCRAG-R1's three perspectives on one counsellor reply, 0-10 per dimension. The perspectives
+# and dimension names are the paper's; the wording of each question is ours.
+CCJ_PERSPECTIVES = {
+    "client": ("emotional_impact", "non_lecturing_empathy", "therapeutic_alliance"),
+    "counselor": ("strategic_coherence", "theoretical_application"),
+    "judge": ("strategy_client_fit", "problem_targeting"),
+}
+CCJ_DIMENSIONS = tuple(d for dims in CCJ_PERSPECTIVES.values() for d in dims)
+CCJ_TITLES = {"emotional_impact": "Emotional Impact",
+              "non_lecturing_empathy": "Non-Lecturing Empathy",
+              "therapeutic_alliance": "Therapeutic Alliance",
+              "strategic_coherence": "Strategic Coherence",
+              "theoretical_application": "Theoretical Application",
+              "strategy_client_fit": "Strategy-Client Fit",
+              "problem_targeting": "Problem Targeting"}
+_CCJ_QUESTIONS = {
+    "en": {
+        "emotional_impact": "How much better do you feel after reading it: calmer, lighter, "
+                            "less alone?",
+        "non_lecturing_empathy": "Does it understand and accept what you feel without "
+                                 "lecturing, moralising or rushing you to advice?",
+        "therapeutic_alliance": "Do you feel the counselor is on your side: respectful, "
+                                "trustworthy, someone you would keep talking to?",
+        "strategic_coherence": "Is the intervention one purposeful strategy that fits the "
+                               "counselling stage and what came before, rather than generic "
+                               "reassurance spliced onto advice?",
+        "theoretical_application": "Does it apply sound counselling theory and skills "
+                                   "(reflection, validation, open questions, person-centred or "
+                                   "cognitive techniques) correctly and at the right moment?",
+        "strategy_client_fit": "Does the chosen strategy fit this client's psychological "
+                               "state right now?",
+        "problem_targeting": "Does it address the client's actual core problem rather than "
+                             "something generic?",
+    },
+    "zh": {
+        "emotional_impact": "读完这条回复，你感觉好了多少：更平静、更轻松、不那么孤单？",
+        "non_lecturing_empathy": "它是否理解并接纳你的感受，而没有说教、评判或急于给建议？",
+        "therapeutic_alliance": "你是否觉得咨询师站在你这边：尊重你、值得信任、你愿意继续和他聊下去？",
+        "strategic_coherence": "这次干预是否是一个有明确目的、符合当前咨询阶段和前文的策略，"
+                               "而不是把泛泛的安慰和建议拼接在一起？",
+        "theoretical_application": "它是否正确且适时地运用了咨询理论和技术（情感反映、认可、开放式提问、"
+                                   "以人为中心或认知技术）？",
+        "strategy_client_fit": "所选策略是否契合来访者此刻的心理状态？",
+        "problem_targeting": "它是否针对来访者真正的核心问题，而不是泛泛而谈？",
+    },
+}
+_CCJ_ROLE = {
+    "en": {"client": "You are the client in this counselling conversation. Read the counselor's "
+                     "latest reply as the person who wrote your messages and rate it from your "
+                     "own experience.",
+           "counselor": "You are a senior counselling supervisor. Rate the counselor's latest "
+                        "reply on its professional quality.",
+           "judge": "You are an impartial expert judge of emotional-support conversations. Rate "
+                    "how well the counselor's latest reply fits this client and problem."},
+    "zh": {"client": "你是这段咨询对话中的来访者。以写下这些消息的人的身份阅读咨询师的最新回复，"
+                     "并根据你自己的感受打分。",
+           "counselor": "你是一位资深的心理咨询督导。评价咨询师最新回复的专业质量。",
+           "judge": "你是情感支持对话的中立专家评审。评价咨询师最新回复与这位来访者及其问题的契合程度。"},
+}
+_CCJ_BODY = {
+    "en": ("{role}\n\nConversation so far:\n{dialogue}\n\nCounselor's latest reply:\n{reply}\n\n"
+           "Rate each question from 0 (not at all) to 10 (completely):\n{questions}\n\n"
+           "Answer with a JSON object: {example}"),
+    "zh": ("{role}\n\n目前的对话：\n{dialogue}\n\n咨询师的最新回复：\n{reply}\n\n"
+           "对每个问题打 0（完全没有）到 10（完全做到）分：\n{questions}\n\n用JSON回答：{example}"),
+}
+
+
+def ccj_schema(perspective: str) -> dict:
+    dims = CCJ_PERSPECTIVES[perspective]
+    props = {d: {"type": "integer", "minimum": 0, "maximum": 10} for d in dims}
+    props["reason"] = {"type": "string", "maxLength": 300}
+    return {"type": "object", "properties": props, "required": list(dims) + ["reason"]}
+
+
+def ccj_messages(perspective: str, history: list[dict], reply: str, lang: str) -> list[dict]:
+    dims = CCJ_PERSPECTIVES[perspective]
+    questions = "\n".join(f"- {d} ({CCJ_TITLES[d]}): {_CCJ_QUESTIONS[lang][d]}" for d in dims)
+    example = "{" + ", ".join(f'"{d}": <0-10>' for d in dims) + ', "reason": "..."}'
+    text = _CCJ_BODY[lang].format(role=_CCJ_ROLE[lang][perspective],
+                                  dialogue=transcript(history, lang), reply=untrusted(reply),
+                                  questions=questions, example=example)
+    return [{"role": "user", "content": text}]

@@ -1,13 +1,14 @@
 """A run's report (report.json, report.md, PNG figures) and `eval compare` across runs, in the
 papers' layout: ESC-Eval dimensions on the 0-100 scale, SAGE sentient score / success rate /
-bands, safety pass rates per group, diversity figures."""
+bands, safety pass rates per group, diversity figures, Client-Counselor-Judge scores 0-10."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from peer_rl.evaluation import figures
-from peer_rl.evaluation.prompts import DIMENSIONS, DIMENSION_TITLES
+from peer_rl.evaluation.prompts import (CCJ_DIMENSIONS, CCJ_PERSPECTIVES, CCJ_TITLES,
+                                        DIMENSIONS, DIMENSION_TITLES)
 from peer_rl.evaluation.sage import BANDS
 from peer_rl.evaluation.store import MANIFEST_FILE
 
@@ -67,8 +68,17 @@ def diversity_table(named: dict[str, dict]) -> str:
                                    "(cosine, clipped at 0): lower is more diverse.")
 
 
+def ccj_table(named: dict[str, dict]) -> str:
+    header = ["model"] + [CCJ_TITLES[d] for d in CCJ_DIMENSIONS] + ["Average", "contexts"]
+    rows = [[name] + [_f(s["dimensions"][d]["mean"]) for d in CCJ_DIMENSIONS]
+            + [_f(s["average"]), str(s["cases"] - s["errors"])] for name, s in named.items()]
+    groups = "; ".join(f"{p.capitalize()}: {', '.join(CCJ_TITLES[d] for d in ds)}"
+                       for p, ds in CCJ_PERSPECTIVES.items())
+    return _table(header, rows) + f"\n\nScores 0-10. {groups}."
+
+
 TABLES = {"esc": esc_table, "sage": sage_table, "safety": safety_table,
-          "diversity": diversity_table}
+          "diversity": diversity_table, "ccj": ccj_table}
 
 
 def _figure(protocol: str, named: dict[str, dict], out: Path, stem: str) -> list[Path]:
@@ -93,6 +103,11 @@ def _figure(protocol: str, named: dict[str, dict], out: Path, stem: str) -> list
                                        {n: mean_trajectory(s["trajectories"])
                                         for n, s in named.items()}, 0, 100))
         return paths
+    if protocol == "ccj":
+        return [figures.bars(out / f"{stem}_dimensions.png", "Client-Counselor-Judge (0-10)",
+                             [CCJ_TITLES[d] for d in CCJ_DIMENSIONS] + ["Average"],
+                             {n: [s["dimensions"][d]["mean"] for d in CCJ_DIMENSIONS]
+                              + [s["average"]] for n, s in named.items()}, 10)]
     if protocol == "safety":
         return [figures.bars(out / f"{stem}_groups.png", "Safety: pass rate (%)",
                              SAFETY_GROUPS_HEADER + ["overall"],
@@ -121,7 +136,8 @@ def mean_trajectory(trajectories: dict[str, list[float]]) -> list[float]:
 def model_label(manifest: dict) -> str:
     m = manifest.get("parties", {}).get("model", {})
     name = m.get("path") or f"{m.get('url', '?')} {m.get('model', '')}".strip()
-    return f"{name} ({m.get('prompt', 'peer')})"
+    rag = manifest.get("rag")
+    return f"{name} ({m.get('prompt', 'peer')}" + (f" + RAG k={rag['k']})" if rag else ")")
 
 
 def write_report(out_dir: str | Path, summary: dict, manifest: dict) -> dict:
@@ -146,7 +162,7 @@ def _notes(s: dict) -> list[str]:
              + (f": {', '.join(map(str, s['error_ids'][:10]))}" if s["errors"] else "") + ")"]
     if s.get("skipped_inputs"):
         notes.append(f"- invalid input items skipped: {len(s['skipped_inputs'])}")
-    if s["protocol"] == "esc":
+    if s["protocol"] in ("esc", "ccj"):
         notes.append(f"- judge scores that did not parse: {s['judge_unparsed']}")
     if s["protocol"] == "sage":
         notes.append(f"- emotion changes that did not parse (counted as 0): "
@@ -155,8 +171,9 @@ def _notes(s: dict) -> list[str]:
         for g, r in s["groups"].items():
             notes.append(f"- {g}: {r['judged']} judged, {r['unparsed']} unparsed; failing ids: "
                          + (", ".join(map(str, r["failing_ids"])) or "none"))
-    if s.get("step4_rate") is not None:
-        notes.append(f"- answers with a Step 4 (peer prompt): {_f(s['step4_rate'], pct=True)}")
+    if s.get("format_rate") is not None:
+        notes.append(f"- answers in the prompt's format (peer: a Step 4; escrag: <think> then "
+                     f"a reply): {_f(s['format_rate'], pct=True)}")
     return notes + [""]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from peer_rl.evaluation import cases as case_files
+from peer_rl.evaluation.ccj import ccj_case, summarise_ccj
 from peer_rl.evaluation.config import ROLES, SAMPLE_EVAL
 from peer_rl.evaluation.diversity import diversity_case, summarise_diversity
 from peer_rl.evaluation.endpoints import close_all, open_endpoints
@@ -39,8 +40,15 @@ def _inputs(protocol: str, cfg) -> tuple[case_files.Loaded, dict]:
     if protocol == "sage":
         path = Path(cfg.sage.profiles or SAMPLE_EVAL / "sage_profiles.jsonl")
         return case_files.load_profiles(path, skip), {"file": str(path), "sha256": _sha256(path)}
+    if protocol == "ccj" and cfg.ccj.esconv:
+        path = Path(cfg.ccj.esconv)
+        return (case_files.load_esconv_contexts(path, cfg.ccj.esconv_per_dialogue, cfg.seed),
+                {"file": str(path), "sha256": _sha256(path)})
     root = Path(cfg[protocol].root or sample_root())
-    if protocol == "safety":
+    if protocol == "ccj":
+        files = sorted((root / cfg.ccj.subset).glob(cfg.ccj.pattern + ".jsonl"))
+        loaded = case_files.load_contexts(root, cfg.ccj.subset, cfg.ccj.pattern, skip)
+    elif protocol == "safety":
         files = sorted((root / "safety").glob("*.jsonl"))
         loaded = case_files.load_probes(root, skip)
     else:
@@ -49,22 +57,44 @@ def _inputs(protocol: str, cfg) -> tuple[case_files.Loaded, dict]:
     return loaded, {"files": {str(f): _sha256(f) for f in files}}
 
 
+def _rag(cfg) -> dict | None:
+    """What identifies the retrieval of a RAG run: index files' hashes, k, embedding model."""
+    if not cfg.rag.index:
+        return None
+    from peer_rl.retrieval.index import INDEX_FILE, INFO_FILE, META_FILE
+
+    d = Path(cfg.rag.index)
+    for name in (INDEX_FILE, META_FILE, INFO_FILE):
+        if not (d / name).is_file():
+            raise FileNotFoundError(f"rag.index={cfg.rag.index!r}: no {name} there (build one "
+                                    f"with `peer-rl index build DATA --out {d}`)")
+    return {"index": str(d), "k": cfg.rag.k, "embedding_model": cfg.rag.embedding_model,
+            "sha256": {n: _sha256(d / n) for n in (INDEX_FILE, META_FILE)}}
+
+
 def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
     section = OmegaConf.to_container(cfg[protocol]) if protocol in cfg else {}
-    return {"protocol": protocol, "settings": section, "inputs": inputs,
-            "parties": {r: {k: cfg[r][k] for k in _PARTY_KEYS} for r in ROLES[protocol]}}
+    manifest = {"protocol": protocol, "settings": section, "inputs": inputs,
+                "parties": {r: {k: cfg[r][k] for k in _PARTY_KEYS} for r in ROLES[protocol]}}
+    rag = _rag(cfg)
+    if rag:
+        manifest["rag"] = rag
+    return manifest
 
 
 def _program(protocol: str, cfg):
-    style = cfg.model.prompt
+    style, rag_k = cfg.model.prompt, cfg.rag.k if cfg.rag.index else 0
     if protocol == "esc":
-        return partial(esc_case, style=style, rounds=cfg.esc.rounds)
+        return partial(esc_case, style=style, rounds=cfg.esc.rounds, rag_k=rag_k)
     if protocol == "sage":
         return partial(sage_case, style=style, start=cfg.sage.start_emotion,
-                       max_turns=cfg.sage.max_turns)
+                       max_turns=cfg.sage.max_turns, rag_k=rag_k)
     if protocol == "safety":
-        return partial(safety_case, style=style)
-    return partial(diversity_case, style=style, n=cfg.diversity.n, images=cfg.model.images)
+        return partial(safety_case, style=style, rag_k=rag_k)
+    if protocol == "ccj":
+        return partial(ccj_case, style=style, rag_k=rag_k)
+    return partial(diversity_case, style=style, n=cfg.diversity.n, images=cfg.model.images,
+                   rag_k=rag_k)
 
 
 def summarise(protocol: str, records: list[dict], cfg) -> dict:
@@ -74,10 +104,26 @@ def summarise(protocol: str, records: list[dict], cfg) -> dict:
         return summarise_sage(records)
     if protocol == "safety":
         return summarise_safety(records)
+    if protocol == "ccj":
+        return summarise_ccj(records)
     from workers.redundancy import load_embedding_model
 
     encoder = load_embedding_model(cfg.diversity.embedding_model)
     return summarise_diversity(records, encoder.encode)
+
+
+def open_parties(protocol: str, cfg) -> dict:
+    """The protocol's endpoints, plus the in-process retriever under RAG inference."""
+    endpoints = open_endpoints({r: cfg[r] for r in ROLES[protocol]}, seed=cfg.seed)
+    if cfg.rag.index:
+        from peer_rl.evaluation.retriever import LocalRetriever
+
+        try:
+            endpoints["retrieval"] = LocalRetriever(cfg.rag.index, cfg.rag.embedding_model)
+        except BaseException:
+            close_all(endpoints)
+            raise
+    return endpoints
 
 
 def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
@@ -91,7 +137,7 @@ def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
               "interrupted write; those cases run again")
     missing = [c for c in todo if not store.done(c.id)]
     if missing:
-        endpoints = open_endpoints({r: cfg[r] for r in ROLES[protocol]}, seed=cfg.seed)
+        endpoints = open_parties(protocol, cfg)
         try:
             run_cases(todo, _program(protocol, cfg), endpoints, store, cfg.batch_cases,
                       desc=f"eval {protocol}")

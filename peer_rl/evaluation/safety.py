@@ -9,19 +9,17 @@ from __future__ import annotations
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.parse import parse_verdict
 from peer_rl.evaluation.prompts import VERDICT_SCHEMA, safety_judge_messages
-from peer_rl.evaluation.supporter import shown_reply, supporter_request
+from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
 
-def safety_case(probe, style: str):
+def safety_case(probe, style: str, rag_k: int = 0):
     history = [{"role": "seeker", "content": t} for t in probe.history]
-    texts = yield "model", supporter_request(style, history, probe.language)
-    reply, step4 = shown_reply(texts[0], style)
-    judged = (yield "judge", Request(safety_judge_messages(probe.group, list(probe.history), reply,
-                                                           probe.language),
+    turn = (yield from supporter_turn(style, history, probe.language, rag_k=rag_k))[0]
+    judged = (yield "judge", Request(safety_judge_messages(probe.group, list(probe.history),
+                                                           turn.shown, probe.language),
                                      schema=VERDICT_SCHEMA))[0]
     return {"language": probe.language, "group": probe.group, "category": probe.category,
-            "model_raw": texts[0], "reply": reply, "step4": step4, "judge_raw": judged,
-            "passed": parse_verdict(judged)}
+            **turn_record(turn), "judge_raw": judged, "passed": parse_verdict(judged)}
 
 
 def _rates(records: list[dict]) -> dict:
@@ -37,8 +35,8 @@ def summarise_safety(records: list[dict]) -> dict:
     groups = {g: _rates([r for r in ok if r["group"] == g]) for g in sorted({r["group"] for r in ok})}
     cats = {c: _rates([r for r in ok if r["category"] == c])
             for c in sorted({r["category"] for r in ok})}
-    step4 = [r["step4"] for r in ok if r["step4"] is not None]
+    fmt = [r["format_ok"] for r in ok if r["format_ok"] is not None]
     return {"protocol": "safety", "cases": len(records), "errors": len(records) - len(ok),
-            "step4_rate": sum(step4) / len(step4) if step4 else None,
+            "format_rate": sum(fmt) / len(fmt) if fmt else None,
             "error_ids": [r["id"] for r in records if "error" in r],
             "overall": _rates(ok), "groups": groups, "categories": cats}

@@ -13,7 +13,7 @@ from peer_rl.evaluation.parse import json_field, is_goodbye, parse_int
 from peer_rl.evaluation.prompts import (CHANGE_SCHEMA, sage_analyse_messages, sage_persona,
                                         sage_reply_messages)
 from peer_rl.evaluation.simulated import seeker_line
-from peer_rl.evaluation.supporter import shown_reply, supporter_request
+from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
 BANDS = (("S", 100), ("A", 70), ("B", 40), ("C", 10), ("F", float("-inf")))
 
@@ -22,16 +22,15 @@ def band(emotion: float) -> str:
     return next(name for name, floor in BANDS if emotion >= floor)
 
 
-def sage_case(profile, style: str, start: int = 40, max_turns: int = 10):
+def sage_case(profile, style: str, start: int = 40, max_turns: int = 10, rag_k: int = 0):
     lang = profile.language
     persona = sage_persona(profile, lang)
     emotion, trajectory = start, [start]
     history = [{"role": "seeker", "content": profile.first_talk}]
     turns, end = [], "max_turns"
     for _ in range(max_turns):
-        texts = yield "model", supporter_request(style, history, lang)
-        reply, step4 = shown_reply(texts[0], style)
-        history.append({"role": "supporter", "content": reply})
+        model_turn = (yield from supporter_turn(style, history, lang, rag_k=rag_k))[0]
+        history.append({"role": "supporter", "content": model_turn.shown})
         analysis = (yield "seeker", Request(sage_analyse_messages(persona, history, emotion, lang),
                                             schema=CHANGE_SCHEMA))[0]
         change = parse_int(analysis, "change", -10, 10, ("变化", "情绪变化"))
@@ -39,7 +38,7 @@ def sage_case(profile, style: str, start: int = 40, max_turns: int = 10):
         reaction = reaction if isinstance(reaction, str) else analysis
         emotion = max(0, min(100, emotion + (change or 0)))
         trajectory.append(emotion)
-        turn = {"model_raw": texts[0], "reply": reply, "step4": step4, "analysis": analysis,
+        turn = {**turn_record(model_turn), "analysis": analysis,
                 "change": change, "emotion": emotion}
         turns.append(turn)
         if emotion >= 100 or emotion < 10:
@@ -66,7 +65,7 @@ def summarise_sage(records: list[dict]) -> dict:
     for r in ok:
         ends[r["end"]] = ends.get(r["end"], 0) + 1
     n_turns = [len(r["turns"]) for r in ok]
-    step4 = [t["step4"] for r in ok for t in r["turns"] if t["step4"] is not None]
+    fmt = [t["format_ok"] for r in ok for t in r["turns"] if t["format_ok"] is not None]
     return {"protocol": "sage", "cases": len(records), "errors": len(records) - len(ok),
             "error_ids": [r["id"] for r in records if "error" in r],
             "sentient_score": sum(finals) / len(finals) if finals else None,
@@ -75,5 +74,5 @@ def summarise_sage(records: list[dict]) -> dict:
             "mean_turns": sum(n_turns) / len(n_turns) if n_turns else None,
             "change_unparsed": sum(r["change_unparsed"] for r in ok),
             "changes_asked": sum(n_turns),
-            "step4_rate": sum(step4) / len(step4) if step4 else None,
+            "format_rate": sum(fmt) / len(fmt) if fmt else None,
             "trajectories": {r["id"]: r["trajectory"] for r in ok}}

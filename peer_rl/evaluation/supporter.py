@@ -5,15 +5,40 @@ sees Step 4 only and the transcript keeps the whole answer. When Step 4 is missi
 sees the answer without its step markers and the turn counts as a format miss.
 `chat` style: a plain chat model as it is (baselines): a short system prompt, the dialogue as
 alternating turns, the whole answer (minus a `<think>` block) shown.
+`escrag` style: ESCRAG-R1's therapist prompt (peer_rl.escrag_prompt); the seeker sees what
+follows `</think>`. With retrieval (`rag.index`, `--rag DIR`) a turn is ESCRAG-R1's RAG
+inference: the initial reply queries the exemplar index (role "retrieval") and the model writes
+the final reply from the dialogue, its initial reply and the exemplars; no weights change.
+
+`supporter_turn` is the one place a protocol asks the model under test for a turn:
+`turns = yield from supporter_turn(...)`.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from peer_rl.escrag_prompt import final_messages, initial_messages, parse_reasoned
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.parse import strip_think
 from peer_rl.multimodal import attach_images
 from peer_rl.reasoning import parse_structured, policy_messages
 
-STYLES = ("peer", "chat")
+STYLES = ("peer", "chat", "escrag")
+
+
+class Query(NamedTuple):
+    """A retrieval request: the exemplar index's key is (dialogue, initial reply)."""
+    history: list[dict]
+    reply: str
+    k: int
+
+
+class Turn(NamedTuple):
+    raw: str                      # the model's whole answer (the final pass's, with RAG)
+    shown: str                    # what the seeker reads
+    format_ok: bool | None        # the style's format was complete (None: chat style)
+    initial_raw: str | None = None        # RAG: the first pass's answer
+    exemplars: tuple[str, ...] = ()       # RAG: what retrieval returned
 _SYSTEM = {"en": "You are a warm, caring friend who offers emotional support. Reply briefly "
                  "and naturally, as in a chat.",
            "zh": "你是一位温暖、体贴的朋友，为对方提供情感支持。像聊天一样简短自然地回复。"}
@@ -36,6 +61,8 @@ def supporter_request(style: str, history: list[dict], lang: str, images=(), n: 
     """`messages` (peer style only) replaces the rebuilt prompt: GRPO test rows carry theirs."""
     if style == "peer":
         msgs = list(messages) if messages else policy_messages(history, lang, visual=bool(images))
+    elif style == "escrag":
+        msgs = initial_messages(history, lang)
     elif style == "chat":
         msgs = chat_messages(history, lang)
     else:
@@ -45,8 +72,28 @@ def supporter_request(style: str, history: list[dict], lang: str, images=(), n: 
     return Request(msgs, n=n)
 
 
+def supporter_turn(style: str, history: list[dict], lang: str, n: int = 1, images=(),
+                   messages: list[dict] | None = None, rag_k: int = 0):
+    """Yield the model's (and retrieval's) requests; return the n Turns. `rag_k` > 0 (escrag
+    style only) runs the two passes with that many exemplars."""
+    texts = yield "model", supporter_request(style, history, lang, images, n, messages)
+    if not rag_k:
+        return [Turn(t, *shown_reply(t, style)) for t in texts]
+    if style != "escrag":
+        raise ValueError(f"RAG inference needs the escrag prompt, not model.prompt={style!r}")
+    first = [parse_reasoned(t).reply for t in texts]
+    found = yield "retrieval", [Query(history, f, rag_k) for f in first]
+    second = yield "model", [Request(final_messages(history, lang, f, ex)) for f, ex in
+                             zip(first, found)]
+    return [Turn(t2[0], *shown_reply(t2[0], style), initial_raw=t1, exemplars=tuple(ex))
+            for t1, ex, t2 in zip(texts, found, second)]
+
+
 def shown_reply(text: str, style: str) -> tuple[str, bool | None]:
-    """(what the seeker reads, whether Step 4 was found: None in chat style)."""
+    """(what the seeker reads, whether the style's format was complete: None in chat style)."""
+    if style == "escrag":
+        parsed = parse_reasoned(text)
+        return parsed.reply, parsed.complete
     text = strip_think(text)
     if style == "chat":
         return text.strip(), None
@@ -57,3 +104,11 @@ def shown_reply(text: str, style: str) -> tuple[str, bool | None]:
     # no Step 4: drop whatever step bodies precede the text the model did write
     leftover = parsed.steps[max(parsed.steps)] if parsed.steps else text
     return leftover.strip(), False
+
+
+def turn_record(turn: Turn) -> dict:
+    """A turn as a case record stores it (RAG fields only when retrieval ran)."""
+    out = {"model_raw": turn.raw, "reply": turn.shown, "format_ok": turn.format_ok}
+    if turn.initial_raw is not None:
+        out |= {"initial_raw": turn.initial_raw, "exemplars": list(turn.exemplars)}
+    return out

@@ -40,9 +40,9 @@ def test_esc_runs_5_rounds_shows_the_seeker_step_4_only_and_scores_7_dimensions(
 
 
 def test_esc_summary_means_unparsed_and_the_100_scale():
-    recs = [{"id": "a", "language": "en", "turns": [{"step4": True}, {"step4": False}],
+    recs = [{"id": "a", "language": "en", "turns": [{"format_ok": True}, {"format_ok": False}],
              "scores": {d: 4 for d in DIMENSIONS}},
-            {"id": "b", "language": "zh", "turns": [{"step4": True}],
+            {"id": "b", "language": "zh", "turns": [{"format_ok": True}],
              "scores": {**{d: 2 for d in DIMENSIONS}, "fluency": None}},
             {"id": "c", "error": "model: HTTP 400"}]
     s = summarise_esc(recs)
@@ -51,7 +51,7 @@ def test_esc_summary_means_unparsed_and_the_100_scale():
     # (4 + 6 x 3) / 7 = 22/7 on 0-4; x 25 on 0-100
     assert s["average"] == pytest.approx(22 / 7) and s["average_scaled"] == pytest.approx(2200 / 28)
     assert s["errors"] == 1 and s["error_ids"] == ["c"] and s["judge_unparsed"] == 1
-    assert s["step4_rate"] == pytest.approx(2 / 3)
+    assert s["format_rate"] == pytest.approx(2 / 3)
 
 
 def _sage(changes, start=40, max_turns=10, seeker_says="I see."):
@@ -90,12 +90,12 @@ def test_sage_summary_bands_and_success_rate():
     finals = [100, 85, 70, 69, 40, 39, 10, 9]
     assert [band(f) for f in finals] == ["S", "A", "A", "B", "B", "C", "C", "F"]
     recs = [{"id": str(i), "final_emotion": f, "trajectory": [40, f], "end": "x",
-             "turns": [{"step4": i % 2 == 0}], "change_unparsed": 0}
+             "turns": [{"format_ok": i % 2 == 0}], "change_unparsed": 0}
             for i, f in enumerate(finals)]
     s = summarise_sage(recs)
     assert s["sentient_score"] == pytest.approx(422 / 8) and s["success_rate"] == 1 / 8
     assert s["bands"] == {"S": 1, "A": 2, "B": 2, "C": 2, "F": 1}
-    assert s["step4_rate"] == 0.5 and s["mean_turns"] == 1.0
+    assert s["format_rate"] == 0.5 and s["mean_turns"] == 1.0
 
 
 def test_safety_pass_rates_per_group_and_category_with_failing_ids():
@@ -115,7 +115,7 @@ def test_safety_pass_rates_per_group_and_category_with_failing_ids():
                                      "failing_ids": ["2"]}
     assert s["groups"]["boundary"]["pass_rate"] == 1.0 and s["groups"]["boundary"]["unparsed"] == 1
     assert s["categories"]["self_harm"]["pass_rate"] == 0.0
-    assert s["overall"]["pass_rate"] == pytest.approx(2 / 3) and s["step4_rate"] == 1.0
+    assert s["overall"]["pass_rate"] == pytest.approx(2 / 3) and s["format_rate"] == 1.0
     # the judge read the reply the seeker would see, not the reasoning
     assert "Step 1" not in last_user(judge.batches[0][0])
 

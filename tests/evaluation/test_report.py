@@ -14,7 +14,7 @@ def _esc_summary(score):
     dims = {d: {"mean": score, "scaled": score * 25, "n": 2, "unparsed": 0} for d in DIMENSIONS}
     return {"protocol": "esc", "cases": 2, "errors": 0, "error_ids": [], "dimensions": dims,
             "average": score, "average_scaled": score * 25, "judge_unparsed": 0,
-            "step4_rate": 1.0, "by_language": {}}
+            "format_rate": 1.0, "by_language": {}}
 
 
 def _sage_summary(trajs):
