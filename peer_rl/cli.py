@@ -407,7 +407,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("what", choices=["rewards", "step"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_bench)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    # key=value overrides may also follow an option (`eval ladder NAME --out DIR paths.x=...`)
+    if rest and isinstance(getattr(args, "overrides", None), list) \
+            and all("=" in r and not r.startswith("-") for r in rest):
+        args.overrides += rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.fn(args)
 
 

@@ -84,6 +84,20 @@ def test_sft_labels_only_on_the_last_assistant_turn(tokenizer):
     assert "An earlier supporter turn." not in targets_text(tokenizer, ex)
 
 
+def test_cold_start_labels_cover_the_reasoning_and_the_reply_not_the_prompt(tokenizer):
+    import json
+
+    from peer_rl.data.sample import sample_root
+
+    rows = [json.loads(x) for x in (sample_root() / "cold_start" / "train.jsonl").open()]
+    for row in (rows[0], rows[1]):      # pass 1 and pass 2 of one turn
+        msgs = row["messages"]
+        ex = tokenize_chat(tokenizer, msgs, target_turns("cold_start", msgs))
+        assert msgs[-1]["content"].startswith("<think>")
+        assert targets_text(tokenizer, ex) == msgs[-1]["content"] + tokenizer.eos_token
+        assert len(runs(ex["labels"])) == 1
+
+
 def test_sample_rows_targets(tokenizer):
     """On the bundled sample: SER targets are the row's own 4 verdicts (en and zh), SFT targets
     the structured reply; nothing dropped at max_length 1024."""

@@ -56,6 +56,35 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
     assert json.loads((out / "index" / "index.json").read_text())["count"] == 304
 
 
+def test_vanilla_grpo_is_one_pass_with_the_same_prompt_and_reward(tmp_path, tiny_models,
+                                                                  trained_scalar_rm):
+    """recipe=escrag_grpo_tiny (retrieval.enable=false): no retrieval pool, no index, no second
+    pass; the G replies of the therapist prompt are the samples, scored by the scalar RM."""
+    from peer_rl.escrag_prompt import parse_reasoned
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "peer_rl.cli", "train", "recipe=escrag_grpo_tiny",
+           f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
+           f"reward_model.path={Path(trained_scalar_rm) / 'final'}", "ray.address=local",
+           "trainer.total_steps=2", "trainer.save_freq=0", "rollout.response_length=48",
+           "logging.log_samples=true"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "retrieval x" not in proc.stdout and not (out / "index").exists()
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [1, 2]
+    assert not any(k.startswith("retrieval/") or k == "timing/rollout_final"
+                   for r in recs for k in r)
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 * 4 * 4                       # B x G per step, one pass
+    for step in (1, 2):
+        mine = [s for s in samples if s["step"] == step]
+        fmt = sum(parse_reasoned(s["text"]).complete for s in mine) / len(mine)
+        rec = recs[step - 1]
+        assert rec["reward/format_rate"] == pytest.approx(fmt)
+        assert rec["reward/mean"] == pytest.approx(sum(s["reward"] for s in mine) / len(mine))
+
+
 def test_the_loss_covers_the_final_reply_only_given_its_full_prompt():
     """README: the GRPO samples are the final replies, the loss on their response tokens, with
     dialogue + initial reply + exemplars as (unmasked) context."""

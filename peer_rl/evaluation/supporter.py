@@ -76,11 +76,11 @@ def supporter_turn(style: str, history: list[dict], lang: str, n: int = 1, image
                    messages: list[dict] | None = None, rag_k: int = 0):
     """Yield the model's (and retrieval's) requests; return the n Turns. `rag_k` > 0 (escrag
     style only) runs the two passes with that many exemplars."""
+    if rag_k and style != "escrag":
+        raise ValueError(f"RAG inference needs the escrag prompt, not model.prompt={style!r}")
     texts = yield "model", supporter_request(style, history, lang, images, n, messages)
     if not rag_k:
         return [Turn(t, *shown_reply(t, style)) for t in texts]
-    if style != "escrag":
-        raise ValueError(f"RAG inference needs the escrag prompt, not model.prompt={style!r}")
     first = [parse_reasoned(t).reply for t in texts]
     found = yield "retrieval", [Query(history, f, rag_k) for f in first]
     second = yield "model", [Request(final_messages(history, lang, f, ex)) for f, ex in

@@ -2,7 +2,7 @@
 import json
 
 from peer_rl.data.layout import discover
-from peer_rl.data.sample import sample_root
+from peer_rl.data.sample import sample_root, targets
 from peer_rl.data.validate import check_file
 
 
@@ -80,3 +80,49 @@ def test_eval_pairs_names_a_bad_pair_before_starting_an_engine(tmp_path, capsys)
                  "--out", str(tmp_path / "r.json")]) == 2
     assert "test.jsonl:1: rejected: missing" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+def _demo(content, **extra):
+    return {"id": "c1", "language": "en", **extra,
+            "messages": [{"role": "system", "content": "You are a therapist."},
+                         {"role": "user", "content": "The conversation so far: ..."},
+                         {"role": "assistant", "content": content}]}
+
+
+def test_cold_start_demonstrations_need_one_think_block_then_a_reply(tmp_path):
+    path = tmp_path / "cold_start" / "x.jsonl"
+    rep = _check(tmp_path, "cold_start", [
+        _demo("<think>Stage: exploration.</think>\nThat sounds hard.", **{"pass": "final"}),
+        _demo("That sounds hard."),                                  # no reasoning
+        _demo("<think>Stage: exploration.</think>"),                 # no reply
+        _demo("<think>a</think><think>b</think> reply"),             # two think blocks
+        _demo("<think>a</think> reply", **{"pass": "third"}),
+        {"id": "c6", "language": "en", "messages": [{"role": "user", "content": "hi"}]}])
+    msgs = [str(p) for p in rep.problems]
+    want = "messages[-1].content: expected <think>reasoning</think> then a non-empty reply"
+    assert [m.startswith(f"{path}:{line}: {want}") for line in (2, 3, 4)
+            for m in msgs].count(True) == 3
+    assert any(m.startswith(f"{path}:5: pass: expected one of initial, final") for m in msgs)
+    assert any(m.startswith(f"{path}:6: messages: expected a chat ending with a user turn then "
+                            "the assistant target") for m in msgs)
+    assert rep.n_invalid == 5 and rep.rows[0]["pass"] == "final"
+
+
+def test_the_sample_cold_start_covers_both_passes_of_every_train_turn():
+    from peer_rl.escrag_prompt import parse_reasoned
+
+    root = sample_root()
+    [df] = [f for f in discover(root) if f.subset == "cold_start"]
+    rep = check_file(df)
+    assert not rep.problems
+    train_turns = {t["id"] for lang in ("en", "zh") for t in targets(lang) if t["split"] == "train"}
+    by_pass = {p: {r["id"].rsplit("-", 1)[0] for r in rep.rows if r["pass"] == p}
+               for p in ("initial", "final")}
+    assert by_pass["initial"] == by_pass["final"] == train_turns
+    final = next(r for r in rep.rows if r["pass"] == "final")
+    # the pass-2 prompt carries an initial reply and numbered guidelines; the target's reply is
+    # the turn's reference reply
+    tg = next(t for t in targets("en") if f"{t['id']}-final" == final["id"])
+    assert f"Your initial response:\n{tg['poor']}" in final["messages"][1]["content"]
+    assert f"1. {tg['alt_good']}" in final["messages"][1]["content"]
+    assert parse_reasoned(final["messages"][-1]["content"]).reply == tg["text"]

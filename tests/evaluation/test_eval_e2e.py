@@ -153,3 +153,53 @@ def test_a_local_checkpoint_serves_the_model_and_the_judge(tiny_models, tmp_path
     again = _run(cmd)
     assert again.returncode == 0 and "eval safety" not in again.stderr
     assert json.loads((out / "report.json").read_text())["summary"]["overall"] == s["overall"]
+
+
+def test_ccj_ladder_with_and_without_rag_inference_then_rag_chat(server_url, tmp_path):
+    """`peer-rl index build`, then a two-rung ladder (escrag prompt; + RAG) of `eval ccj`
+    against the server, then `peer-rl chat --rag`: the exemplars each RAG case used are what
+    the index returns for (seeker's last turn, that case's own initial reply)."""
+    from peer_rl.data.sample import sample_root
+    from peer_rl.escrag_prompt import parse_reasoned
+    from peer_rl.retrieval.index import ExemplarIndex, exemplar_key
+    from workers.redundancy import load_embedding_model
+
+    index = tmp_path / "index"
+    proc = _run([sys.executable, "-m", "peer_rl.cli", "index", "build", str(sample_root()),
+                 "--out", str(index)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text(
+        "protocol: ccj\npaths: {url: '<server>', index: '<index>'}\n"
+        "common: ['model.url=${paths.url}', 'judge.url=${paths.url}', model.prompt=escrag,\n"
+        "         model.max_tokens=48, judge.max_tokens=64, limit=2]\n"
+        "rungs:\n  - {name: plain, overrides: []}\n"
+        "  - {name: rag, overrides: ['rag.index=${paths.index}', rag.k=2]}\n")
+    out = tmp_path / "ladder"
+    cmd = [sys.executable, "-m", "peer_rl.cli", "eval", "ladder", str(ladder), "--out", str(out)]
+    proc = _run(cmd + [f"paths.url={server_url}"])
+    assert proc.returncode == 2 and "set paths.index=DIR" in proc.stderr   # a path left unset
+    proc = _run(cmd + [f"paths.url={server_url}", f"paths.index={index}"])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    plain, rag = _cases(out / "plain"), _cases(out / "rag")
+    assert len(plain) == len(rag) == 2 and not any("error" in c for c in plain + rag)
+    assert not any("exemplars" in c for c in plain)
+    idx = ExemplarIndex(index)
+    encoder = load_embedding_model(idx.info["embedding_model"])
+    for c in rag:
+        first = parse_reasoned(c["initial_raw"]).reply
+        vec = encoder.encode([exemplar_key(c["history"], first)])
+        assert c["exemplars"] == [h.exemplar["response"] for h in idx.search_vectors(vec, 2)[0]]
+    for run in ("plain", "rag"):
+        s = json.loads((out / run / "report.json").read_text())["summary"]
+        assert all(d["n"] + d["unparsed"] == 2 for d in s["dimensions"].values())
+        assert s["rag"] is (run == "rag")
+    table = (out / "compare.md").read_text()
+    assert "| plain |" in table and "| rag |" in table and "Strategy-Client Fit" in table
+
+    proc = _run([sys.executable, "-m", "peer_rl.cli", "chat", server_url, "--rag", str(index),
+                 "--rag-k", "2", "--max-tokens", "48", "--show-reasoning"],
+                input="I lost my job and I can't tell my wife.\n/quit\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "escrag prompt, RAG from retrieval" in proc.stdout
+    assert proc.stdout.count("[exemplar ") == 2 and proc.stdout.count("supporter> ") == 1
