@@ -146,7 +146,9 @@ class TrainerConfig:
 @dataclass
 class TrainEvalConfig:
     """What `trainer.eval_freq` runs on the current policy, through the rollout pool (no extra
-    engine): reply diversity on GRPO test prompts and a small safety evaluation."""
+    engine): reply diversity on GRPO test prompts and a small safety evaluation. The policy is
+    asked with the prompt it trains on (PEER's Steps 1-4, or the ESCRAG-R1 therapist prompt when
+    reward_model.kind=scalar; one pass, no retrieval)."""
     diversity_pattern: str = "*_test"    # grpo/<pattern>.jsonl under data.root
     diversity_prompts: int = 8           # the first N test prompts
     n: int = 4                           # replies per diversity prompt
@@ -252,6 +254,11 @@ def _check_values(cfg: DictConfig) -> None:
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
+    if cfg.trainer.eval_freq and cfg.eval.safety_probes and cfg.reward_model.kind == "scalar" \
+            and not cfg.eval.judge_url:
+        raise ConfigError("trainer.eval_freq with eval.safety_probes > 0 needs a judge that "
+                          "writes, and reward_model.kind=scalar only scores: set eval.judge_url "
+                          "(an OpenAI-compatible base URL) or eval.safety_probes=0")
     if cfg.retrieval.enable and cfg.reward_model.kind != "scalar":
         raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
                           "reasoning-response format: set reward_model.kind=scalar (UnifiReward "

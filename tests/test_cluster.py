@@ -395,6 +395,17 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
     assert [r["step"] for r in recs] == [1]
     assert (out / "checkpoints" / "step_1").is_dir()
     assert (out / "config.yaml").exists()
+    # logging.log_samples is off by default: no dialogue text in the job's logs or its files
+    cfg = load_config([f"trainer.output_dir={out}"])
+    from peer_rl.train import load_prompts
+    snippets = {t["content"][:40] for r in load_prompts(cfg) for t in r["history"]
+                if len(t["content"]) >= 40}
+    written = logs + submit.stdout + submit.stderr + "".join(
+        f.read_text(errors="ignore") for f in out.rglob("*")
+        if f.is_file() and f.suffix in (".jsonl", ".yaml", ".json", ".txt", ".log"))
+    leaked = [x for x in snippets if x in written]
+    assert not leaked, leaked[:3]
+    assert not (out / "samples.jsonl").exists()
 
     # the worker actors really ran on both nodes
     actors = json.loads(cluster.cli("list", "actors", "--address", cluster.dashboard,

@@ -76,3 +76,11 @@ def test_retrieval_needs_the_scalar_reward_model_and_escrag_recipe_loads():
         load_config(["reward_model.kind=generative"])
     cfg = load_config(["recipe=escrag_r1_tiny"])
     assert cfg.retrieval.enable and cfg.retrieval.k == 3 and cfg.reward_model.kind == "scalar"
+
+
+def test_in_training_safety_needs_a_judge_that_writes_with_the_scalar_reward_model():
+    with pytest.raises(ConfigError, match="eval.safety_probes > 0 needs a judge that writes"):
+        load_config(["recipe=escrag_r1_tiny", "trainer.eval_freq=2"])
+    cfg = load_config(["recipe=escrag_r1_tiny", "trainer.eval_freq=2", "eval.safety_probes=0"])
+    assert cfg.eval.diversity_prompts > 0
+    load_config(["recipe=escrag_r1_tiny", "trainer.eval_freq=2", "eval.judge_url=http://h/v1"])

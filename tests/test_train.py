@@ -1,4 +1,5 @@
-"""`peer-rl train` as a user runs it: a fresh process, 2 steps, then `resume=auto` to step 3."""
+"""`peer-rl train` as a user runs it: a fresh process with two rollout engines and the in-training
+evaluation, a policy rank killed during step 3, then `resume=auto` to step 3."""
 import json
 import os
 import signal
@@ -58,15 +59,23 @@ def _metrics(out):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+# pools scale independently (two rollout engines, their CPU share halved to fit 2 cores), and
+# trainer.eval_freq evaluates through them: diversity via the rollout pool, safety judged by the
+# reward-model pool's engine
+SCALED = ["trainer.total_steps=3", "rollout.num_workers=2", "resources.rollout.cpus_per_worker=0.25",
+          "trainer.eval_freq=2", "eval.diversity_prompts=3", "eval.n=2", "eval.safety_probes=3",
+          "eval.max_tokens=24"]
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, grpo_models):
     """A 3-step run whose policy group loses a rank (SIGKILL) during step 3."""
     out = tmp_path_factory.mktemp("train")
-    code, stdout, stderr = _train_and_kill_a_policy_rank_after(out, grpo_models, 2,
-                                                               "trainer.total_steps=3")
+    code, stdout, stderr = _train_and_kill_a_policy_rank_after(out, grpo_models, 2, *SCALED)
     assert code == 3, stdout[-2000:] + stderr[-4000:]
     assert "a policy rank died during step 3" in stderr and "resume=auto" in stderr
     assert "Traceback" not in stderr.split("a policy rank died")[-1]
+    assert "rollout x2" in stdout and "redundancy x1" in stdout and "[eval 2]" in stderr
     return out
 
 
@@ -85,6 +94,20 @@ def test_killed_run_kept_complete_steps_metrics_and_checkpoints(run_dir):
         assert (ck / "trainer_state.json").exists()
         assert (ck / "policy" / "model" / "model.safetensors").exists()
     assert not (run_dir / "checkpoints" / "step_3").exists()
+
+
+def test_the_in_training_evaluation_ran_through_the_pools(run_dir):
+    recs = _metrics(run_dir)
+    assert not any(k.startswith("eval/") for k in recs[0])          # eval_freq=2: step 2 only
+    m = recs[1]
+    assert 0 < m["eval/diversity/distinct_1"] <= 1 and 0 < m["eval/diversity/distinct_2"] <= 1
+    assert -1 <= m["eval/diversity/self_similarity"] <= 1
+    # the judge pool answers the safety rubric in its JSON schema: every verdict parses, one
+    # probe of each group (round-robin over the groups)
+    assert m["eval/safety/unparsed"] == 0 and 0 <= m["eval/safety/pass_rate"] <= 1
+    assert {k for k in m if k.endswith("pass_rate") and k.startswith("eval/safety/")} == {
+        "eval/safety/pass_rate", "eval/safety/crisis_pass_rate",
+        "eval/safety/harmful_request_pass_rate", "eval/safety/boundary_pass_rate"}
 
 
 def test_rur_rewards_follow_the_formula_per_sample(run_dir):
@@ -114,35 +137,3 @@ def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, 
         if s["prompt_id"] not in seen[s["step"]]:
             seen[s["step"]].append(s["prompt_id"])
     assert [seen[k] for k in (1, 2, 3)] == expected
-
-
-def test_two_rollout_workers_one_policy_rank_in_training_eval_and_no_dialogue_text_in_logs(
-        tmp_path, tiny_models):
-    """Pools scale independently; trainer.eval_freq evaluates through them (RUR off: the
-    redundancy pool still starts, to embed); with logging.log_samples off no dialogue text
-    is written."""
-    proc = _train(tmp_path, tiny_models, "trainer.total_steps=1", "rollout.num_workers=2",
-                  "actor.world_size=1", "logging.log_samples=false", "algorithm.rur.enable=false",
-                  "trainer.eval_freq=1", "eval.diversity_prompts=3", "eval.n=2",
-                  "eval.safety_probes=3", "eval.max_tokens=24")
-    assert "rollout x2" in proc.stdout and "actor x1" in proc.stdout
-    assert "redundancy x1" in proc.stdout and "[eval 1]" in proc.stderr
-    [m] = _metrics(tmp_path)
-    assert m["step"] == 1 and "reward/rur_mean" not in m
-    assert 0 < m["eval/diversity/distinct_1"] <= 1 and 0 < m["eval/diversity/distinct_2"] <= 1
-    assert -1 <= m["eval/diversity/self_similarity"] <= 1
-    # the judge pool answers the safety rubric in its JSON schema: every verdict parses, one
-    # probe of each group (round-robin over the groups)
-    assert m["eval/safety/unparsed"] == 0 and 0 <= m["eval/safety/pass_rate"] <= 1
-    assert {k for k in m if k.endswith("pass_rate") and k.startswith("eval/safety/")} == {
-        "eval/safety/pass_rate", "eval/safety/crisis_pass_rate",
-        "eval/safety/harmful_request_pass_rate", "eval/safety/boundary_pass_rate"}
-    cfg = load_config([f"trainer.output_dir={tmp_path}"])
-    snippets = {t["content"][:40] for r in load_prompts(cfg) for t in r["history"]
-                if len(t["content"]) >= 40}
-    written = proc.stdout + proc.stderr + "".join(
-        p.read_text(errors="ignore") for p in tmp_path.rglob("*")
-        if p.is_file() and p.suffix in (".jsonl", ".yaml", ".json", ".txt", ".log"))
-    leaked = [s for s in snippets if s in written]
-    assert not leaked, leaked[:3]
-    assert not (tmp_path / "samples.jsonl").exists()

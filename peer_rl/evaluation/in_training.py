@@ -110,8 +110,9 @@ class InTrainingEval:
                                     cfg.rollout.temperature,
                                     seed=cfg.trainer.seed * 100_003 + 50_000 + step)
         out: dict = {}
+        style = "escrag" if cfg.reward_model.kind == "scalar" else "peer"
         if self.prompts:
-            recs = run_all(self.prompts, partial(diversity_case, style="peer", n=e.n),
+            recs = run_all(self.prompts, partial(diversity_case, style=style, n=e.n),
                            {"model": model}, batch_cases=len(self.prompts))
             div = diversity_metrics([r["replies"] for r in recs], [r["history"] for r in recs],
                                     encode)
@@ -121,7 +122,7 @@ class InTrainingEval:
             out["eval/diversity/format_rate"] = sum(fmt) / len(fmt)
         if self.probes:
             endpoints = {"model": model, "judge": self._judge(map_pool, len(pools.reward_model))}
-            s = summarise_safety(run_all(self.probes, partial(safety_case, style="peer"),
+            s = summarise_safety(run_all(self.probes, partial(safety_case, style=style),
                                          endpoints, batch_cases=len(self.probes)))
             out["eval/safety/pass_rate"] = s["overall"]["pass_rate"]
             out["eval/safety/unparsed"] = s["overall"]["unparsed"]
