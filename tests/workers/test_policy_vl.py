@@ -31,15 +31,17 @@ def engines(tiny_models):
     from workers.policy import PolicyWorker
     from workers.rollout import RolloutWorker
 
-    rollout = RolloutWorker(tiny_models["policy"], seed=0, kv_cache_gib=1, max_model_len=2048)
-    torch.set_num_threads(1)
+    # the policy's process group first: on CPU the engine runs in this process and joins the
+    # default group that exists rather than creating a second one
     policy = PolicyWorker(rank=0, world_size=1, master_addr="127.0.0.1", master_port=_port(),
                           model_path=tiny_models["policy"], lr=5e-2, ppo_mini_batch_size=8,
                           ppo_micro_batch_size=4, kl_loss_coef=0.0, freeze_vision_tower=True,
                           backend="gloo")
+    rollout = RolloutWorker(tiny_models["policy"], seed=0, kv_cache_gib=1, max_model_len=2048)
+    torch.set_num_threads(1)
     yield rollout, policy
-    policy.shutdown()
     rollout.close()
+    policy.shutdown()
 
 
 def _batch(rollout, face: str = "sad"):
