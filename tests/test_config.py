@@ -84,3 +84,16 @@ def test_in_training_safety_needs_a_judge_that_writes_with_the_scalar_reward_mod
     cfg = load_config(["recipe=escrag_r1_tiny", "trainer.eval_freq=2", "eval.safety_probes=0"])
     assert cfg.eval.diversity_prompts > 0
     load_config(["recipe=escrag_r1_tiny", "trainer.eval_freq=2", "eval.judge_url=http://h/v1"])
+
+
+def test_a_tensor_parallel_engine_needs_its_gpus_in_its_bundle():
+    with pytest.raises(ConfigError, match=r"rollout.tensor_model_parallel_size=2 shards each "
+                                          r"engine over 2 GPUs, but resources.rollout."
+                                          r"gpus_per_worker=1: set resources.rollout."
+                                          r"gpus_per_worker=2"):
+        load_config(["recipe=peer", "rollout.tensor_model_parallel_size=2"])
+    cfg = load_config(["recipe=peer", "rollout.tensor_model_parallel_size=2",
+                       "resources.rollout.gpus_per_worker=2"])
+    assert cfg.rollout.enforce_eager is False          # CUDA graphs on GPU by default
+    with pytest.raises(ConfigError, match="rollout.tensor_model_parallel_size=0: expected >= 1"):
+        load_config(["rollout.tensor_model_parallel_size=0"])

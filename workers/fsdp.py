@@ -102,6 +102,31 @@ def mixed_precision(device: torch.device, bf16: bool = True) -> MixedPrecisionPo
     return MixedPrecisionPolicy()
 
 
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The model's repeated blocks (its _no_split_modules) outside any vision tower."""
+    tower = vision_tower(model)
+    inside = {id(m) for m in tower.modules()} if tower is not None else set()
+    layer_cls = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules()
+            if type(m).__name__ in layer_cls and m is not model and id(m) not in inside]
+
+
+def checkpoint_layers(model) -> int:
+    """Activation checkpointing of every decoder layer: its forward runs under
+    torch.utils.checkpoint (non-reentrant), so a layer keeps only its inputs and recomputes the
+    rest in backward. The forward is wrapped rather than the module, so parameter names, state
+    dicts and FSDP2's module hooks stay as they are, and it works in eval mode (HF's own
+    gradient_checkpointing is active only in train mode, which would switch dropout on)."""
+    from functools import partial
+
+    from torch.utils.checkpoint import checkpoint
+
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.forward = partial(checkpoint, layer.forward, use_reentrant=False)
+    return len(layers)
+
+
 def shard(model, mesh, mp: MixedPrecisionPolicy):
     """fully_shard each decoder layer (the model's _no_split_modules), then the root, which
     holds the embeddings, the final norm and the (tied) lm_head together.
@@ -117,11 +142,8 @@ def shard(model, mesh, mp: MixedPrecisionPolicy):
     """
     tower = vision_tower(model)
     ignored = set(tower.parameters()) if tower is not None else set()
-    inside = {id(m) for m in tower.modules()} if tower is not None else set()
-    layer_cls = set(getattr(model, "_no_split_modules", None) or [])
-    for m in model.modules():
-        if type(m).__name__ in layer_cls and m is not model and id(m) not in inside:
-            fully_shard(m, mesh=mesh, mp_policy=mp)
+    for m in decoder_layers(model):
+        fully_shard(m, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=ignored or None)
     if tower is not None:
         tower.to(mesh.device_type)

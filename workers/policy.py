@@ -63,8 +63,10 @@ class PolicyWorker:
                  kl_loss_type: str = "low_var_kl", clip_ratio: float = 0.2,
                  entropy_coeff: float = 0.0, ppo_mini_batch_size: int = 8,
                  ppo_micro_batch_size: int = 4, ppo_epochs: int = 1, seed: int = 0,
-                 backend: str | None = None, freeze_vision_tower: bool = False):
+                 backend: str | None = None, freeze_vision_tower: bool = False,
+                 gradient_checkpointing: bool = False):
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
+        self.gradient_checkpointing = gradient_checkpointing
         self.freeze_vision_tower = freeze_vision_tower
         self.grad_clip, self.kl_loss_coef, self.kl_loss_type = grad_clip, kl_loss_coef, kl_loss_type
         self.clip_ratio, self.entropy_coeff, self.seed = clip_ratio, entropy_coeff, seed
@@ -108,6 +110,8 @@ class PolicyWorker:
             self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
         if trainable and self.freeze_vision_tower and self.vision is not None:
             self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
+        if trainable and self.gradient_checkpointing:
+            fsdp.checkpoint_layers(model)
         return fsdp.shard(model, self.mesh, mp)
 
     def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:

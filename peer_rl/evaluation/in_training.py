@@ -15,7 +15,7 @@ from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint
 from peer_rl.evaluation.runner import run_all
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.multimodal import image_paths
-from peer_rl.protocol import Prompt, SamplingConfig, shard
+from peer_rl.protocol import Prompt, SamplingConfig, seeded, shard
 
 
 class PoolEndpoint(Endpoint):
@@ -23,10 +23,10 @@ class PoolEndpoint(Endpoint):
     controller's fault-tolerant fan-out (peer_rl.controller.Controller._map_pool)."""
 
     def __init__(self, role: str, map_pool, workers: int, max_tokens: int, temperature: float,
-                 seed: int = 0):
+                 seed: int = 0, step: int = 0):
         self.name, self.map_pool, self.workers = f"{role} (training pool)", map_pool, workers
         self.cfg = EndpointConfig(max_tokens=max_tokens, temperature=temperature)
-        self.seed = seed
+        self.seed, self.step, self.requests = seed, step, 0   # request seeds: protocol.seeded
 
     def _groups(self, requests):
         groups = defaultdict(list)
@@ -39,8 +39,10 @@ class RolloutPoolEndpoint(PoolEndpoint):
     def chat(self, requests):
         replies = [None] * len(requests)
         for (n, max_tokens, temperature, _), idx in self._groups(requests):
-            prompts = [Prompt(uid=i, messages=without_images(requests[i].messages),
-                              images=image_paths(requests[i].messages)) for i in idx]
+            prompts = seeded([Prompt(uid=i, messages=without_images(requests[i].messages),
+                                     images=image_paths(requests[i].messages)) for i in idx],
+                             self.seed, self.step, "eval", n, start=self.requests)
+            self.requests += len(idx)
             sampling = SamplingConfig(n=n, temperature=temperature, max_tokens=max_tokens,
                                       seed=self.seed)
             parts = self.map_pool("rollout", "generate", shard(prompts, self.workers), sampling)
@@ -107,8 +109,7 @@ class InTrainingEval:
         cfg, e = self.cfg, self.e
         model = RolloutPoolEndpoint("model", map_pool, len(pools.rollout),
                                     e.max_tokens or cfg.rollout.response_length,
-                                    cfg.rollout.temperature,
-                                    seed=cfg.trainer.seed * 100_003 + 50_000 + step)
+                                    cfg.rollout.temperature, seed=cfg.trainer.seed, step=step)
         out: dict = {}
         style = "escrag" if cfg.reward_model.kind == "scalar" else "peer"
         if self.prompts:

@@ -242,6 +242,16 @@ def test_world2_matches_world1(tiny_model, world1, world2):
     assert r2a["health"]["world_size"] == 2 and r2b["health"]["rank"] == 1
 
 
+def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, tmp_path):
+    """actor.gradient_checkpointing: the same update (two ranks, two mini-batches) with every
+    decoder layer recomputed in backward gives the same weights and metrics."""
+    (gc_a, _) = run_group(2, tiny_model, "train", tmp_path, gradient_checkpointing=True)
+    plain = world2[0]
+    assert max_diff(plain["blob"], gc_a["blob"]) < 1e-6
+    for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
+        assert gc_a["metrics"][k] == pytest.approx(plain["metrics"][k], rel=1e-6, abs=1e-9), k
+
+
 def test_export_loads_strictly(tiny_model, world2):
     sd = st_load(world2[0]["blob"])
     ref = AutoModelForCausalLM.from_pretrained(tiny_model)
@@ -330,3 +340,31 @@ def test_vl_ranks_with_and_without_images_stay_in_step(tiny_models, tmp_path):
     np.testing.assert_allclose(two[1]["lp"], one["lp"], atol=1e-5)
     assert max_diff(two[0]["blob"], one["blob"]) < 1e-5
     assert float(np.abs(one["after"] - one["lp"]).max()) > 1e-3      # the update did something
+
+
+def test_checkpointed_layers_recompute_their_forward_in_backward(tiny_model):
+    """Each decoder layer's forward runs twice per step under actor.gradient_checkpointing (the
+    forward, then the recompute in backward) and once without; gradients are equal."""
+    from workers.fsdp import checkpoint_layers, decoder_layers
+
+    def run(checkpointed: bool):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+        calls = [0]
+        for layer in decoder_layers(model):
+            inner = layer.forward
+
+            def counted(*a, _inner=inner, **kw):
+                calls[0] += 1
+                return _inner(*a, **kw)
+            layer.forward = counted
+        if checkpointed:
+            assert checkpoint_layers(model) == len(decoder_layers(model)) > 0
+        ids = torch.tensor([list(range(3, 40))])
+        model(input_ids=ids, use_cache=False).logits.float().logsumexp(-1).mean().backward()
+        return calls[0], {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    n_plain, g_plain = run(False)
+    n_ckpt, g_ckpt = run(True)
+    assert n_ckpt == 2 * n_plain
+    assert max((g_plain[k] - g_ckpt[k]).abs().max().item() for k in g_plain) < 1e-6

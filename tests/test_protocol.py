@@ -1,0 +1,38 @@
+"""Request seeds: every sample of a run gets its own, whichever worker serves it."""
+import itertools
+
+import pytest
+
+from peer_rl.protocol import Prompt, request_seed, seeded, shard
+
+
+def test_a_seed_worked_by_hand():
+    # run seed 1, step 2, stream "rollout_final" (1), prompt 3: fields 15|22|2|16|8 bits
+    assert request_seed(1, 2, "rollout_final", 3, n=4) == \
+        ((((1 * 2**22) + 2) * 2**2 + 1) * 2**16 + 3) * 2**8
+    assert request_seed(2**15 + 1, 2, "rollout_final", 3, n=4) == request_seed(1, 2,
+                                                                               "rollout_final", 3, 4)
+    top = request_seed(2**15 - 1, 2**22 - 1, "eval", 2**16 - 1, n=256) + 255
+    assert top < 2**63                                     # a valid int64 seed, sample included
+
+
+def test_no_two_samples_of_a_multi_worker_run_share_a_seed():
+    """4 steps x 2 streams x 24 prompts x G = 4 over 3 rollout workers: vLLM seeds sample j of a
+    request with seed + j. The scheme before (seed + step, plus position-in-shard x n) gave
+    prompt k of every worker the same seeds."""
+    G, seen = 4, []
+    for step, stream in itertools.product(range(4), ("rollout", "rollout_final")):
+        prompts = seeded([Prompt(uid=i, messages=[]) for i in range(24)], 7, step, stream, G)
+        for part in shard(prompts, 3):                     # what each worker receives
+            seen += [p.seed + j for p in part for j in range(G)]
+    assert len(seen) == 4 * 2 * 24 * G == len(set(seen))
+    old = [7 * 100_003 + step + i * G + j for step in range(4) for part in shard(range(24), 3)
+           for i, _ in enumerate(part) for j in range(G)]
+    assert len(set(old)) < len(old)                        # the old scheme does collide
+
+
+def test_out_of_range_fields_are_refused():
+    with pytest.raises(ValueError, match=r"index=65536 outside \[0, 2\^16\)"):
+        request_seed(0, 0, "rollout", 2**16, 4)
+    with pytest.raises(ValueError, match=r"n=257 outside \[1, 2\^8\]"):
+        request_seed(0, 0, "rollout", 0, 257)
