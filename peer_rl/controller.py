@@ -52,6 +52,19 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
 
 
+def export_final(ckpt: Path, output_dir: Path) -> Path:
+    """<output_dir>/final: the last checkpoint's policy as a plain Hugging Face model directory
+    (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and renamed into place
+    like `train-rm`'s final/."""
+    final, tmp = output_dir / "final", output_dir / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt / "policy" / "model", tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
 def resume_checkpoint(cfg, output_dir: Path) -> Path | None:
     """The checkpoint `resume=` points at: None (disable), the newest complete one (auto), or
     the directory given."""
@@ -391,6 +404,7 @@ class Controller:
 
         total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
         bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
+        ckpt = latest_checkpoint(self.out) if self.step == total else None
         while self.step < total:
             batch_rows = self.loader.next_batch()
             metrics = self.train_step(batch_rows)
@@ -401,8 +415,10 @@ class Controller:
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")
             if (save_freq and self.step % save_freq == 0) or self.step == total:
-                self.save_checkpoint()
+                ckpt = self.save_checkpoint()
         bar.close()
+        if self.step == total and ckpt is not None:
+            export_final(ckpt, self.out)
         self.metrics.close()
         from peer_rl.plot import plot_curves
 

@@ -156,5 +156,8 @@ def run(overrides: list[str]) -> Path:
         import ray
 
         ray.shutdown()  # flush actor logs now, before the summary lines below
-    print(f"[peer-rl] done: {steps} step(s); output in {out}", flush=True)
+    final = out / "final"
+    print(f"[peer-rl] done: {steps} step(s); output in {out}"
+          + (f" (policy, HF format: {final})" if (final / "config.json").exists() else ""),
+          flush=True)
     return out

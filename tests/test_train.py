@@ -94,6 +94,7 @@ def test_killed_run_kept_complete_steps_metrics_and_checkpoints(run_dir):
         assert (ck / "trainer_state.json").exists()
         assert (ck / "policy" / "model" / "model.safetensors").exists()
     assert not (run_dir / "checkpoints" / "step_3").exists()
+    assert not (run_dir / "final").exists()          # exported only when the run completes
 
 
 def test_the_in_training_evaluation_ran_through_the_pools(run_dir):
@@ -124,6 +125,13 @@ def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, 
     assert [r["step"] for r in _metrics(run_dir)] == [1, 2, 3]  # none duplicated or missing
     assert (run_dir / "curves.png").exists()
     assert (run_dir / "checkpoints" / "step_3" / "trainer_state.json").exists()
+    # the final policy as a plain HF directory: the step-3 weights, loadable by transformers
+    from transformers import AutoConfig
+    final, ck = run_dir / "final", run_dir / "checkpoints" / "step_3" / "policy" / "model"
+    assert f"(policy, HF format: {final})" in proc.stdout
+    assert AutoConfig.from_pretrained(final).model_type == AutoConfig.from_pretrained(ck).model_type
+    assert (final / "model.safetensors").read_bytes() == (ck / "model.safetensors").read_bytes()
+    assert not (run_dir / "final.tmp").exists()
     # step 3 saw exactly the prompts an uninterrupted run would have seen
     cfg = load_config([f"trainer.output_dir={run_dir}"])
     pool = json.loads((run_dir / "checkpoints" / "step_3" / "prompts.json").read_text())["ids"]
