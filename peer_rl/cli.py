@@ -193,28 +193,38 @@ def _eval_pairs(args) -> int:
     return 0
 
 
-def _eval_protocol(args) -> int:
+def _eval_errors(run, out: str):
+    """Run an evaluation; bad input -> exit 2, an unusable endpoint -> exit 3 (finished cases
+    stay on disk). Returns (result, None) or (None, exit code)."""
     from peer_rl.config import ConfigError
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.evaluation.cases import CaseFileError
-    from peer_rl.evaluation.config import load_eval_config
     from peer_rl.evaluation.endpoints import EndpointError
+    from peer_rl.evaluation.store import RunMismatch
+
+    try:
+        return run(), None
+    except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None, 2
+    except EndpointError as exc:
+        print(f"error: {exc}\nfinished cases are saved in {out}; rerun the same command "
+              "to continue", file=sys.stderr)
+        return None, 3
+
+
+def _eval_protocol(args) -> int:
+    from peer_rl.evaluation.config import load_eval_config
     from peer_rl.evaluation.report import REPORT_MD, TABLES, model_label
     from peer_rl.evaluation.run import evaluate
-    from peer_rl.evaluation.store import RunMismatch
 
     rag = ["model.prompt=escrag", f"rag.index={args.rag}", f"rag.k={args.rag_k}"] \
         if args.rag else []
-    try:
-        cfg = load_eval_config(args.eval_cmd, rag + list(args.overrides))
-        report = evaluate(args.eval_cmd, cfg, args.out)
-    except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except EndpointError as exc:
-        print(f"error: {exc}\nfinished cases are saved in {args.out}; rerun the same command "
-              "to continue", file=sys.stderr)
-        return 3
+    report, code = _eval_errors(lambda: evaluate(
+        args.eval_cmd, load_eval_config(args.eval_cmd, rag + list(args.overrides)), args.out),
+        args.out)
+    if report is None:
+        return code
     summary = report["summary"]
     print(TABLES[args.eval_cmd]({model_label(report["manifest"]): summary}))
     print(f"wrote {Path(args.out, REPORT_MD).resolve()}")
@@ -222,22 +232,11 @@ def _eval_protocol(args) -> int:
 
 
 def _eval_ladder(args) -> int:
-    from peer_rl.config import ConfigError
-    from peer_rl.data.loading import InvalidDataError
-    from peer_rl.evaluation.cases import CaseFileError
-    from peer_rl.evaluation.endpoints import EndpointError
     from peer_rl.evaluation.ladder import run_ladder
-    from peer_rl.evaluation.store import RunMismatch
 
-    try:
-        md = run_ladder(args.ladder, args.out, args.overrides)
-    except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except EndpointError as exc:
-        print(f"error: {exc}\nfinished rungs and cases are saved in {args.out}; rerun the same "
-              "command to continue", file=sys.stderr)
-        return 3
+    md, code = _eval_errors(lambda: run_ladder(args.ladder, args.out, args.overrides), args.out)
+    if md is None:
+        return code
     print(md.read_text(encoding="utf-8"))
     print(f"wrote {md.resolve()}")
     return 0

@@ -203,16 +203,21 @@ class ConfigError(ValueError):
     pass
 
 
-def _recipe_path(name: str) -> Path:
+def yaml_by_name(name: str, directory: Path, what: str) -> Path:
+    """A .yaml path as given, else `<directory>/<name>.yaml`; unknown names list the known."""
     p = Path(name)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return p
-    p = RECIPES_DIR / f"{name}.yaml"
+    p = directory / f"{name}.yaml"
     if not p.exists():
-        known = sorted(x.stem for x in RECIPES_DIR.glob("*.yaml"))
-        raise ConfigError(f"recipe={name!r}: no such recipe; known recipes: {', '.join(known)} "
+        known = sorted(x.stem for x in directory.glob("*.yaml"))
+        raise ConfigError(f"{what}={name!r}: no such {what}; known: {', '.join(known)} "
                           "(or pass a path to a .yaml file)")
     return p
+
+
+def _recipe_path(name: str) -> Path:
+    return yaml_by_name(name, RECIPES_DIR, "recipe")
 
 
 def _load_recipe(name: str, seen: tuple = ()) -> DictConfig:

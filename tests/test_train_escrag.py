@@ -15,14 +15,19 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
+def _cmd(recipe, out, tiny_models, trained_scalar_rm, *extra):
+    """`peer-rl train` of an ESCRAG recipe on the tiny policy and the trained tiny scalar RM."""
+    return [sys.executable, "-m", "peer_rl.cli", "train", f"recipe={recipe}",
+            f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
+            f"reward_model.path={Path(trained_scalar_rm) / 'final'}", "ray.address=local",
+            "rollout.response_length=48", "logging.log_samples=true", *extra]
+
+
 def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path, tiny_models,
                                                                         trained_scalar_rm):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "peer_rl.cli", "train", "recipe=escrag_r1_tiny",
-           f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
-           f"reward_model.path={Path(trained_scalar_rm) / 'final'}", "ray.address=local",
-           "trainer.total_steps=3", "trainer.save_freq=1", "rollout.response_length=48",
-           "logging.log_samples=true"]
+    cmd = _cmd("escrag_r1_tiny", out, tiny_models, trained_scalar_rm, "trainer.total_steps=3",
+               "trainer.save_freq=1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     killed, deadline = None, time.monotonic() + 900
@@ -63,11 +68,8 @@ def test_vanilla_grpo_is_one_pass_with_the_same_prompt_and_reward(tmp_path, tiny
     from peer_rl.escrag_prompt import parse_reasoned
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "peer_rl.cli", "train", "recipe=escrag_grpo_tiny",
-           f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
-           f"reward_model.path={Path(trained_scalar_rm) / 'final'}", "ray.address=local",
-           "trainer.total_steps=2", "trainer.save_freq=0", "rollout.response_length=48",
-           "logging.log_samples=true"]
+    cmd = _cmd("escrag_grpo_tiny", out, tiny_models, trained_scalar_rm, "trainer.total_steps=2",
+               "trainer.save_freq=0")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "retrieval x" not in proc.stdout and not (out / "index").exists()

@@ -11,7 +11,7 @@ figure the paper's tables quote: 8.63 for ESCRAG-R1-7B with RAG).
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import parse_int
+from peer_rl.evaluation.parse import by_language, mean, parse_int
 from peer_rl.evaluation.prompts import CCJ_DIMENSIONS, CCJ_PERSPECTIVES, ccj_messages, ccj_schema
 from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
@@ -28,32 +28,23 @@ def ccj_case(context, style: str, rag_k: int = 0):
             "judge_raw": raw}
 
 
-def _mean(xs):
-    xs = [float(x) for x in xs]
-    return sum(xs) / len(xs) if xs else None
-
 
 def summarise_ccj(records: list[dict]) -> dict:
     ok = [r for r in records if "error" not in r]
     dims = {}
     for d in CCJ_DIMENSIONS:
         vals = [r["scores"][d] for r in ok if r["scores"][d] is not None]
-        dims[d] = {"mean": _mean(vals), "n": len(vals), "unparsed": len(ok) - len(vals)}
-    perspectives = {p: _mean([dims[d]["mean"] for d in ds]) if all(
+        dims[d] = {"mean": mean(vals), "n": len(vals), "unparsed": len(ok) - len(vals)}
+    perspectives = {p: mean([dims[d]["mean"] for d in ds]) if all(
         dims[d]["mean"] is not None for d in ds) else None for p, ds in CCJ_PERSPECTIVES.items()}
     means = [v["mean"] for v in dims.values()]
     fmt = [r["format_ok"] for r in ok if r["format_ok"] is not None]
-    by_lang = {}
-    for lang in sorted({r["language"] for r in ok}):
-        sub = [r for r in ok if r["language"] == lang]
-        by_lang[lang] = {"cases": len(sub), **{
-            d: _mean([r["scores"][d] for r in sub if r["scores"][d] is not None])
-            for d in CCJ_DIMENSIONS}}
+    by_lang = by_language(ok, CCJ_DIMENSIONS)
     return {"protocol": "ccj", "cases": len(records), "errors": len(records) - len(ok),
             "error_ids": [r["id"] for r in records if "error" in r],
             "dimensions": dims, "perspectives": perspectives,
-            "average": _mean(means) if None not in means else None,
+            "average": mean(means) if None not in means else None,
             "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
-            "format_rate": _mean(fmt),
+            "format_rate": mean(fmt),
             "rag": any("exemplars" in r for r in ok),
             "by_language": by_lang}

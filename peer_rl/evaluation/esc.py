@@ -7,7 +7,7 @@ and the 0-100 scale the PEER paper quotes (mean / 4 x 100); the average is over 
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import parse_int
+from peer_rl.evaluation.parse import by_language, mean, parse_int
 from peer_rl.evaluation.prompts import (DIMENSIONS, SCORE_SCHEMA, esc_judge_messages, esc_persona,
                                         seeker_messages)
 from peer_rl.evaluation.simulated import seeker_line
@@ -38,26 +38,16 @@ def summarise_esc(records: list[dict]) -> dict:
     dims = {}
     for d in DIMENSIONS:
         vals = [r["scores"][d] for r in ok if r["scores"][d] is not None]
-        mean = sum(vals) / len(vals) if vals else None
-        dims[d] = {"mean": mean, "scaled": None if mean is None else mean / 4 * 100,
+        m = mean(vals)
+        dims[d] = {"mean": m, "scaled": None if m is None else m / 4 * 100,
                    "n": len(vals), "unparsed": len(ok) - len(vals)}
     means = [v["mean"] for v in dims.values() if v["mean"] is not None]
     avg = sum(means) / len(means) if len(means) == len(DIMENSIONS) else None
     fmt = [t["format_ok"] for r in ok for t in r["turns"] if t["format_ok"] is not None]
-    by_lang = {}
-    for lang in sorted({r["language"] for r in ok}):
-        sub = [r for r in ok if r["language"] == lang]
-        by_lang[lang] = {"cases": len(sub), **{
-            d: _mean([r["scores"][d] for r in sub if r["scores"][d] is not None])
-            for d in DIMENSIONS}}
+    by_lang = by_language(ok, DIMENSIONS)
     return {"protocol": "esc", "cases": len(records), "errors": len(records) - len(ok),
             "error_ids": [r["id"] for r in records if "error" in r],
             "dimensions": dims, "average": avg,
             "average_scaled": None if avg is None else avg / 4 * 100,
             "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
-            "format_rate": _mean(fmt), "by_language": by_lang}
-
-
-def _mean(xs):
-    xs = [float(x) for x in xs]
-    return sum(xs) / len(xs) if xs else None
+            "format_rate": mean(fmt), "by_language": by_lang}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from peer_rl.config import RECIPES_DIR, ConfigError
+from peer_rl.config import RECIPES_DIR, ConfigError, yaml_by_name
 
 LADDERS_DIR = RECIPES_DIR / "ladders"
 
@@ -36,15 +36,7 @@ class Ladder:
 
 
 def ladder_path(name: str) -> Path:
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return p
-    p = LADDERS_DIR / f"{name}.yaml"
-    if not p.exists():
-        known = sorted(x.stem for x in LADDERS_DIR.glob("*.yaml"))
-        raise ConfigError(f"ladder {name!r}: no such file; bundled ladders: {', '.join(known)} "
-                          "(or pass a path to a .yaml file)")
-    return p
+    return yaml_by_name(name, LADDERS_DIR, "ladder")
 
 
 def load_ladder(name: str, args: list[str]) -> tuple[Ladder, list[list[str]]]:

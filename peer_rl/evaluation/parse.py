@@ -68,3 +68,19 @@ def is_goodbye(text: str) -> bool:
 def strip_think(text: str) -> str:
     """A reasoning model's `<think>...</think>` block is not part of its reply."""
     return re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.DOTALL).strip()
+
+
+def mean(xs) -> float | None:
+    xs = [float(x) for x in xs]
+    return sum(xs) / len(xs) if xs else None
+
+
+def by_language(records: list[dict], dimensions) -> dict:
+    """Per language: the case count and each dimension's mean over the scores that parsed."""
+    out = {}
+    for lang in sorted({r["language"] for r in records}):
+        sub = [r for r in records if r["language"] == lang]
+        out[lang] = {"cases": len(sub), **{
+            d: mean([r["scores"][d] for r in sub if r["scores"][d] is not None])
+            for d in dimensions}}
+    return out
