@@ -55,6 +55,8 @@ class ActorConfig:
     freeze_vision_tower: bool = True
     # recompute each decoder layer's activations in backward (less memory, ~1/3 more compute)
     gradient_checkpointing: bool = False
+    # policy -> rollout weight sync: tensors go out in flat buffers of about this size
+    weight_sync_bucket_mb: float = 256.0
 
 
 @dataclass
@@ -142,6 +144,9 @@ class ResourcesConfig:
 class TrainerConfig:
     total_steps: int = 2
     save_freq: int = 1                   # checkpoint every k steps (0: only at the end)
+    # each checkpoint also holds policy/model/ in HF format (one full gather on rank 0), which
+    # `peer-rl eval` / `chat` / vLLM load; resume always reads the sharded policy/dcp/
+    save_hf_model: bool = True
     output_dir: str = "outputs/${experiment_name}"
     seed: int = 0
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
@@ -237,7 +242,7 @@ _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_
              "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
              "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
              "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens",
-             "retrieval.k", "retrieval.num_workers")
+             "retrieval.k", "retrieval.num_workers", "actor.weight_sync_bucket_mb")
 _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",

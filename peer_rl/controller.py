@@ -24,6 +24,7 @@ from peer_rl.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.protocol import JudgeItem, Prompt, SamplingConfig, seeded, shard
 from peer_rl.reasoning import parse_structured
 from peer_rl.rewards import rur_reweight
+from peer_rl.sync_group import WeightSyncGroup
 
 STATE_FILE = "trainer_state.json"
 PROMPTS_FILE = "prompts.json"     # ids of the run's prompt pool, in pool order
@@ -50,19 +51,6 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     ckpts = [p for p in (output_dir / "checkpoints").glob("step_*")
              if p.is_dir() and not p.name.endswith(".tmp") and (p / STATE_FILE).exists()]
     return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
-
-
-def export_final(ckpt: Path, output_dir: Path) -> Path:
-    """<output_dir>/final: the last checkpoint's policy as a plain Hugging Face model directory
-    (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and renamed into place
-    like `train-rm`'s final/."""
-    final, tmp = output_dir / "final", output_dir / "final.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(ckpt / "policy" / "model", tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
 
 
 def resume_checkpoint(cfg, output_dir: Path) -> Path | None:
@@ -97,7 +85,11 @@ class Controller:
         self.G = cfg.rollout.n
         self.step = 0
         self.restarts = 0                # rollout/judge actors recovered (cumulative)
-        self._weights_ref = None         # last exported policy weights (re-sync after a restart)
+        self.weight_sync = WeightSyncGroup(
+            self._policy_call, lambda: self.pools.rollout,
+            lambda i: self._wait_alive("rollout", i),
+            tensor_parallel_size=cfg.rollout.tensor_model_parallel_size,
+            bucket_mb=cfg.actor.weight_sync_bucket_mb, max_retries=cfg.trainer.max_actor_restarts)
         cursor = None
         resume_dir = self._resume_dir()
         if resume_dir is not None:
@@ -127,12 +119,24 @@ class Controller:
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "policy").mkdir(parents=True)
-        self._policy_call("save_checkpoint", str(tmp / "policy"))
+        self._policy_call("save_checkpoint", str(tmp / "policy"), self.cfg.trainer.save_hf_model)
         state = {"step": self.step, "cursor": self.loader.cursor.state(),
                  "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
         (tmp / PROMPTS_FILE).write_text(json.dumps({"ids": [r["id"] for r in self.loader.rows]}),
                                         encoding="utf-8")
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final
+
+    def export_final(self) -> Path:
+        """<output_dir>/final: the trained policy as a plain Hugging Face model directory
+        (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and renamed into
+        place like `train-rm`'s final/."""
+        final, tmp = self.out / "final", self.out / "final.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._policy_call("export_hf", str(tmp))
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -186,9 +190,8 @@ class Controller:
                     self.restarts += 1
                     handle = self._wait_alive(pool, i)
                     if pool == "rollout":  # a restarted engine holds the initial checkpoint
-                        if self._weights_ref is None:
-                            self._weights_ref = ray.put(self._policy_call("export_weights")[0])
-                        ray.get(handle.load_weights.remote(self._weights_ref))
+                        self.weight_sync.invalidate()
+                        self._sync_weights()
                     ref = getattr(handle, method).remote(chunks[i], *args)
         return [out[i] for i in sorted(out)]
 
@@ -231,9 +234,8 @@ class Controller:
         return [r for part in parts for r in part]
 
     def _sync_weights(self) -> None:
-        blobs = self._policy_call("export_weights")  # collective: every rank takes part
-        self._weights_ref = ray.put(blobs[0])
-        self._map_pool("rollout", "load_weights", [self._weights_ref] * len(self.pools.rollout))
+        """Policy -> engines over the weight-sync group (peer_rl.sync_group)."""
+        self.weight_sync.sync()
 
     def _policy_batch(self, samples, advantages: np.ndarray) -> dict:
         seqs = [s.prompt_ids + s.response_ids for s in samples]
@@ -418,7 +420,7 @@ class Controller:
                 ckpt = self.save_checkpoint()
         bar.close()
         if self.step == total and ckpt is not None:
-            export_final(ckpt, self.out)
+            self.export_final()
         self.metrics.close()
         from peer_rl.plot import plot_curves
 

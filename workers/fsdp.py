@@ -6,9 +6,11 @@ No Ray import: both callers run it inside their own processes (Ray actors, Ray T
 plain spawned processes on a machine without Ray).
 
 Checkpoint layout written and read here (one directory):
-    model/            HF format, safetensors, fp32 master weights (rank 0)
-    optim/rank_R.pt   AdamW state of rank R, tensors and plain containers only, loadable with
-                      torch.load(weights_only=True); tied to the world size that wrote it
+    model/            HF format, safetensors, fp32 master weights (rank 0), for loaders that
+                      know nothing of sharding (vLLM, from_pretrained, `peer-rl eval`)
+    dcp/              torch.distributed.checkpoint shards (safetensors, every rank writes its
+                      slices) of the weights and the AdamW state + state.json; loadable at any
+                      world size, nothing in it is unpickled
 """
 from __future__ import annotations
 
@@ -19,8 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict,
-                                                     set_optimizer_state_dict)
+                                                     get_state_dict, set_state_dict)
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -28,6 +29,7 @@ from peer_rl.multimodal import is_vision_language
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+SHARDED_STATE = "state.json"     # beside the shards of save_sharded
 # attribute paths of the vision encoder in the vision-language families we load
 _VISION_TOWERS = ("model.visual", "visual", "model.vision_tower", "vision_tower", "vision_model")
 
@@ -195,40 +197,61 @@ def copy_model_files(src_dir: str | Path, dst_dir: str | Path) -> None:
             shutil.copy2(f, dst / f.name)
 
 
-def save_optimizer_shard(directory: str | Path, model, optim, rank: int, world_size: int,
-                         **extra) -> None:
-    """optim/rank_{rank}.pt: this rank's AdamW state, keyed by parameter name; tensors only."""
-    osd = get_optimizer_state_dict(model, optim)
-    state = {fqn: {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu().clone()
-                   if torch.is_tensor(v) else v for k, v in st.items()}
-             for fqn, st in osd["state"].items()}
-    d = Path(directory) / "optim"
-    d.mkdir(parents=True, exist_ok=True)
-    torch.save({"world_size": world_size, "rank": rank, "state": state,
-                "param_groups": osd["param_groups"], **extra}, d / f"rank_{rank}.pt")
+def _flat(model, msd: dict | None, osd: dict) -> dict[str, torch.Tensor]:
+    """One flat name -> tensor dict (the storage holds tensors only; a tied lm_head once)."""
+    tied = tied_duplicates(model)
+    flat = {f"model/{k}": v for k, v in (msd or {}).items() if k not in tied}
+    flat |= {f"optim/{fqn}/{k}": v for fqn, st in osd["state"].items() for k, v in st.items()
+             if torch.is_tensor(v)}
+    return flat
 
 
-def load_optimizer_shard(directory: str | Path, model, optim, rank: int, world_size: int,
-                         device) -> dict:
-    """Restore this rank's shard written by save_optimizer_shard; returns the shard's extra
-    fields. A shard written by another world size is refused (its slices differ)."""
-    path = Path(directory) / "optim" / f"rank_{rank}.pt"
-    blob = torch.load(path, weights_only=True)
-    if blob["world_size"] != world_size:
-        raise ValueError(f"{path}: optimizer shards were written by world_size="
-                         f"{blob['world_size']}; this group has world_size={world_size}")
-    params = dict(model.named_parameters())
+def save_sharded(directory: str | Path, model, optim, rank: int, include_model: bool = True,
+                 **extra) -> None:
+    """Collective. `directory`: the policy (unless include_model=False) and its AdamW state as
+    torch.distributed.checkpoint shards, each rank writing its own slices in parallel, in
+    safetensors files whose JSON headers carry the sharding (no pickle anywhere), plus
+    `state.json` (rank 0: param groups and `extra`). Loadable at any world size."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
-    def place(fqn, v):
-        p = params[fqn]
-        if torch.is_tensor(v) and isinstance(p, DTensor) and v.dim() > 0:
-            return DTensor.from_local(v.to(device), p.device_mesh, p.placements,
-                                      shape=p.shape, stride=p.stride())
-        return v.to(device) if torch.is_tensor(v) and v.dim() > 0 else v
+    d = Path(directory)
+    msd, osd = get_state_dict(model, optim)
+    dcp.save(_flat(model, msd if include_model else None, osd),
+             storage_writer=HuggingFaceStorageWriter(str(d), save_distributed=True))
+    if rank == 0:
+        groups = [{k: v for k, v in g.items()} for g in osd["param_groups"]]
+        (d / SHARDED_STATE).write_text(json.dumps({"param_groups": groups, "extra": extra}),
+                                       encoding="utf-8")
 
-    state = {fqn: {k: place(fqn, v) for k, v in st.items()} for fqn, st in blob["state"].items()}
-    set_optimizer_state_dict(model, optim, {"state": state, "param_groups": blob["param_groups"]})
-    return {k: v for k, v in blob.items() if k not in ("state", "param_groups")}
+
+def load_sharded(directory: str | Path, model, optim, include_model: bool = True) -> dict:
+    """Collective. Restore what save_sharded wrote, resharded to this group's world size;
+    returns its `extra`. The optimizer state is built first (zeros; torch does this for an
+    optimizer that has not stepped yet) so every tensor has its target shape and sharding."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import CheckpointException, HuggingFaceStorageReader
+
+    d = Path(directory)
+    meta_path = d / SHARDED_STATE
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{d}: no {SHARDED_STATE}, so not a complete sharded checkpoint "
+                                "(torch.distributed.checkpoint shards with their state file)")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    msd, osd = get_state_dict(model, optim)
+    try:
+        dcp.load(_flat(model, msd if include_model else None, osd),
+                 storage_reader=HuggingFaceStorageReader(str(d)))   # in place, into msd / osd
+    except CheckpointException as exc:   # a BaseException: name the directory and the cause
+        causes = "; ".join(sorted({str(e).strip().splitlines()[-1]
+                                   for e in exc.failures.values()}))
+        raise ValueError(f"{d}: the sharded checkpoint cannot be read: {causes}") from None
+    osd["param_groups"] = [{k: tuple(v) if k == "betas" else v for k, v in g.items()}
+                           for g in meta["param_groups"]]
+    set_state_dict(model, optim, model_state_dict=msd if include_model else {},
+                   optim_state_dict=osd,
+                   options=StateDictOptions(strict=include_model))
+    return meta["extra"]
 
 
 def clip_and_step(model, optim, grad_clip: float, world_size: int = 1) -> tuple[float, bool]:

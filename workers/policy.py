@@ -29,10 +29,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import save as st_save, save_file
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from safetensors.torch import save_file
 from torch.distributed.device_mesh import init_device_mesh
-from transformers import AutoConfig
+from torch.distributed.tensor import DTensor
 
 from peer_rl.algos import (compute_policy_loss, entropy_from_logits, kl_penalty,
                            logprobs_from_logits, masked_mean)
@@ -66,6 +65,7 @@ class PolicyWorker:
                  backend: str | None = None, freeze_vision_tower: bool = False,
                  gradient_checkpointing: bool = False):
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
+        self.master_addr = master_addr
         self.gradient_checkpointing = gradient_checkpointing
         self.freeze_vision_tower = freeze_vision_tower
         self.grad_clip, self.kl_loss_coef, self.kl_loss_type = grad_clip, kl_loss_coef, kl_loss_type
@@ -85,9 +85,6 @@ class PolicyWorker:
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         torch.manual_seed(seed)
 
-        self.config = AutoConfig.from_pretrained(model_path)
-        dt = getattr(self.config, "dtype", None) or torch.float32
-        self.export_dtype = getattr(torch, dt) if isinstance(dt, str) else dt
         mp = fsdp.mixed_precision(self.device)
         self.vision = None
         if fsdp.is_vision_language(model_path):
@@ -257,46 +254,114 @@ class PolicyWorker:
             out[k] = v
         return fsdp.to_checkpoint_names(self.model, out) if checkpoint_names else out
 
-    def export_weights(self) -> bytes | None:
-        """Rank 0: safetensors blob, keys of from_pretrained(path).state_dict() (tied lm_head
-        included; vLLM skips it when tied), cast to the checkpoint's dtype, without the frozen
-        vision tower (the engines hold it from their start). Others: None.
-        Collective: every rank must call it."""
-        sd = fsdp.full_state_dict(self.model)
+    # ------------------------------------------------------------------ weight sync
+    def _sync_names(self) -> list[tuple[str, str]]:
+        """(module name, checkpoint name) of every tensor the engines receive, in a fixed
+        order: the state dict's keys without tied duplicates (vLLM ties them itself) and
+        without the frozen vision tower (the engines hold it from their start)."""
+        if not hasattr(self, "_sync_pairs"):
+            tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+            keys = [k for k in self.hf_keys if k not in self.tied and k not in self.frozen]
+            probe = {k: torch.empty(tensors[k].shape, device="meta") for k in keys}
+            renamed = fsdp.to_checkpoint_names(self.model, probe)
+            by_id = {id(v): k for k, v in renamed.items()}
+            if len(renamed) != len(probe) or any(id(v) not in by_id for v in probe.values()):
+                raise NotImplementedError(
+                    f"{type(self.model).__name__}: saving converts weights beyond renaming "
+                    "them; weight sync sends module tensors one by one and cannot follow it")
+            self._sync_pairs = [(k, by_id[id(probe[k])]) for k in keys]
+        return self._sync_pairs
+
+    def weight_metas(self, dtype: str) -> list[tuple[str, list[int], str]]:
+        """(checkpoint name, shape, dtype) of the tensors `send_weights` broadcasts, in order;
+        `dtype` is the engines' (they load in it)."""
+        tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+        return [(ck, list(tensors[k].shape), dtype) for k, ck in self._sync_names()]
+
+    def host_weight_sync(self, world_size: int) -> tuple[str, int] | None:
+        """Rank 0: open the rendezvous of a new weight-sync group of `world_size` members (this
+        rank and every engine worker) and return its address; others None. The group forms in
+        `join_weight_sync` (workers.weight_sync); a new one replaces the previous one."""
+        from workers import weight_sync
+
         if self.rank != 0:
             return None
-        return st_save(self._hf_state(sd, self.export_dtype, trained_only=True,
-                                      checkpoint_names=True))
+        self._sync_group = None
+        self._sync_store = weight_sync.make_store(self.master_addr, 0, world_size, 0)
+        self._sync_world = world_size
+        return self.master_addr, int(self._sync_store.port)
 
-    def save_checkpoint(self, directory: str) -> None:
-        """model/ (rank 0, HF format, fp32 master weights) + optim/rank_{r}.pt (each rank).
+    def join_weight_sync(self) -> None:
+        """Rank 0 joins the group hosted by `host_weight_sync` as its rank 0 (returns once the
+        engines have joined too). Other ranks take no part in the group: they only help gather
+        in `send_weights`."""
+        from workers import weight_sync
 
-        Optimizer shards hold only tensors and plain containers (torch.load(weights_only=True)),
-        keyed by parameter name; they are tied to this world_size (checked on load). Collective.
-        """
+        if self.rank == 0:
+            self._sync_group = weight_sync.open_group(self._sync_store, 0, self._sync_world,
+                                                      self.backend)
+
+    def send_weights(self, metas: list, bucket_bytes: int) -> dict:
+        """Broadcast the current weights to the engines, bucket by bucket. Collective: every
+        rank gathers each FSDP-sharded tensor in turn (one at a time, so no rank holds the full
+        model); rank 0 sends. Returns {"bytes", "seconds"} (rank 0's)."""
+        from workers import weight_sync
+
+        t0 = time.perf_counter()
+        tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+
+        def full(k):
+            t = tensors[k].detach()
+            return t.full_tensor() if isinstance(t, DTensor) else t
+
+        gathered = (full(k) for k, _ in self._sync_names())
+        if self.rank != 0:
+            for _ in gathered:
+                pass
+            return {"bytes": 0, "seconds": time.perf_counter() - t0}
+        if getattr(self, "_sync_group", None) is None:
+            raise RuntimeError("send_weights before join_weight_sync")
+        plan = [weight_sync.TensorMeta(m[0], tuple(m[1]), m[2]) for m in metas]
+        sent = weight_sync.send(self._sync_group, gathered, plan, bucket_bytes, self.device)
+        return {"bytes": sent, "seconds": time.perf_counter() - t0}
+
+    def full_state(self) -> dict | None:
+        """Rank 0: the full weights in checkpoint (HF) names, tied duplicates included; others
+        None. Collective."""
+        sd = fsdp.full_state_dict(self.model)
+        return self._hf_state(sd, checkpoint_names=True) if self.rank == 0 else None
+
+    def save_checkpoint(self, directory: str, hf_model: bool = True) -> None:
+        """dcp/ (every rank writes its slices of the weights and AdamW state in parallel;
+        workers.fsdp.save_sharded) and, with `hf_model`, model/ (rank 0, HF format, fp32 master
+        weights: what vLLM, `peer-rl eval` and from_pretrained read; it costs one full gather).
+        Collective."""
         d = Path(directory)
+        fsdp.save_sharded(d / "dcp", self.model, self.optim, self.rank,
+                          global_step=self.global_step, world_size=self.world_size)
+        if hf_model:
+            self.export_hf(str(d / "model"))
+        dist.barrier()
+
+    def export_hf(self, directory: str) -> None:
+        """The policy as a plain Hugging Face model directory (rank 0 writes). Collective."""
         sd = fsdp.full_state_dict(self.model)
         if self.rank == 0:
-            fsdp.copy_model_files(self.model_path, d / "model")
+            d = Path(directory)
+            fsdp.copy_model_files(self.model_path, d)
             save_file(self._hf_state(sd, drop_tied=True, checkpoint_names=True),
-                      str(d / "model" / "model.safetensors"), metadata={"format": "pt"})
+                      str(d / "model.safetensors"), metadata={"format": "pt"})
         del sd
-        fsdp.save_optimizer_shard(d, self.model, self.optim, self.rank, self.world_size,
-                                  global_step=self.global_step)
         dist.barrier()
 
-    def load_checkpoint(self, directory: str) -> None:
-        """Restore policy weights (rank 0 reads, broadcasts), optimizer shard and step counter."""
-        d = Path(directory)
-        full = {}
-        if self.rank == 0:   # from_pretrained maps on-disk names to module names
-            full = self._hf_state(fsdp.load_pretrained(str(d / "model")).state_dict())
-        set_model_state_dict(self.model, full, options=StateDictOptions(
-            full_state_dict=True, broadcast_from_rank0=True))
-        extra = fsdp.load_optimizer_shard(d, self.model, self.optim, self.rank, self.world_size,
-                                          self.device)
+    def load_checkpoint(self, directory: str) -> dict:
+        """Restore weights, AdamW state and step counter from dcp/, resharded to this group's
+        world size (it may differ from the one that wrote it). Collective. Returns the saved
+        extra fields (global_step, world_size)."""
+        extra = fsdp.load_sharded(Path(directory) / "dcp", self.model, self.optim)
         self.global_step = int(extra["global_step"])
         dist.barrier()
+        return extra
 
     def health(self) -> dict:
         return {"ok": dist.is_initialized(), "rank": self.rank, "world_size": self.world_size,

@@ -1,4 +1,5 @@
-"""Rollout worker: G samples per prompt from a vLLM engine, with in-place weight sync.
+"""Rollout worker: G samples per prompt from a vLLM engine, with in-place weight sync over a
+collective (workers.weight_sync).
 
 A plain class (no Ray import): the placement layer wraps it with `ray.remote`, tests use it
 in-process.
@@ -95,20 +96,34 @@ class RolloutWorker:
                                       images=list(prompt.images) if self.multimodal else []))
         return samples
 
-    def load_weights(self, blob: bytes) -> None:
-        """In-place sync from a safetensors blob (workers.vllm_engine.serialize_state_dict).
+    # ------------------------------------------------------------------ weight sync
+    def engine_dtype(self) -> str:
+        """The dtype the engine holds its weights in (what the policy sends)."""
+        return str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
+
+    def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
+                         metas: list, bucket_bytes: int) -> list[int]:
+        """Every worker of this engine joins the policy's weight-sync group (workers.weight_sync)
+        as ranks rank_offset.. (one per tensor-parallel worker); returns their ranks."""
+        backend = "gloo" if on_cpu() else "nccl"
+        return self.llm.collective_rpc("join_weight_sync", args=(
+            addr, port, rank_offset, world_size, backend, metas, bucket_bytes))
+
+    def receive_weights(self) -> int:
+        """Receive one broadcast of the policy into the engine, in place; returns #tensors.
 
         The prefix cache holds KV computed by the old weights, and the encoder cache image
         embeddings of the old vision path, so both are reset; vLLM's reload also clears the
         worker's multimodal input cache, so the front end's copy is cleared with it (the two
         must agree, or the next image request misses).
         """
-        self.llm.collective_rpc("load_weights_blob", args=(blob,))
+        n = self.llm.collective_rpc("receive_weights")[0]
         self.llm.reset_prefix_cache()
         if self.multimodal:
             self.llm.llm_engine.reset_encoder_cache()
             self.llm.reset_mm_cache()
         self.weight_syncs += 1
+        return n
 
     def prompt_logprobs(self, prompt_ids: list[list[int]],
                         images: list[list[str]] | None = None) -> list[list[float]]:

@@ -79,7 +79,8 @@ def image_token_counter(vision):
 def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, src_dir: str,
                      state: dict, extra_files: dict[str, str], drop: set[str]) -> None:
     """Collective. Rank 0: model/ (HF, safetensors) + trainer_state.json; every rank: its
-    optimizer shard (workers.fsdp)."""
+    slices of the AdamW state (optim/, workers.fsdp.save_sharded: loadable at another world
+    size)."""
     import torch.distributed as dist
 
     from workers import fsdp
@@ -94,7 +95,7 @@ def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, 
         model.save_pretrained(mdir, state_dict=sd, max_shard_size="5GB")
         (directory / STATE_FILE).write_text(json.dumps(state, indent=1), encoding="utf-8")
     del sd
-    fsdp.save_optimizer_shard(directory, model, optim, rank, world_size)
+    fsdp.save_sharded(directory / "optim", model, optim, rank, include_model=False)
     dist.barrier()
 
 
@@ -161,7 +162,7 @@ def train_loop(config: dict) -> None:
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                               lr=config["lr"], weight_decay=config["weight_decay"])
     if ckpt_dir is not None:
-        fsdp.load_optimizer_shard(ckpt_dir, model, optim, rank, ws, device)
+        fsdp.load_sharded(ckpt_dir / "optim", model, optim, include_model=False)
         if rank == 0:
             _log(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
     if rank == 0:

@@ -86,50 +86,58 @@ def model_max_len(model_path: str) -> int | None:
             or cfg.get("text_config", {}).get("max_position_embeddings"))
 
 
-def serialize_state_dict(state_dict: dict[str, torch.Tensor]) -> bytes:
-    """One safetensors blob: `collective_rpc` turns tensors into lists, bytes pass intact.
-
-    Tensors sharing storage (a tied lm_head) are copied, every name kept: safetensors refuses
-    shared tensors, and which of the names a loader reads (vLLM drops a tied lm_head on CPU and
-    loads the embedding) must not depend on the order of the keys.
-    """
-    from safetensors.torch import save
-
-    out, seen = {}, set()
-    for k, v in state_dict.items():
-        v = v.detach().cpu().contiguous()
-        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
-        out[k] = v.clone() if key in seen else v
-        seen.add(key)
-    return save(out)
-
-
 class WeightSyncExtension:
-    """Mixed into vLLM's worker class (`worker_extension_cls`); called via `collective_rpc`."""
+    """Mixed into vLLM's worker class (`worker_extension_cls`); called via `collective_rpc`.
 
-    def load_weights_blob(self, blob: bytes) -> int:
-        """In-place reload from a safetensors blob in checkpoint (HF) names; returns #tensors.
+    Each engine worker is one member of the weight-sync group (workers.weight_sync): rank
+    `rank_offset + its rank inside the engine`, so every tensor-parallel worker receives the
+    full tensors and vLLM's loaders cut its shard.
+    """
+
+    def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
+                         backend: str, metas: list, bucket_bytes: int) -> int:
+        """Join a freshly built group (dropping any earlier one); returns this member's rank."""
+        from workers import weight_sync
+
+        rank = rank_offset + int(getattr(self, "rank", 0))
+        self._sync_group = None
+        store = weight_sync.make_store(addr, port, world_size, rank)
+        self._sync_group = weight_sync.open_group(store, rank, world_size, backend)
+        self._sync_metas = [weight_sync.TensorMeta(m[0], tuple(m[1]), m[2]) for m in metas]
+        self._sync_bucket_bytes = int(bucket_bytes)
+        return rank
+
+    def receive_weights(self) -> int:
+        """Receive one broadcast of the policy and load it in place, bucket by bucket as the
+        buckets arrive; returns #tensors.
 
         Plain `model.load_weights` breaks on CPU (linear weights are repacked after load), so
-        this goes through vLLM's `reload_weights`. A tied lm_head shares the embedding tensor
-        but keeps its own packed GEMM copy on CPU: re-run its post-load processing.
+        this goes through vLLM's `reload_weights`, which processes each layer once all of its
+        tensors are in and puts back the layers that were not sent (a frozen vision tower).
+        A tied lm_head is not sent (the embedding carries it) but keeps its own packed GEMM
+        copy on CPU: its post-load processing is re-run.
         """
-        from safetensors.torch import load
+        from workers import weight_sync
 
-        weights = load(bytes(blob))
-        hf = self.model_runner.model_config.hf_config
-        tied = getattr(getattr(hf, "text_config", hf), "tie_word_embeddings", False) \
-            or getattr(hf, "tie_word_embeddings", False)
-        if on_cpu() and tied:
-            weights.pop("lm_head.weight", None)  # tied: the embedding carries it
-        self.model_runner.reload_weights(weights_iterator=iter(weights.items()),
-                                         is_checkpoint_format=True)
+        if getattr(self, "_sync_group", None) is None:
+            raise RuntimeError("receive_weights before join_weight_sync")
+        device = self.model_runner.device if not on_cpu() else torch.device("cpu")
+        count = 0
+
+        def pairs():
+            nonlocal count
+            for bucket in weight_sync.receive(self._sync_group, self._sync_metas,
+                                              self._sync_bucket_bytes, device):
+                count += len(bucket)
+                yield from bucket
+
+        self.model_runner.reload_weights(weights_iterator=pairs(), is_checkpoint_format=True)
         # the output layer sits at `lm_head` (text models) or `language_model.lm_head` (VL)
         for name, module in self.model_runner.get_model().named_modules():
             method = getattr(module, "quant_method", None)
             if name.split(".")[-1] == "lm_head" and method is not None:
                 method.process_weights_after_loading(module)
-        return len(weights)
+        return count
 
     def weights_checksum(self) -> str:
         """sha256 over the model's parameters (name, bytes) for tests: did a sync land?"""

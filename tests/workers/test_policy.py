@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-from safetensors.torch import load as st_load, save as st_save
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from peer_rl.algos import compute_grpo_outcome_advantage
@@ -59,7 +58,7 @@ def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------- spawned scenarios (per rank)
-def _sc_train(w: PolicyWorker, out: str) -> dict:
+def _sc_train(w: PolicyWorker, out: str, arg=None) -> dict:
     b = make_batch()
     lp = w.compute_log_prob(b)
     t = time.perf_counter()
@@ -68,25 +67,33 @@ def _sc_train(w: PolicyWorker, out: str) -> dict:
     # 7 rows: a 3-row mini-batch splits 2 + 1 over 2 ranks (the second rank pads a zero-weight row)
     metrics7 = w.update(make_batch(n=7, seed=4))
     return {"lp": lp, "metrics": metrics, "metrics7": metrics7, "update_s": update_s,
-            "blob": w.export_weights(), "health": w.health()}
+            "weights": w.full_state(), "health": w.health()}
 
 
-def _sc_ckpt(w: PolicyWorker, out: str) -> dict:
+def _sc_ckpt(w: PolicyWorker, out: str, arg=None) -> dict:
     b = make_batch(seed=1)
     first = w.update(b)                       # one mini-batch: policy == reference throughout
     ckpt = os.path.join(out, "ckpt")
     w.save_checkpoint(ckpt)
-    saved = w.export_weights()
+    saved = w.full_state()
     w.update(b)
-    perturbed = w.export_weights()
-    w.load_checkpoint(ckpt)
-    loaded = w.export_weights()
-    w.update(b)                               # same weights + optimizer state + step -> same result
+    perturbed = w.full_state()
+    extra = w.load_checkpoint(ckpt)
+    loaded = w.full_state()
+    replayed_metrics = w.update(b)            # same weights + optimizer state + step -> same result
     return {"first": first, "saved": saved, "perturbed": perturbed, "loaded": loaded,
-            "replayed": w.export_weights(), "ckpt": ckpt}
+            "replayed": w.full_state(), "replayed_metrics": replayed_metrics, "ckpt": ckpt,
+            "extra": extra}
 
 
-def _sc_learn(w: PolicyWorker, out: str) -> dict:
+def _sc_resume(w: PolicyWorker, out: str, ckpt=None) -> dict:
+    """Load a checkpoint another world size wrote, then take the step that run took next."""
+    extra = w.load_checkpoint(ckpt)
+    metrics = w.update(make_batch(seed=1))
+    return {"extra": extra, "metrics": metrics, "weights": w.full_state()}
+
+
+def _sc_learn(w: PolicyWorker, out: str, arg=None) -> dict:
     b = make_batch(seed=2)
     before = w.compute_log_prob(b)["old_log_probs"]
     times, metrics = [], []
@@ -110,18 +117,21 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-def _sc_hostile(w: PolicyWorker, out: str) -> dict:
+def _sc_hostile(w: PolicyWorker, out: str, arg=None) -> dict:
+    """Every file of the sharded checkpoint replaced by a pickle that would run code."""
     ckpt = os.path.join(out, "ckpt")
-    w.save_checkpoint(ckpt)
+    w.save_checkpoint(ckpt, hf_model=False)
     marker = os.path.join(out, "pwned")
-    with open(os.path.join(ckpt, "optim", f"rank_{w.rank}.pt"), "wb") as fh:
-        pickle.dump({"state": _Payload(marker)}, fh)
+    shards = [f for f in os.listdir(os.path.join(ckpt, "dcp")) if f.endswith(".safetensors")]
+    for f in shards:
+        with open(os.path.join(ckpt, "dcp", f), "wb") as fh:
+            pickle.dump({"state": _Payload(marker)}, fh)
     try:
         w.load_checkpoint(ckpt)
         error = None
-    except pickle.UnpicklingError as exc:
-        error = str(exc)
-    return {"error": error, "ran": os.path.exists(marker)}
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return {"error": error, "ran": os.path.exists(marker), "shards": shards}
 
 
 def vl_batch(model_path: str) -> dict:
@@ -153,31 +163,32 @@ def vl_batch(model_path: str) -> dict:
     return out
 
 
-def _sc_vl_mixed(w: PolicyWorker, out: str) -> dict:
+def _sc_vl_mixed(w: PolicyWorker, out: str, arg=None) -> dict:
     b = vl_batch(w.model_path)
     lp = w.compute_log_prob(b)["old_log_probs"]
     w.update(b)
-    return {"lp": lp, "blob": w.export_weights(), "after": w.compute_log_prob(b)["old_log_probs"]}
+    return {"lp": lp, "weights": w.full_state(), "after": w.compute_log_prob(b)["old_log_probs"]}
 
 
-SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "learn": _sc_learn, "hostile": _sc_hostile,
-             "vl_mixed": _sc_vl_mixed}
+SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
+             "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed}
 
 
-def _entry(rank, world_size, port, model_path, scenario, hp, out):
+def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
     torch.set_num_threads(1)
     w = PolicyWorker(rank, world_size, "127.0.0.1", port, model_path, **hp)
     try:
-        res = SCENARIOS[scenario](w, out)
+        res = SCENARIOS[scenario](w, out, arg)
     finally:
         w.shutdown()
     with open(os.path.join(out, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(res, f)
 
 
-def run_group(world_size, model_path, scenario, out, **hp) -> list[dict]:
+def run_group(world_size, model_path, scenario, out, arg=None, **hp) -> list[dict]:
     os.makedirs(out, exist_ok=True)
-    mp.spawn(_entry, args=(world_size, free_port(), model_path, scenario, {**HP, **hp}, str(out)),
+    mp.spawn(_entry, args=(world_size, free_port(), model_path, scenario, {**HP, **hp}, str(out),
+                           arg),
              nprocs=world_size, join=True)
     results = []
     for r in range(world_size):
@@ -186,8 +197,7 @@ def run_group(world_size, model_path, scenario, out, **hp) -> list[dict]:
     return results
 
 
-def max_diff(blob_a: bytes, blob_b: bytes) -> float:
-    a, b = st_load(blob_a), st_load(blob_b)
+def max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys()
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
@@ -218,17 +228,16 @@ def test_log_probs_aligned_and_reference_equal(tiny_model, world2):
         np.testing.assert_array_equal(lp["old_log_probs"], lp["ref_log_prob"])
 
 
-def initial_blob(model_path: str) -> bytes:
+def initial_weights(model_path: str) -> dict:
     """Initial weights in the exported layout, to show that the update really moved them."""
-    sd = AutoModelForCausalLM.from_pretrained(model_path).state_dict()
-    return st_save({k: v.contiguous().clone() for k, v in sd.items()})
+    return AutoModelForCausalLM.from_pretrained(model_path).state_dict()
 
 
 def test_world2_matches_world1(tiny_model, world1, world2):
     (r1,), (r2a, r2b) = world1, world2
-    assert r2b["blob"] is None and r2a["blob"] is not None
-    diff = max_diff(r1["blob"], r2a["blob"])
-    moved = max_diff(r1["blob"], initial_blob(tiny_model))
+    assert r2b["weights"] is None and r2a["weights"] is not None
+    diff = max_diff(r1["weights"], r2a["weights"])
+    moved = max_diff(r1["weights"], initial_weights(tiny_model))
     print(f"\nworld2-vs-world1 max weight diff {diff:.3e} (update moved weights by {moved:.3e}); "
           f"update step world1 {r1['update_s']:.3f}s world2 {r2a['update_s']:.3f}s")
     assert moved > 1e-3 and diff < 1e-5
@@ -247,13 +256,13 @@ def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, 
     decoder layer recomputed in backward gives the same weights and metrics."""
     (gc_a, _) = run_group(2, tiny_model, "train", tmp_path, gradient_checkpointing=True)
     plain = world2[0]
-    assert max_diff(plain["blob"], gc_a["blob"]) < 1e-6
+    assert max_diff(plain["weights"], gc_a["weights"]) < 1e-6
     for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
         assert gc_a["metrics"][k] == pytest.approx(plain["metrics"][k], rel=1e-6, abs=1e-9), k
 
 
 def test_export_loads_strictly(tiny_model, world2):
-    sd = st_load(world2[0]["blob"])
+    sd = world2[0]["weights"]
     ref = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert set(sd) == set(ref.state_dict())
     fresh = Qwen2ForCausalLM(ref.config)
@@ -269,13 +278,36 @@ def test_kl_zero_and_checkpoint_round_trip(tiny_model, tmp_path):
     assert max_diff(r0["saved"], r0["perturbed"]) > 1e-4
     assert max_diff(r0["saved"], r0["loaded"]) == 0.0
     assert max_diff(r0["perturbed"], r0["replayed"]) < 1e-6   # optimizer state + step restored
-    for r in range(2):
-        blob = torch.load(os.path.join(r0["ckpt"], "optim", f"rank_{r}.pt"), weights_only=True)
-        assert blob["rank"] == r and blob["state"]
+    assert r0["extra"] == {"global_step": 1, "world_size": 2}
+    # both ranks wrote their own slices: one safetensors file each, sharding in the header
+    shards = sorted(f for f in os.listdir(os.path.join(r0["ckpt"], "dcp"))
+                    if f.endswith(".safetensors"))
+    assert len(shards) == 2, shards
+    from safetensors import safe_open
+    for f in shards:
+        with safe_open(os.path.join(r0["ckpt"], "dcp", f), "pt") as fh:
+            names = list(fh.keys())
+            assert fh.metadata()                  # JSON sharding info, not a pickle
+        assert any(n.startswith("optim/") and n.endswith("/exp_avg") for n in names)
     hf = AutoModelForCausalLM.from_pretrained(os.path.join(r0["ckpt"], "model"))
-    saved = st_load(r0["saved"])
+    saved = r0["saved"]
     for k, v in hf.state_dict().items():
         assert torch.equal(v, saved[k]), k
+
+
+def test_checkpoint_written_at_world_2_resumes_at_world_1(tiny_model, tmp_path):
+    """actor.world_size may change between runs: the sharded checkpoint two ranks wrote loads
+    into one rank, and the next step there equals the next step the two ranks took."""
+    hp = dict(ppo_mini_batch_size=8, ppo_epochs=1)
+    two = run_group(2, tiny_model, "ckpt", tmp_path / "w2", **hp)[0]
+    one = run_group(1, tiny_model, "resume", tmp_path / "w1", arg=two["ckpt"], **hp)[0]
+    assert one["extra"]["world_size"] == 2 and one["extra"]["global_step"] == 1
+    for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/approx_kl"):
+        assert one["metrics"][k] == pytest.approx(two["replayed_metrics"][k], rel=1e-4, abs=1e-7), k
+    # the step moved the weights, and both runs moved them the same way (AdamW's moments came
+    # through: without them the first step after a load would differ)
+    assert max_diff(one["weights"], two["loaded"]) > 1e-4
+    assert max_diff(one["weights"], two["replayed"]) < 1e-5
 
 
 def test_positive_advantage_log_prob_increases(tiny_model, tmp_path):
@@ -309,21 +341,24 @@ def test_ray_actors_match_world1(tiny_model, world1, monkeypatch):
         batch = ray.put(make_batch())
         metrics = ray.get([a.update.remote(batch) for a in actors])
         ray.get([a.update.remote(make_batch(n=7, seed=4)) for a in actors])
-        blobs = ray.get([a.export_weights.remote() for a in actors])
+        blobs = ray.get([a.full_state.remote() for a in actors])
         health = ray.get([a.health.remote() for a in actors])
         ray.get([a.shutdown.remote() for a in actors])
     finally:
         ray.shutdown()
     assert metrics[0] == metrics[1] and blobs[1] is None
     assert metrics[0]["actor/grad_norm"] == pytest.approx(world1[0]["metrics"]["actor/grad_norm"], rel=1e-4)
-    assert max_diff(blobs[0], world1[0]["blob"]) < 1e-5
+    assert max_diff(blobs[0], world1[0]["weights"]) < 1e-5
     assert [h["rank"] for h in health] == [0, 1] and health[0]["pid"] != health[1]["pid"]
 
 
 def test_a_pickled_object_in_a_checkpoint_is_refused_not_run(tiny_model, tmp_path):
-    """Checkpoints load weights-only: a crafted optimizer shard must not execute code."""
+    """Checkpoints hold safetensors only: shards replaced by crafted pickles fail to load as
+    not-safetensors and never run."""
     res = run_group(1, tiny_model, "hostile", tmp_path)[0]
-    assert res["error"] is not None and "Weights only load failed" in res["error"]
+    assert res["shards"] and res["error"] is not None
+    assert res["error"].startswith("ValueError: ") and "ckpt/dcp: the sharded checkpoint " \
+        "cannot be read" in res["error"] and "header" in res["error"], res["error"]
     assert res["ran"] is False
 
 
@@ -338,7 +373,7 @@ def test_vl_ranks_with_and_without_images_stay_in_step(tiny_models, tmp_path):
     two = run_group(2, tiny_models["policy"], "vl_mixed", tmp_path / "w2", **hp)
     np.testing.assert_allclose(two[0]["lp"], one["lp"], atol=1e-5)
     np.testing.assert_allclose(two[1]["lp"], one["lp"], atol=1e-5)
-    assert max_diff(two[0]["blob"], one["blob"]) < 1e-5
+    assert max_diff(two[0]["weights"], one["weights"]) < 1e-5
     assert float(np.abs(one["after"] - one["lp"]).max()) > 1e-3      # the update did something
 
 

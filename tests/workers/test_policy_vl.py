@@ -8,11 +8,11 @@ import socket
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load as st_load
 
 from peer_rl.data.sample import sample_root
 from peer_rl.protocol import Prompt, SamplingConfig
 from peer_rl.reasoning import policy_messages
+from sync_util import push_policy
 
 pytestmark = pytest.mark.e2e
 
@@ -117,10 +117,12 @@ def test_frozen_tower_stays_the_language_model_trains_and_only_it_is_synced(engi
     assert all(not p.requires_grad and p.grad is None for n, p in policy.model.named_parameters()
                if n in policy.frozen)
 
-    blob = policy.export_weights()
-    sent = set(st_load(blob))
-    assert not sent & policy.frozen and any("merger" in k for k in sent)
-    assert len(blob) < sum(v.numel() * 4 for v in after.values())
-    rollout.load_weights(blob)
+    metas = policy.weight_metas(rollout.engine_dtype())
+    sent = {m[0] for m in metas}
+    assert not sent & set(fsdp.to_checkpoint_names(policy.model, {k: after[k] for k in policy.frozen}))
+    assert any("merger" in k for k in sent)
+    stats, received = push_policy(policy, rollout, bucket_bytes=1 << 16)
+    assert received == len(metas)
+    assert stats["bytes"] < sum(v.numel() * 4 for v in after.values())
     ours = policy.compute_log_prob(batch)["old_log_probs"]
     assert _max_gap(ours, rollout.prompt_logprobs(seqs, batch["images"]), seqs) < 1e-4
