@@ -50,4 +50,18 @@ def main(what: str, rest: list[str]) -> int:
         from peer_rl.bench_step import main as step_main
 
         return step_main(rest)
+    if what == "sync":
+        from peer_rl.bench_sync import main as sync_main
+
+        return sync_main(rest)
+    if what == "update":
+        from peer_rl.bench_update import main as update_main
+
+        return update_main(rest)
+    if what == "model":
+        from peer_rl.bench_models import SHAPES, random_policy
+
+        for name in rest or list(SHAPES):
+            print(f"{name}\t{random_policy(name)}")
+        return 0
     raise ValueError(what)

@@ -48,7 +48,15 @@ class ActorConfig:
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
     ppo_mini_batch_size: int = 16        # sequences per optimizer step
-    ppo_micro_batch_size: int = 8        # sequences per forward/backward
+    ppo_micro_batch_size: int = 8        # sequences per forward/backward (when the budget is 0)
+    # tokens per forward/backward on one rank (verl's name): rows are grouped longest first and
+    # padded to their group's longest row; 0 = ppo_micro_batch_size sequences per forward
+    ppo_max_token_len_per_gpu: int = 16384
+    # the output layer runs on this many positions at a time (checkpointed), so no
+    # full-vocabulary logits exist; 0 = plain logits over the whole micro-batch
+    logits_chunk_size: int = 1024
+    # GPU: the frozen reference's shards live in host memory between its forwards
+    ref_param_offload: bool = False
     ppo_epochs: int = 1
     # vision-language policies: the vision encoder gets no gradient, no optimizer state and is
     # not synced (the aligner/merger trains); ignored for text-only models
@@ -247,7 +255,7 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
                  "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
-                 "eval.max_tokens")
+                 "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",),
             "reward_model.kind": ("unifireward", "scalar")}

@@ -140,7 +140,9 @@ class PoolFactory:
             ppo_mini_batch_size=a.ppo_mini_batch_size, ppo_micro_batch_size=a.ppo_micro_batch_size,
             ppo_epochs=a.ppo_epochs, seed=self.cfg.trainer.seed,
             freeze_vision_tower=a.freeze_vision_tower,
-            gradient_checkpointing=a.gradient_checkpointing) for r in range(a.world_size)]
+            gradient_checkpointing=a.gradient_checkpointing, logits_chunk_size=a.logits_chunk_size,
+            ppo_max_token_len_per_gpu=a.ppo_max_token_len_per_gpu,
+            ref_param_offload=a.ref_param_offload) for r in range(a.world_size)]
 
     def make_pools(self) -> Pools:
         cfg = self.cfg

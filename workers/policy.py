@@ -35,6 +35,7 @@ from torch.distributed.tensor import DTensor
 
 from peer_rl.algos import (compute_policy_loss, entropy_from_logits, kl_penalty,
                            logprobs_from_logits, masked_mean)
+from peer_rl.micro_batches import by_count, by_token_budget
 from workers import fsdp
 
 
@@ -63,7 +64,8 @@ class PolicyWorker:
                  entropy_coeff: float = 0.0, ppo_mini_batch_size: int = 8,
                  ppo_micro_batch_size: int = 4, ppo_epochs: int = 1, seed: int = 0,
                  backend: str | None = None, freeze_vision_tower: bool = False,
-                 gradient_checkpointing: bool = False):
+                 gradient_checkpointing: bool = False, logits_chunk_size: int = 1024,
+                 ppo_max_token_len_per_gpu: int = 16384, ref_param_offload: bool = False):
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
         self.master_addr = master_addr
         self.gradient_checkpointing = gradient_checkpointing
@@ -71,6 +73,8 @@ class PolicyWorker:
         self.grad_clip, self.kl_loss_coef, self.kl_loss_type = grad_clip, kl_loss_coef, kl_loss_type
         self.clip_ratio, self.entropy_coeff, self.seed = clip_ratio, entropy_coeff, seed
         self.mini, self.micro, self.ppo_epochs = ppo_mini_batch_size, ppo_micro_batch_size, ppo_epochs
+        self.max_tokens, self.logits_chunk = ppo_max_token_len_per_gpu, logits_chunk_size
+        self.ref_param_offload = ref_param_offload
         self.global_step = 0
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if self.backend == "nccl":
@@ -92,15 +96,17 @@ class PolicyWorker:
 
             self.vision = VisionInputs(model_path)
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
+        self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
         self.model = self._load_sharded(mp, trainable=True)
-        self.ref = self._load_sharded(mp).requires_grad_(False)
+        self.ref = self._load_sharded(mp, offload=ref_param_offload).requires_grad_(False)
         # frozen parameters get no gradient and no optimizer state
         self.optim = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
                                        lr=lr, weight_decay=weight_decay)
 
     # ------------------------------------------------------------------ model plumbing
-    def _load_sharded(self, mp, trainable: bool = False) -> torch.nn.Module:
-        """HF model (by architecture) -> fully_shard each block, then the root."""
+    def _load_sharded(self, mp, trainable: bool = False, offload: bool = False) -> torch.nn.Module:
+        """HF model (by architecture) -> fully_shard each block, then the root; the output
+        layer routed through chunked log-probs unless actor.logits_chunk_size=0."""
         model = fsdp.load_pretrained(self.model_path)
         if not hasattr(self, "hf_keys"):
             self.hf_keys = list(model.state_dict())  # the keys from_pretrained(...).state_dict() use
@@ -109,7 +115,9 @@ class PolicyWorker:
             self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
         if trainable and self.gradient_checkpointing:
             fsdp.checkpoint_layers(model)
-        return fsdp.shard(model, self.mesh, mp)
+        if self.logits_chunk > 0:
+            self._heads[id(model)] = fsdp.logprob_head(model, self.logits_chunk)
+        return fsdp.shard(model, self.mesh, mp, offload=offload)
 
     def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:
         """pixel values, grids and image-token types of `rows` (workers.vision); {} if none."""
@@ -120,7 +128,18 @@ class PolicyWorker:
 
     def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False,
                     vision: dict | None = None):
-        """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T)."""
+        """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T),
+        with a gradient only when actor.entropy_coeff is set (else a metric)."""
+        mode = ("grad" if self.entropy_coeff else "metric") if entropy else "none"
+        head = self._heads.get(id(model))
+        if head is not None:                  # chunked: no full-vocabulary logits anywhere
+            head.update(labels=ids[:, 1:], temperature=temperature, entropy=mode)
+            try:
+                out = model(input_ids=ids, attention_mask=attn, use_cache=False,
+                            **(vision or {})).logits
+            finally:
+                head["labels"] = None
+            return out[..., 0], (out[..., 1] if entropy else None)
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False,
                        **(vision or {})).logits[:, :-1]
         if temperature != 1.0:
@@ -132,6 +151,20 @@ class PolicyWorker:
             return logp, F.pad(entropy_from_logits(logits), (1, 0))
         with torch.no_grad():                 # metric only: keep the (B, T, V) graph small
             return logp, F.pad(entropy_from_logits(logits), (1, 0))
+
+    def _micro_batches(self, rows: torch.Tensor, attn: torch.Tensor) -> list[torch.Tensor]:
+        """Positions into `rows` (this rank's rows of a mini-batch), one tensor per forward:
+        by token budget (actor.ppo_max_token_len_per_gpu; the count agreed over ranks, since
+        each forward all-gathers) or by actor.ppo_micro_batch_size when the budget is 0."""
+        if not self.max_tokens:
+            groups = by_count(len(rows), self.micro)
+        else:
+            lengths = attn[rows].sum(1).tolist()
+            n = torch.tensor([len(by_token_budget(lengths, self.max_tokens))], device=self.device)
+            if self.world_size > 1:
+                dist.all_reduce(n, op=dist.ReduceOp.MAX)
+            groups = by_token_budget(lengths, self.max_tokens, int(n))
+        return [torch.tensor(g, dtype=torch.long) for g in groups]
 
     def _shard_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's rows[rank::ws], padded (with rows[0], weight 0) to ceil(len/ws) rows."""
@@ -152,15 +185,21 @@ class PolicyWorker:
 
     @torch.no_grad()
     def _log_probs(self, ids, attn, temperature, images=None):
-        """(old, ref) token-aligned log-probs of the full batch, each rank computing its shard."""
+        """(old, ref) token-aligned log-probs of the full batch, each rank computing its shard;
+        each micro-batch is cut to its own longest row (rows are right-padded)."""
         n = len(ids)
         rows, _ = self._shard_rows(torch.arange(n))
+        groups = self._micro_batches(rows, attn)
         out = []
         for model in (self.model, self.ref):
-            chunks = [self._token_logp(model, ids[r].to(self.device), attn[r].to(self.device),
-                                       temperature, vision=self._vision_kwargs(ids[r], images, r))[0]
-                      for r in rows.split(self.micro)]
-            out.append(self._gather_rows(torch.cat(chunks), n) * attn)
+            local = torch.zeros((len(rows), ids.shape[1]), dtype=torch.float32, device=self.device)
+            for pos in groups:
+                r = rows[pos]
+                L = int(attn[r].sum(1).max())
+                lp = self._token_logp(model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
+                                      temperature, vision=self._vision_kwargs(ids[r], images, r))[0]
+                local[pos.to(self.device), :L] = lp.float()
+            out.append(self._gather_rows(local, n) * attn)
         return out
 
     # ------------------------------------------------------------------ public API
@@ -194,14 +233,19 @@ class PolicyWorker:
                 mb_tokens = mask[mb].sum().clamp_min(1.0)  # global: every rank holds the full batch
                 rows, weight = self._shard_rows(mb)
                 self.optim.zero_grad(set_to_none=True)
-                for r, w in zip(rows.split(self.micro), weight.split(self.micro)):
-                    m = (mask[r] * w[:, None]).to(self.device)
+                for pos in self._micro_batches(rows, attn):
+                    r, w = rows[pos], weight[pos]
+                    L = int(attn[r].sum(1).max())     # right-padded: the rest is padding
+                    m = (mask[r, :L] * w[:, None]).to(self.device)
                     logp, ent = self._token_logp(
-                        self.model, ids[r].to(self.device), attn[r].to(self.device), temperature,
-                        entropy=True, vision=self._vision_kwargs(ids[r], batch.get("images"), r))
+                        self.model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
+                        temperature, entropy=True,
+                        vision=self._vision_kwargs(ids[r], batch.get("images"), r))
                     pg, clip_frac, approx_kl = compute_policy_loss(
-                        old[r].to(self.device), logp, adv[r, None].to(self.device), m, self.clip_ratio)
-                    kl = masked_mean(kl_penalty(logp, ref[r].to(self.device), self.kl_loss_type), m)
+                        old[r, :L].to(self.device), logp, adv[r, None].to(self.device), m,
+                        self.clip_ratio)
+                    kl = masked_mean(kl_penalty(logp, ref[r, :L].to(self.device),
+                                                self.kl_loss_type), m)
                     entropy = masked_mean(ent, m)
                     loss = pg + self.kl_loss_coef * kl - self.entropy_coeff * entropy
                     tokens = m.sum()
