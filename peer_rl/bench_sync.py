@@ -28,12 +28,9 @@ def _blob_export(policy) -> bytes:
 
 
 def _reload(worker, weights: dict) -> None:
-    worker.model_runner.reload_weights(weights_iterator=iter(weights.items()),
-                                       is_checkpoint_format=True)
-    for name, module in worker.model_runner.get_model().named_modules():
-        method = getattr(module, "quant_method", None)
-        if name.split(".")[-1] == "lm_head" and method is not None:
-            method.process_weights_after_loading(module)
+    from workers.vllm_engine import reload_in_place
+
+    reload_in_place(worker, iter(weights.items()))
 
 
 def _blob_load(engine, blob: bytes) -> None:

@@ -62,9 +62,10 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float) -> 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     rows = max(1, tokens // seq)
-    w = PolicyWorker(0, 1, "127.0.0.1", port, random_policy(model), ppo_mini_batch_size=rows,
-                     ppo_micro_batch_size=rows, ppo_max_token_len_per_gpu=rows * seq,
-                     **SETTINGS[setting])
+    # one forward over the whole batch unless the setting says otherwise
+    hp = {"ppo_mini_batch_size": rows, "ppo_micro_batch_size": rows,
+          "ppo_max_token_len_per_gpu": rows * seq} | SETTINGS[setting]
+    w = PolicyWorker(0, 1, "127.0.0.1", port, random_policy(model), **hp)
     rng = np.random.default_rng(0)
     vocab = w.model.get_output_embeddings().weight.shape[0]
     ids = rng.integers(0, vocab, (rows, seq))

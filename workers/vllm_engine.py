@@ -86,6 +86,17 @@ def model_max_len(model_path: str) -> int | None:
             or cfg.get("text_config", {}).get("max_position_embeddings"))
 
 
+def reload_in_place(worker, pairs) -> None:
+    """vLLM's in-place reload of (checkpoint name, tensor) pairs into a worker's model, then
+    the output layer's post-load processing again (on CPU a tied lm_head keeps its own packed
+    copy of the embedding); the output layer sits at `lm_head` or `language_model.lm_head`."""
+    worker.model_runner.reload_weights(weights_iterator=pairs, is_checkpoint_format=True)
+    for name, module in worker.model_runner.get_model().named_modules():
+        method = getattr(module, "quant_method", None)
+        if name.split(".")[-1] == "lm_head" and method is not None:
+            method.process_weights_after_loading(module)
+
+
 class WeightSyncExtension:
     """Mixed into vLLM's worker class (`worker_extension_cls`); called via `collective_rpc`.
 
@@ -131,12 +142,7 @@ class WeightSyncExtension:
                 count += len(bucket)
                 yield from bucket
 
-        self.model_runner.reload_weights(weights_iterator=pairs(), is_checkpoint_format=True)
-        # the output layer sits at `lm_head` (text models) or `language_model.lm_head` (VL)
-        for name, module in self.model_runner.get_model().named_modules():
-            method = getattr(module, "quant_method", None)
-            if name.split(".")[-1] == "lm_head" and method is not None:
-                method.process_weights_after_loading(module)
+        reload_in_place(self, pairs())
         return count
 
     def weights_checksum(self) -> str:
