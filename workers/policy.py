@@ -197,7 +197,8 @@ class PolicyWorker:
                 r = rows[pos]
                 L = int(attn[r].sum(1).max())
                 lp = self._token_logp(model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
-                                      temperature, vision=self._vision_kwargs(ids[r], images, r))[0]
+                                      temperature,
+                                      vision=self._vision_kwargs(ids[r, :L], images, r))[0]
                 local[pos.to(self.device), :L] = lp.float()
             out.append(self._gather_rows(local, n) * attn)
         return out
@@ -240,7 +241,7 @@ class PolicyWorker:
                     logp, ent = self._token_logp(
                         self.model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
                         temperature, entropy=True,
-                        vision=self._vision_kwargs(ids[r], batch.get("images"), r))
+                        vision=self._vision_kwargs(ids[r, :L], batch.get("images"), r))
                     pg, clip_frac, approx_kl = compute_policy_loss(
                         old[r, :L].to(self.device), logp, adv[r, None].to(self.device), m,
                         self.clip_ratio)

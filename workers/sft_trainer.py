@@ -11,8 +11,8 @@ Checkpoints (every trainer.save_freq steps and at the end), reported with
 `ray.train.report(..., checkpoint=...)` and merged by Ray Train into
 `<output_dir>/ray_train/run/step_N/`:
     model/                HF format, fp32 master weights, safetensors (rank 0)
-    optim/rank_R.pt       AdamW state of rank R: tensors and plain containers only
-                          (torch.load(weights_only=True)); tied to the world size
+    optim/                AdamW state, torch.distributed.checkpoint shards in safetensors
+                          files (every rank writes its slices; loadable at another world size)
     trainer_state.json    step, examples, world size (rank 0)
 Nothing is unpickled on load. Resuming is Ray Train's own mechanism: a new run with the same
 RunConfig(storage_path, name) reloads the run snapshot and `ray.train.get_checkpoint()` returns

@@ -75,6 +75,12 @@ def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_model
     ours = policy.compute_log_prob(batch)["old_log_probs"]
     theirs = rollout.prompt_logprobs(seqs, batch["images"])
     assert _max_gap(ours, theirs, seqs) < 1e-4
+    # extra right padding (a batch padded to a longer step's width) is cut off per micro-batch,
+    # images and all: the same log-probs
+    wide = {k: (np.pad(v, ((0, 0), (0, 7))) if k in ("input_ids", "attention_mask") else v)
+            for k, v in batch.items()}
+    np.testing.assert_allclose(policy.compute_log_prob(wide)["old_log_probs"][:, :ours.shape[1]],
+                               ours, atol=1e-6)
     # the sampler's own log-probs of the sampled tokens agree too (temperature 1)
     for i, s in enumerate(samples):
         start = len(s.prompt_ids)
