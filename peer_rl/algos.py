@@ -61,13 +61,20 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "lo
     raise ValueError(f"actor.kl_loss_type={kind!r}; expected 'low_var_kl' or 'kl'")
 
 
-def compute_policy_loss(old_logprob, logprob, advantages, response_mask, clip_ratio: float = 0.2):
-    """PPO/GRPO clipped surrogate, token-mean. Returns (loss, clip_fraction, approx_kl_to_old)."""
+def compute_policy_loss(old_logprob, logprob, advantages, response_mask, clip_ratio: float = 0.2,
+                        behavior_weight=None):
+    """PPO/GRPO clipped surrogate, token-mean. Returns (loss, clip_fraction, approx_kl_to_old).
+
+    `behavior_weight` (no gradient): decoupled PPO's pi_old / pi_behavior per token, for samples
+    drawn by an older policy than the one the ratio is clipped around (trainer.async_training)."""
     log_ratio = (logprob - old_logprob).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_ratio, 1.0 + clip_ratio)
-    loss = masked_mean(torch.maximum(unclipped, clipped), response_mask)
+    surrogate = torch.maximum(unclipped, clipped)
+    if behavior_weight is not None:
+        surrogate = surrogate * behavior_weight
+    loss = masked_mean(surrogate, response_mask)
     clip_frac = masked_mean((clipped > unclipped).float(), response_mask)
     approx_kl = masked_mean(-log_ratio, response_mask)
     return loss, clip_frac.detach(), approx_kl.detach()

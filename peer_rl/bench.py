@@ -38,6 +38,12 @@ def bench_rewards(n_groups: int = 10_000, group_size: int = 4, dim: int = 384) -
     return rows
 
 
+# `peer-rl bench NAME [args]` -> NAME's module; each has main(argv) and prints a table
+BENCHES = {"step": "peer_rl.bench_step", "sync": "peer_rl.bench_sync",
+           "update": "peer_rl.bench_update", "rollout": "peer_rl.bench_rollout",
+           "overlap": "peer_rl.bench_overlap", "trl": "peer_rl.bench_trl"}
+
+
 def main(what: str, rest: list[str]) -> int:
     if what == "rewards":
         n_groups = int(rest[0]) if rest else 10_000
@@ -46,18 +52,10 @@ def main(what: str, rest: list[str]) -> int:
         for name, items, sec in bench_rewards(n_groups):
             print(f"{name:28s} {items:8d} {sec:10.4f} {items / max(sec, 1e-12):12.0f}")
         return 0
-    if what == "step":
-        from peer_rl.bench_step import main as step_main
+    if what in BENCHES:
+        import importlib
 
-        return step_main(rest)
-    if what == "sync":
-        from peer_rl.bench_sync import main as sync_main
-
-        return sync_main(rest)
-    if what == "update":
-        from peer_rl.bench_update import main as update_main
-
-        return update_main(rest)
+        return importlib.import_module(BENCHES[what]).main(rest)
     if what == "model":
         from peer_rl.bench_models import SHAPES, random_policy
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 # ESCRAG-R1 steps (retrieval.enable) add the retrieval call and the second rollout pass
 STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy", "update", "sync",
-          "controller", "step")
+          "controller", "overlap", "step")
 
 
 def main(overrides: list[str]) -> int:

@@ -403,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-cache-gib", type=float, default=1.0)
     p.set_defaults(fn=_chat)
     p = sub.add_parser("bench", help="benchmarks that print a table")
-    p.add_argument("what", choices=["rewards", "step", "sync", "update", "model"])
+    p.add_argument("what", choices=["rewards", "step", "sync", "update", "rollout", "overlap",
+                                      "trl", "model"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_bench)
     args, rest = parser.parse_known_args(argv)

@@ -65,6 +65,10 @@ class ActorConfig:
     gradient_checkpointing: bool = False
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
+    # trainer.async_training.staleness > 0: the clipped ratio is taken around the recomputed
+    # old log-probs and each token weighted by pi_old / pi_behavior (the sampler's log-probs),
+    # capped here (decoupled PPO); 0 = no weight
+    behavior_weight_cap: float = 2.0
 
 
 @dataclass
@@ -149,6 +153,15 @@ class ResourcesConfig:
 
 
 @dataclass
+class AsyncTrainingConfig:
+    """One-step-off-policy overlap (named as verl's fully-async recipe and AReaL name it:
+    `async` is a Python keyword, so a typed schema cannot hold it)."""
+    # 0: each step's rollout waits for the previous update (synchronous); 1: the rollout, judging
+    # and redundancy of step t+1 run while step t updates, so samples are one update old
+    staleness: int = 0
+
+
+@dataclass
 class TrainerConfig:
     total_steps: int = 2
     save_freq: int = 1                   # checkpoint every k steps (0: only at the end)
@@ -160,6 +173,7 @@ class TrainerConfig:
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     max_actor_restarts: int = 2          # rollout / judge actors restarted after a crash
     eval_freq: int = 0                   # evaluate the policy every k steps (0: never); see `eval`
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 
 
 @dataclass
@@ -255,10 +269,12 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
                  "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
-                 "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size")
+                 "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
+                 "actor.behavior_weight_cap")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",),
-            "reward_model.kind": ("unifireward", "scalar")}
+            "reward_model.kind": ("unifireward", "scalar"),
+            "trainer.async_training.staleness": (0, 1)}
 
 
 def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) -> None:

@@ -3,6 +3,17 @@ RUR, advantages, policy update, weight sync), in that order in `train_step`.
 
 The controller holds no model. It talks to the pools only through the Ray handles it is given
 (see peer_rl.placement) and does the cheap, pure work itself (parsing, advantages, metrics).
+docs/architecture.md describes the stages, the pools and the reasons behind them.
+
+With trainer.async_training.staleness=1 the stages 2-5 of step t+1 (rollout, judging,
+redundancy: only the engine pools) run in a second thread while step t's update runs on the
+policy ranks; the weights are synced once both are done, so every sample is exactly one update
+old (the first step's: none). Each engine stamps its samples with the policy version it holds and
+the policy refuses a batch outside the bound. The clipped ratio is taken around log-probs the
+policy recomputes before its update (the proximal policy of decoupled PPO, AReaL), not around the
+sampler's: the trust region then bounds this update exactly as in the synchronous loop, and the
+one-version gap to the sampler is corrected by the capped importance weight
+pi_old / pi_behavior per token (actor.behavior_weight_cap) from the engine's log-probs.
 """
 from __future__ import annotations
 
@@ -11,6 +22,7 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +37,11 @@ from peer_rl.protocol import JudgeItem, Prompt, SamplingConfig, seeded, shard
 from peer_rl.reasoning import parse_structured
 from peer_rl.rewards import rur_reweight
 from peer_rl.sync_group import WeightSyncGroup
+from peer_rl.timeline import Timing, append_spans, covered, overlap, plot_timeline
 
 STATE_FILE = "trainer_state.json"
 PROMPTS_FILE = "prompts.json"     # ids of the run's prompt pool, in pool order
+TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
 RECOVERY_TIMEOUT_S = float(os.environ.get("PEER_RL_RECOVERY_TIMEOUT_S", "600"))
 
 
@@ -79,12 +93,42 @@ def judge_frames(row: dict) -> list[str]:
     return list(row.get("images") or [])[-1:]
 
 
+def update_batch(samples: list, advantages: np.ndarray, max_staleness: int = 0) -> dict:
+    """The policy update's input: right-padded prompt + response rows, the response mask (the
+    loss covers response tokens only), advantages; with a staleness bound, also the sampler's
+    log-probs and each sample's policy version (decoupled PPO's weight, the bound's check)."""
+    seqs = [s.prompt_ids + s.response_ids for s in samples]
+    T = max(len(x) for x in seqs)
+    n = len(seqs)
+    input_ids = np.zeros((n, T), dtype=np.int64)
+    attention = np.zeros((n, T), dtype=np.int64)
+    response = np.zeros((n, T), dtype=np.int64)
+    for i, (s, seq) in enumerate(zip(samples, seqs)):
+        input_ids[i, :len(seq)] = seq
+        attention[i, :len(seq)] = 1
+        response[i, len(s.prompt_ids):len(seq)] = 1
+    batch = {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
+             "advantages": advantages.astype(np.float32)}
+    if max_staleness:
+        behavior = np.zeros((n, T), dtype=np.float32)
+        for i, s in enumerate(samples):
+            start = len(s.prompt_ids)
+            behavior[i, start:start + len(s.response_logprobs)] = s.response_logprobs
+        batch |= {"behavior_log_probs": behavior, "max_staleness": max_staleness,
+                  "policy_versions": np.array([s.policy_version for s in samples])}
+    if any(s.images for s in samples):   # the frames the engine saw: the update sees them too
+        batch["images"] = [list(s.images) for s in samples]
+    return batch
+
+
 class Controller:
     def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path):
         self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
         self.G = cfg.rollout.n
         self.step = 0
+        self.scoring_step = 0            # the step (0-based) stages 2-5 are working for
         self.restarts = 0                # rollout/judge actors recovered (cumulative)
+        self.staleness = cfg.trainer.async_training.staleness
         self.weight_sync = WeightSyncGroup(
             self._policy_call, lambda: self.pools.rollout,
             lambda i: self._wait_alive("rollout", i),
@@ -95,6 +139,8 @@ class Controller:
         if resume_dir is not None:
             state = json.loads((resume_dir / STATE_FILE).read_text())
             self.step, cursor = state["step"], Cursor(**state["cursor"])
+        self.policy_version = self.step  # updates in the policy's weights (one per step)
+        self.resume_cursor: dict | None = None   # the data cursor after self.step's batch
         self.loader = PromptLoader(rows, cfg.data.train_batch_size, cfg.data.seed,
                                    cfg.data.shuffle, cursor)
         self.metrics = MetricsSink(self.out, list(cfg.trainer.loggers),
@@ -114,13 +160,16 @@ class Controller:
         return resume_checkpoint(self.cfg, self.out)
 
     def save_checkpoint(self) -> Path:
-        """Write step_N.tmp, then rename: a crash never leaves a checkpoint that looks complete."""
+        """Write step_N.tmp, then rename: a crash never leaves a checkpoint that looks complete.
+        The data cursor saved is the one after this step's batch: a batch already drawn and
+        scored for the next step (trainer.async_training) is drawn and sampled again on resume."""
         final = self.out / "checkpoints" / f"step_{self.step}"
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "policy").mkdir(parents=True)
         self._policy_call("save_checkpoint", str(tmp / "policy"), self.cfg.trainer.save_hf_model)
-        state = {"step": self.step, "cursor": self.loader.cursor.state(),
+        cursor = self.resume_cursor or self.loader.cursor.state()
+        state = {"step": self.step, "cursor": cursor,
                  "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
         (tmp / PROMPTS_FILE).write_text(json.dumps({"ids": [r["id"] for r in self.loader.rows]}),
                                         encoding="utf-8")
@@ -183,8 +232,9 @@ class Controller:
                 except ray.exceptions.RayActorError as exc:
                     if attempt == self.cfg.trainer.max_actor_restarts:
                         raise RuntimeError(f"{pool} worker {i} failed {attempt + 1} time(s) in "
-                                           f"step {self.step + 1}; giving up: {exc}") from None
-                    print(f"[peer-rl] {pool} worker {i} died during step {self.step + 1} "
+                                           f"step {self.scoring_step + 1}; giving up: {exc}"
+                                           ) from None
+                    print(f"[peer-rl] {pool} worker {i} died during step {self.scoring_step + 1} "
                           f"({type(exc).__name__}); restarting and retrying its chunk",
                           file=sys.stderr, flush=True)
                     self.restarts += 1
@@ -196,12 +246,15 @@ class Controller:
         return [out[i] for i in sorted(out)]
 
     def _policy_call(self, method: str, *args) -> list:
-        """All ranks of the FSDP group, together; a dead rank ends the run (no partial state).
+        """All ranks of the FSDP group, together; a dead rank ends the run (no partial state)."""
+        return self._policy_collect(self._policy_submit(method, *args))
 
-        Results are collected as they finish so that a dead rank is seen at once, not after
-        the survivors time out in a collective; the survivors are then killed.
-        """
-        refs = [getattr(a, method).remote(*args) for a in self.pools.actor]
+    def _policy_submit(self, method: str, *args) -> list:
+        return [getattr(a, method).remote(*args) for a in self.pools.actor]
+
+    def _policy_collect(self, refs: list) -> list:
+        """Results are collected as they finish so that a dead rank is seen at once, not after
+        the survivors time out in a collective; the survivors are then killed."""
         pending, results = list(refs), {}
         try:
             while pending:
@@ -219,7 +272,7 @@ class Controller:
 
     # ---------------------------------------------------------------- the stages
     def _generate(self, prompts: list[Prompt]) -> list:
-        seeded(prompts, self.cfg.trainer.seed, self.step, "rollout", self.G)
+        seeded(prompts, self.cfg.trainer.seed, self.scoring_step, "rollout", self.G)
         sampling = SamplingConfig(n=self.G, temperature=self.cfg.rollout.temperature,
                                   top_p=self.cfg.rollout.top_p,
                                   max_tokens=self.cfg.rollout.response_length,
@@ -234,29 +287,14 @@ class Controller:
         return [r for part in parts for r in part]
 
     def _sync_weights(self) -> None:
-        """Policy -> engines over the weight-sync group (peer_rl.sync_group)."""
-        self.weight_sync.sync()
-
-    def _policy_batch(self, samples, advantages: np.ndarray) -> dict:
-        seqs = [s.prompt_ids + s.response_ids for s in samples]
-        T = max(len(x) for x in seqs)
-        n = len(seqs)
-        input_ids = np.zeros((n, T), dtype=np.int64)
-        attention = np.zeros((n, T), dtype=np.int64)
-        response = np.zeros((n, T), dtype=np.int64)
-        for i, (s, seq) in enumerate(zip(samples, seqs)):
-            input_ids[i, :len(seq)] = seq
-            attention[i, :len(seq)] = 1
-            response[i, len(s.prompt_ids):len(seq)] = 1
-        batch = {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
-                 "advantages": advantages.astype(np.float32)}
-        if any(s.images for s in samples):   # the frames the engine saw: the update sees them too
-            batch["images"] = [list(s.images) for s in samples]
-        return batch
+        """Policy -> engines over the weight-sync group (peer_rl.sync_group). A resync after an
+        engine restart during an overlapped update stamps the version before that update, while
+        the weights sent may already include it: the stamp can only overstate a sample's age."""
+        self.weight_sync.sync(version=self.policy_version)
 
     def rollout(self, batch_rows: list[dict], timing: dict | None = None) -> list:
         """Stage 2: G samples per prompt from the rollout pool."""
-        timing = {} if timing is None else timing
+        timing = Timing(self.scoring_step + 1) if timing is None else timing
         prompts = [Prompt(uid=i, messages=r["messages"], images=list(r.get("images") or []))
                    for i, r in enumerate(batch_rows)]
         t = time.perf_counter()
@@ -274,13 +312,14 @@ class Controller:
         No weights change here.
         """
         cfg, G = self.cfg, self.G
-        timing = {} if timing is None else timing
+        timing = Timing(self.scoring_step + 1) if timing is None else timing
         if samples is None:
             samples = self.rollout(batch_rows, timing)
 
         parsed = [parse_structured(s.text) for s in samples]             # 3. parse + format
         replies = [p.reply(s.text) for p, s in zip(parsed, samples)]
-        coin = np.random.default_rng([cfg.trainer.seed, self.step]).random(len(samples)) < 0.5
+        coin = np.random.default_rng([cfg.trainer.seed, self.scoring_step]).random(len(samples))
+        coin = coin < 0.5
         items = []
         for k, (s, p, reply) in enumerate(zip(samples, parsed, replies)):
             row = batch_rows[s.uid]
@@ -328,10 +367,27 @@ class Controller:
             return score_escrag(self, batch_rows, timing)
         return self.score_batch(batch_rows, timing)
 
-    def train_step(self, batch_rows: list[dict]) -> dict:
-        cfg, timing = self.cfg, {}
-        t0 = time.perf_counter()
-        scored = self._score(batch_rows, timing)
+    def _score_ahead(self, batch_rows: list[dict]) -> tuple[dict, Timing]:
+        """Stages 2-5 of the next step (run in a second thread while this step updates)."""
+        timing = Timing(self.step + 2)
+        self.scoring_step = self.step + 1
+        try:
+            return self._score(batch_rows, timing), timing
+        finally:
+            self.scoring_step = self.step
+
+    def train_step(self, batch_rows: list[dict], scored: dict | None = None,
+                   timing: Timing | None = None, next_rows: list[dict] | None = None
+                   ) -> tuple[dict, tuple | None]:
+        """One GRPO step. `scored`/`timing`: its stages 2-5, when they already ran during the
+        previous update; `next_rows`: the next step's batch, scored while this step updates
+        (trainer.async_training). Returns (metrics, (next_rows, scored, timing) or None)."""
+        cfg = self.cfg
+        start = time.time()
+        self.scoring_step = self.step
+        if scored is None:
+            timing = Timing(self.step + 1)
+            scored = self._score(batch_rows, timing)
         samples, final = scored["samples"], scored["final"]
         rewards, replies, red = scored["rewards"], scored["replies"], scored["redundancy"]
 
@@ -341,12 +397,22 @@ class Controller:
             norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo).numpy()
 
         t = time.perf_counter()                                          # 7. policy update
-        batch = self._policy_batch(samples, adv)
+        batch = update_batch(samples, adv, self.staleness)
         batch["temperature"] = float(cfg.rollout.temperature)
         # one object in the store, read by every rank (passing the dict would serialise it
         # once per rank)
-        actor_metrics = self._policy_call("update", ray.put(batch))[0]
-        timing["update"] = time.perf_counter() - t
+        refs = self._policy_submit("update", ray.put(batch))
+        ahead = None
+        if next_rows is None:
+            actor_metrics = self._policy_collect(refs)[0]
+            timing["update"] = time.perf_counter() - t
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="score-ahead") as pool:
+                future = pool.submit(self._score_ahead, next_rows)
+                actor_metrics = self._policy_collect(refs)[0]
+                timing["update"] = time.perf_counter() - t
+                ahead = (next_rows, *future.result())
+        self.policy_version += 1
 
         t = time.perf_counter()                                          # 8. weight sync
         self._sync_weights()
@@ -365,19 +431,25 @@ class Controller:
             "response/distinct_1": distinct_n(replies, 1),
             "response/distinct_2": distinct_n(replies, 2),
             "rollout/tokens_per_s": n_tokens / max(timing["rollout"], 1e-9),
-            "data/epoch": self.loader.cursor.epoch,
+            "data/epoch": (self.resume_cursor or self.loader.cursor.state())["epoch"],
             "data/visual_share": float(np.mean([bool(r.get("images")) for r in batch_rows])),
             "faults/actor_restarts": self.restarts,
         }
         m |= summarise("advantages", adv)
         m |= {k: v for k, v in actor_metrics.items() if isinstance(v, (int, float))}
-        stage_sum = sum(timing.values())
-        timing["step"] = time.perf_counter() - t0
-        timing["controller"] = timing["step"] - stage_sum
         m |= {f"timing/{k}": v for k, v in timing.items()}
+        # wall time of this call: with the overlap, this step's stages 2-5 ran in the previous
+        # call and the next step's run inside this one (timing/overlap: inside the update)
+        end = time.time()
+        spans = timing.spans + (ahead[2].spans if ahead else [])
+        m["timing/step"] = end - start
+        m["timing/controller"] = m["timing/step"] - covered(spans, start, end)
+        update_span = next(x for x in timing.spans if x["stage"] == "update")
+        m["timing/overlap"] = overlap(ahead[2].spans, update_span) if ahead else 0.0
+        append_spans(self.out / TIMELINE_FILE, timing.spans)
         if cfg.logging.log_samples:
             self._log_samples(batch_rows, scored)
-        return m
+        return m, ahead
 
     def _log_samples(self, rows: list[dict], scored: dict) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
@@ -407,9 +479,14 @@ class Controller:
         total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
         bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
         ckpt = latest_checkpoint(self.out) if self.step == total else None
+        ahead = None         # the next step's batch, already scored (trainer.async_training)
         while self.step < total:
-            batch_rows = self.loader.next_batch()
-            metrics = self.train_step(batch_rows)
+            rows, scored, timing = ahead or (self.loader.next_batch(), None, None)
+            self.resume_cursor = self.loader.cursor.state()
+            next_rows = None
+            if self.staleness and self.step + 1 < total:
+                next_rows = self.loader.next_batch()
+            metrics, ahead = self.train_step(rows, scored, timing, next_rows)
             self.step += 1
             if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
                 metrics |= self.evaluate()
@@ -427,4 +504,7 @@ class Controller:
         plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
                                                  "reward/rur_mean", "judge/parse_failure_rate"],
                     self.out / "curves.png", title=f"{self.cfg.experiment_name}: GRPO")
+        mode = f"staleness {self.staleness}" if self.staleness else "synchronous"
+        plot_timeline(self.out / TIMELINE_FILE, self.out / "timeline.png",
+                      title=f"{self.cfg.experiment_name}: stages of the last steps ({mode})")
         return self.step

@@ -142,7 +142,8 @@ class PoolFactory:
             freeze_vision_tower=a.freeze_vision_tower,
             gradient_checkpointing=a.gradient_checkpointing, logits_chunk_size=a.logits_chunk_size,
             ppo_max_token_len_per_gpu=a.ppo_max_token_len_per_gpu,
-            ref_param_offload=a.ref_param_offload) for r in range(a.world_size)]
+            ref_param_offload=a.ref_param_offload, behavior_weight_cap=a.behavior_weight_cap)
+            for r in range(a.world_size)]
 
     def make_pools(self) -> Pools:
         cfg = self.cfg

@@ -59,10 +59,12 @@ class Sample:
     uid: int                      # prompt uid this sample answers
     prompt_ids: list[int]
     response_ids: list[int]
-    response_logprobs: list[float]  # sampler log-probs of response_ids (for diagnostics)
+    response_logprobs: list[float]  # the sampler's log-probs of response_ids (temperature and
+                                    # top-p applied): pi_behavior of trainer.async_training
     text: str
     finish_reason: str = ""
     images: list[str] = field(default_factory=list)  # images the engine saw (prompt_ids hold them)
+    policy_version: int = 0       # updates in the weights that sampled it (the engine's stamp)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from peer_rl.rewards import rur_reweight
 
 def _generate(ctrl, prompts: list[Prompt], n: int, stream: str) -> list:
     cfg = ctrl.cfg
-    seeded(prompts, cfg.trainer.seed, ctrl.step, stream, n)
+    seeded(prompts, cfg.trainer.seed, ctrl.scoring_step, stream, n)
     sampling = SamplingConfig(n=n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                               max_tokens=cfg.rollout.response_length, seed=cfg.trainer.seed)
     parts = ctrl._map_pool("rollout", "generate", shard(prompts, len(ctrl.pools.rollout)),

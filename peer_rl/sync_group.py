@@ -43,15 +43,16 @@ class WeightSyncGroup:
         ray.get(joins)
         self.formed = True
 
-    def sync(self) -> dict:
+    def sync(self, version: int | None = None) -> dict:
         """Send the policy's current weights to every engine; returns {"bytes", "seconds"}.
+        `version` (the policy's update count) is what the engines stamp on their samples.
         An engine that dies during the sync is waited for (Ray restarts it), the group is formed
         again and the sync repeated, up to `max_retries` times."""
         for attempt in range(self.max_retries + 1):
             try:
                 if not self.formed:
                     self._form()
-                refs = [e.receive_weights.remote() for e in self.engines()]
+                refs = [e.receive_weights.remote(version) for e in self.engines()]
                 sent = self.policy_call("send_weights", self.metas, self.bucket_bytes)[0]
                 ray.get(refs)
                 self.syncs += 1

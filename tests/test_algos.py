@@ -46,6 +46,22 @@ def test_policy_loss_clipping():
     assert clip_frac.item() == pytest.approx(0.5)
 
 
+def test_behavior_weight_scales_each_token_of_the_clipped_surrogate():
+    old = torch.zeros(1, 2)
+    new = torch.log(torch.tensor([[1.5, 0.5]]))
+    mask, adv = torch.ones(1, 2), torch.ones(1, 1)
+    weight = torch.tensor([[2.0, 0.25]])
+    loss, clip_frac, _ = compute_policy_loss(old, new, adv, mask, 0.2, behavior_weight=weight)
+    # the clipped terms of the test above, -1.2 and -0.5, times 2 and 0.25
+    assert loss.item() == pytest.approx((-1.2 * 2.0 - 0.5 * 0.25) / 2)
+    assert clip_frac.item() == pytest.approx(0.5)          # clipping is decided before weighting
+    new.requires_grad_(True)
+    loss, _, _ = compute_policy_loss(old, new, adv, mask, 0.2, behavior_weight=weight)
+    loss.backward()
+    # d/dlogp of -A * r * w / 2 on the unclipped token: -r * w / 2 = -0.5 * 0.25 / 2; 0 if clipped
+    torch.testing.assert_close(new.grad, torch.tensor([[0.0, -0.0625]]))
+
+
 def test_masked_mean_is_token_mean():
     x = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
     m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])

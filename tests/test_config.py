@@ -27,6 +27,10 @@ def test_recipes_by_name_with_overrides():
     ("resume=/does/not/exist", "resume='/does/not/exist'"),
     ("actor.ppo_micro_batch_size=3", "must be a multiple of actor.ppo_micro_batch_size=3"),
     ("bogus", "expected key=value"),
+    ("trainer.async_training.staleness=2",
+     "trainer.async_training.staleness=2: expected one of (0, 1)"),
+    ("trainer.async.staleness=1", "config key 'trainer.async'"),
+    ("actor.behavior_weight_cap=-1", "actor.behavior_weight_cap=-1.0: expected a value >= 0"),
 ])
 def test_bad_config_fails_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=None) as err:

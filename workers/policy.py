@@ -65,7 +65,8 @@ class PolicyWorker:
                  ppo_micro_batch_size: int = 4, ppo_epochs: int = 1, seed: int = 0,
                  backend: str | None = None, freeze_vision_tower: bool = False,
                  gradient_checkpointing: bool = False, logits_chunk_size: int = 1024,
-                 ppo_max_token_len_per_gpu: int = 16384, ref_param_offload: bool = False):
+                 ppo_max_token_len_per_gpu: int = 16384, ref_param_offload: bool = False,
+                 behavior_weight_cap: float = 2.0):
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
         self.master_addr = master_addr
         self.gradient_checkpointing = gradient_checkpointing
@@ -75,6 +76,7 @@ class PolicyWorker:
         self.mini, self.micro, self.ppo_epochs = ppo_mini_batch_size, ppo_micro_batch_size, ppo_epochs
         self.max_tokens, self.logits_chunk = ppo_max_token_len_per_gpu, logits_chunk_size
         self.ref_param_offload = ref_param_offload
+        self.behavior_weight_cap = behavior_weight_cap
         self.global_step = 0
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if self.backend == "nccl":
@@ -211,9 +213,37 @@ class PolicyWorker:
                                    batch.get("images"))
         return {"old_log_probs": old.numpy(), "ref_log_prob": ref.numpy()}
 
+    def _staleness(self, batch: dict) -> dict:
+        """The bound of trainer.async_training, checked where it matters: every sample's policy
+        version (stamped by the engine that drew it) against this policy's own update count."""
+        if "policy_versions" not in batch:
+            return {}
+        lag = self.global_step - np.asarray(batch["policy_versions"], dtype=np.int64)
+        bound = int(batch.get("max_staleness", 0))
+        if lag.min() < 0 or lag.max() > bound:
+            raise ValueError(f"update {self.global_step + 1}: samples drawn by policy versions "
+                             f"{sorted(set((self.global_step - lag).tolist()))}, but this policy "
+                             f"has {self.global_step} update(s) and the staleness bound is {bound}")
+        return {"async/staleness_max": float(lag.max()), "async/staleness_mean": float(lag.mean())}
+
+    def _behavior_weight(self, batch: dict, old: torch.Tensor, mask: torch.Tensor):
+        """Decoupled PPO's importance weight pi_old / pi_behavior per token, capped at
+        actor.behavior_weight_cap; None without the sampler's log-probs or with cap 0."""
+        if "behavior_log_probs" not in batch or not self.behavior_weight_cap:
+            return None, {}
+        behav = _tensor(batch["behavior_log_probs"], torch.float32)
+        log_w = ((old - behav) * mask).clamp(-20.0, 20.0)
+        w = log_w.exp().clamp(max=self.behavior_weight_cap)
+        tokens = mask.sum().clamp_min(1.0)
+        return w, {"async/behavior_weight_mean": float((w * mask).sum() / tokens),
+                   "async/behavior_weight_capped": float(((log_w.exp() > self.behavior_weight_cap)
+                                                          .float() * mask).sum() / tokens),
+                   "async/behavior_abs_log_ratio": float((log_w.abs() * mask).sum() / tokens)}
+
     def update(self, batch: dict) -> dict:
         """ppo_epochs x seeded mini-batches of clipped loss + KL - entropy; one step per mini-batch."""
         t0 = time.perf_counter()
+        async_metrics = self._staleness(batch)
         image_s0 = self.vision.seconds if self.vision is not None else 0.0
         ids, attn = _tensor(batch["input_ids"], torch.long), _tensor(batch["attention_mask"], torch.long)
         adv = _tensor(batch["advantages"], torch.float32)
@@ -224,6 +254,7 @@ class PolicyWorker:
             old, ref = _tensor(batch["old_log_probs"], torch.float32), _tensor(batch["ref_log_prob"], torch.float32)
         else:
             old, ref = self._log_probs(ids, attn, temperature, batch.get("images"))
+        behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
         t1 = time.perf_counter()
 
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.global_step)
@@ -244,7 +275,8 @@ class PolicyWorker:
                         vision=self._vision_kwargs(ids[r, :L], batch.get("images"), r))
                     pg, clip_frac, approx_kl = compute_policy_loss(
                         old[r, :L].to(self.device), logp, adv[r, None].to(self.device), m,
-                        self.clip_ratio)
+                        self.clip_ratio, None if behavior_w is None
+                        else behavior_w[r, :L].to(self.device))
                     kl = masked_mean(kl_penalty(logp, ref[r, :L].to(self.device),
                                                 self.kl_loss_type), m)
                     entropy = masked_mean(ent, m)
@@ -277,7 +309,8 @@ class PolicyWorker:
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
                 "actor/skipped_steps": float(skipped), "actor/tokens": float(red[5]),
                 "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
-                "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image}
+                "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image,
+                **async_metrics, **behavior_metrics}
 
     def _hf_state(self, sd: dict, dtype=None, drop_tied: bool = False,
                   trained_only: bool = False, checkpoint_names: bool = False) -> dict:

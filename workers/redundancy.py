@@ -1,11 +1,14 @@
 """Redundancy pool (PEER-RUR): sentence embeddings -> s^hi, s^in, tau -> reweighted rewards.
 
-A plain class; the placement layer makes it a Ray actor. All replies and history utterances of a
-step are encoded in one batched call, then similarities are matrix products (peer_rl.rewards).
+A plain class; the placement layer makes it a Ray actor. The replies of a step and the history
+utterances not seen before are encoded in one batched call; history embeddings are kept (by
+text, least recently used dropped first), so a prompt's history is encoded once, not again for
+each of its G replies or in later epochs. Similarities are matrix products (peer_rl.rewards).
 """
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 
 import numpy as np
 
@@ -82,7 +85,7 @@ class RedundancyWorker:
     def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, device: str | None = None,
                  batch_size: int = 64, alpha: float = 0.5, beta: float = 5.0,
                  history_agg: str = "max", group_agg: str = "mean",
-                 cjk_chars_per_word: float = 1.5):
+                 cjk_chars_per_word: float = 1.5, history_cache_size: int = 200_000):
         import torch
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -91,11 +94,30 @@ class RedundancyWorker:
         self.batch_size, self.alpha, self.beta = batch_size, alpha, beta
         self.history_agg, self.group_agg = history_agg, group_agg
         self.cjk_chars_per_word = cjk_chars_per_word
+        self._history: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.history_cache_size = history_cache_size
+        self.encoded = 0                 # texts sent to the model (a cache hit sends none)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.model.dim), dtype=np.float32)
+        self.encoded += len(texts)
         return self.model.encode(texts)
+
+    def _encode_with_history(self, replies: list[str], history: list[str]):
+        """(reply embeddings, history embeddings): one model call for the replies and the
+        history utterances not cached yet."""
+        new = list(dict.fromkeys(u for u in history if u not in self._history))
+        emb = self.encode(list(replies) + new)
+        for text, e in zip(new, emb[len(replies):]):
+            self._history[text] = e
+        hist = np.stack([self._history[u] for u in history]) if history \
+            else np.zeros((0, emb.shape[1]), dtype=emb.dtype)
+        for u in history:                                  # most recently used last
+            self._history.move_to_end(u)
+        while len(self._history) > self.history_cache_size:
+            self._history.popitem(last=False)
+        return emb[:len(replies)], hist
 
     def similarities(self, replies: list[str], histories: list[list[str]], group_size: int) -> dict:
         """replies (B*G) grouped by prompt; histories (B) utterance lists -> s_hist, s_group, tau."""
@@ -103,8 +125,7 @@ class RedundancyWorker:
             raise ValueError(f"{len(replies)} replies for {len(histories)} prompts x G={group_size}")
         flat_hist = [u for h in histories for u in h]
         owner = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
-        emb = self.encode(list(replies) + flat_hist)
-        rep_emb, hist_emb = emb[: len(replies)], emb[len(replies):]
+        rep_emb, hist_emb = self._encode_with_history(replies, flat_hist)
         reply_owner = np.repeat(np.arange(len(histories)), group_size)
         n_words = np.array([count_words(r, self.cjk_chars_per_word) for r in replies])
         return {

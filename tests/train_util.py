@@ -1,0 +1,59 @@
+"""`peer-rl train` in a fresh process, as a user runs it: start, kill a policy rank, read metrics."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+
+def cmd(out, tiny, *extra):
+    return [sys.executable, "-m", "peer_rl.cli", "train", f"trainer.output_dir={out}",
+            f"model.path={tiny['policy']}", f"reward_model.path={tiny['judge']}", "ray.address=local",
+            "trainer.save_freq=1", "logging.log_samples=true", "rollout.response_length=48",
+            *extra]
+
+
+def train(out, tiny, *extra, timeout=900):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd(out, tiny, *extra), capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def run_and_kill_an_actor(command, when, actor: str, timeout=900):
+    """Start `command`; once the path `when` exists, SIGKILL the (last) process of the Ray
+    actor class `actor` (e.g. "PolicyWorker"). Returns (returncode, stdout, stderr)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    killed = None
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if killed is None and when.is_dir():
+                found = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                         if f"ray::{actor}" in " ".join(p.cmdline())]
+                if found:
+                    killed = found[-1].pid
+                    os.kill(killed, signal.SIGKILL)
+            time.sleep(0.3)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert killed is not None, f"the run ended before a {actor} process could be killed"
+    return proc.returncode, stdout, stderr
+
+
+def train_and_kill_a_policy_rank_after(out, tiny, step, *extra, timeout=900):
+    """Start a run; once checkpoint step_<step> is complete, SIGKILL one policy rank process."""
+    return run_and_kill_an_actor(cmd(out, tiny, *extra), out / "checkpoints" / f"step_{step}",
+                                 "PolicyWorker", timeout)
+
+
+def metrics(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
