@@ -76,7 +76,7 @@ def _peer_rl(model: str, steps: int) -> dict:
 def _trl_child(model: str, steps: int) -> None:
     """Runs in its own process: TRL's GRPO for `steps` optimizer steps; prints step times."""
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from peer_rl.bench_rollout import _prompts
@@ -104,8 +104,11 @@ def _trl_child(model: str, steps: int) -> None:
                           max_completion_length=NEW_TOKENS, max_steps=steps, bf16=False,
                           report_to="none", save_strategy="no", logging_steps=1,
                           use_cpu=True, disable_tqdm=True)
+        # the random policies carry the tiny vision-language tokenizer's files: name the
+        # tokenizer, or TRL looks for an image processor
         trainer = GRPOTrainer(model=model, reward_funcs=length_reward, args=args,
-                              train_dataset=data, callbacks=[clock])
+                              train_dataset=data, callbacks=[clock],
+                              processing_class=AutoTokenizer.from_pretrained(model))
         trainer.train()
     print(json.dumps({"steps": clock.times}))
 
