@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 
-def _best_of(fn, repeats: int = 5) -> float:
+def _median_seconds(fn, repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -28,11 +28,11 @@ def bench_rewards(n_groups: int = 10_000, group_size: int = 4, dim: int = 384) -
     emb = rng.normal(size=(n, dim)).astype(np.float32)
     index = torch.arange(n_groups).repeat_interleave(group_size)
     rows = [
-        ("length_coefficient", n, _best_of(lambda: length_coefficient(words))),
-        ("rur_reweight", n, _best_of(lambda: rur_reweight(rewards, s_hist, s_group,
+        ("length_coefficient", n, _median_seconds(lambda: length_coefficient(words))),
+        ("rur_reweight", n, _median_seconds(lambda: rur_reweight(rewards, s_hist, s_group,
                                                          length_coefficient(words)))),
-        ("group_similarity (d=384)", n, _best_of(lambda: group_similarity(emb, group_size))),
-        ("grpo advantages", n, _best_of(lambda: compute_grpo_outcome_advantage(
+        ("group_similarity (d=384)", n, _median_seconds(lambda: group_similarity(emb, group_size))),
+        ("grpo advantages", n, _median_seconds(lambda: compute_grpo_outcome_advantage(
             torch.as_tensor(rewards), index), repeats=1)),
     ]
     return rows

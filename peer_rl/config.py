@@ -47,7 +47,9 @@ class ActorConfig:
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
-    ppo_mini_batch_size: int = 16        # sequences per optimizer step
+    # prompts per optimizer step, as in verl: each brings its rollout.n samples, so a step
+    # takes ppo_mini_batch_size x rollout.n sequences
+    ppo_mini_batch_size: int = 4
     ppo_micro_batch_size: int = 8        # sequences per forward/backward (when the budget is 0)
     # tokens per forward/backward on one rank (verl's name): rows are grouped longest first and
     # padded to their group's longest row; 0 = ppo_micro_batch_size sequences per forward
@@ -198,6 +200,9 @@ class TrainEvalConfig:
 @dataclass
 class LoggingConfig:
     log_samples: bool = False            # dialogue text is sensitive: off unless asked
+    # true: the workers' own start-up output too (weight-loading bars, library warnings); by
+    # default the console shows peer-rl's lines, the progress bar and the per-step line
+    verbose: bool = False
 
 
 @dataclass
@@ -315,8 +320,9 @@ def _check_values(cfg: DictConfig) -> None:
         res = cfg.resources[pool]
         if res.cpus_per_worker < 0 or res.gpus_per_worker < 0:
             raise ConfigError(f"resources.{pool}: cpus_per_worker and gpus_per_worker must be >= 0")
-    if cfg.actor.ppo_mini_batch_size % cfg.actor.ppo_micro_batch_size:
-        raise ConfigError(f"actor.ppo_mini_batch_size={cfg.actor.ppo_mini_batch_size} must be a "
+    if cfg.actor.ppo_mini_batch_size * cfg.rollout.n % cfg.actor.ppo_micro_batch_size:
+        raise ConfigError(f"actor.ppo_mini_batch_size={cfg.actor.ppo_mini_batch_size} prompts x "
+                          f"rollout.n={cfg.rollout.n} sequences must be a "
                           f"multiple of actor.ppo_micro_batch_size={cfg.actor.ppo_micro_batch_size}")
     if len(cfg.data.prompts_per_file) > len(cfg.data.train_files) or \
             any(k < 0 for k in cfg.data.prompts_per_file):

@@ -137,7 +137,9 @@ class PoolFactory:
             model_path=self.policy_path, lr=a.lr, weight_decay=a.weight_decay,
             grad_clip=a.grad_clip, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
             clip_ratio=a.clip_ratio, entropy_coeff=a.entropy_coeff,
-            ppo_mini_batch_size=a.ppo_mini_batch_size, ppo_micro_batch_size=a.ppo_micro_batch_size,
+            # the worker counts sequences; the recipe counts prompts (verl's meaning)
+            ppo_mini_batch_size=a.ppo_mini_batch_size * self.cfg.rollout.n,
+            ppo_micro_batch_size=a.ppo_micro_batch_size,
             ppo_epochs=a.ppo_epochs, seed=self.cfg.trainer.seed,
             freeze_vision_tower=a.freeze_vision_tower,
             gradient_checkpointing=a.gradient_checkpointing, logits_chunk_size=a.logits_chunk_size,

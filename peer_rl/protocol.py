@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from peer_rl.config import RolloutConfig
+
 
 @dataclass
 class Prompt:
@@ -47,10 +49,11 @@ def seeded(prompts: list[Prompt], run_seed: int, step: int, stream: str, n: int,
 
 @dataclass
 class SamplingConfig:
-    n: int = 4                    # rollout.n: samples per prompt (G)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 256         # rollout.response_length
+    """Per-call sampling settings; defaults are the schema's (peer_rl.config.RolloutConfig)."""
+    n: int = RolloutConfig.n                      # rollout.n: samples per prompt (G)
+    temperature: float = RolloutConfig.temperature
+    top_p: float = RolloutConfig.top_p
+    max_tokens: int = RolloutConfig.response_length
     seed: int = 0
 
 
@@ -92,11 +95,8 @@ class JudgeResult:
 
 
 def shard(items: list, n: int) -> list[list]:
-    """Contiguous, near-equal chunks (keeps prompt order when re-concatenated)."""
-    k, r = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + k + (1 if i < r else 0)
-        out.append(items[start:end])
-        start = end
-    return out
+    """Contiguous, near-equal chunks, the first ones a row longer (numpy's array_split), so
+    re-concatenating keeps prompt order."""
+    import numpy as np
+
+    return [[items[i] for i in part] for part in np.array_split(np.arange(len(items)), n)]

@@ -5,6 +5,24 @@ import os
 from pathlib import Path
 
 
+# what keeps the workers' start-up out of the console (logging.verbose=false): transformers'
+# weight-loading bars (one per model per actor), its advisories, Python warnings from libraries
+# (and vLLM's, workers.vllm_engine), torch's C++ warnings (CPU NUMA binding notes)
+QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
+             "PYTHONWARNINGS": "ignore", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+def _quiet_this_process() -> None:
+    """The driver's share of QUIET_ENV (its interpreter has already read the environment)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+
+
 def init_ray(cfg) -> None:
     import ray
 
@@ -14,8 +32,12 @@ def init_ray(cfg) -> None:
     # "" = RAY_ADDRESS or a `ray start` cluster if one runs here, else a new local one;
     # "local" = always a new local cluster; anything else = that cluster's address
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
-    kwargs = {"address": address, "log_to_driver": True,
-              "runtime_env": {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}}}
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    verbose = bool(getattr(getattr(cfg, "logging", None), "verbose", True))
+    if not verbose:   # a key the job's own runtime env sets is left to it (Ray refuses both)
+        env |= {k: v for k, v in QUIET_ENV.items() if k not in os.environ}
+        _quiet_this_process()
+    kwargs = {"address": address, "log_to_driver": True, "runtime_env": {"env_vars": env}}
     if address in (None, "local"):
         kwargs |= {"num_cpus": cfg.ray.num_cpus or os.cpu_count(), "include_dashboard": False,
                    "dashboard_host": cfg.ray.dashboard_host}

@@ -63,11 +63,9 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
         return None
     steps = sorted({s["step"] for s in spans})[-last_steps:]
     spans = [s for s in spans if s["step"] in steps]
-    import matplotlib
+    from peer_rl.plot import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     stages = list(dict.fromkeys(s["stage"] for s in spans))
     t0 = min(s["start"] for s in spans)
     colours = plt.get_cmap("tab10")

@@ -33,6 +33,7 @@ def system(tmp_path_factory, grpo_models):
     init_ray(cfg)
     factory = PoolFactory(cfg, grpo_models["policy"], grpo_models["judge"])
     pools = factory.make_pools()
+    pools.factory = factory          # the rank-death test rebuilds the policy group with it
     yield cfg, pools, load_prompts(cfg), out
     factory.shutdown(pools)
     ray.shutdown()
@@ -87,9 +88,27 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
     np.testing.assert_array_equal(a["rewards"], b["rewards"])
     assert a["rewards"].max() > 0  # the trained judge gives credit: the comparison is not 0 == 0
     np.testing.assert_array_equal(b["final"], b["rewards"])  # RUR off: r~ = r
+    # the penalties worked out here from the embedding model's vectors, loop by loop (not with
+    # peer_rl.rewards): s_hist = max cosine to the prompt's own utterances, s_group = mean cosine
+    # to the other G-1 replies (both clipped to [0, 1]), tau = sigmoid(0.5 (L - 5))
+    G, embed = on.G, pools.redundancy[0]
+    replies = a["replies"]
+    s_hist, s_group = np.zeros(len(replies)), np.zeros(len(replies))
+    for k, reply in enumerate(replies):
+        utterances = [u["content"] for u in batch[k // G]["history"]]
+        group = [replies[j] for j in range(k // G * G, k // G * G + G) if j != k]
+        e = ray.get(embed.encode.remote([reply] + utterances + group))
+        e = e / np.linalg.norm(e, axis=1, keepdims=True)
+        cos = [float(e[0] @ e[i]) for i in range(1, len(e))]
+        s_hist[k] = min(max(max(cos[:len(utterances)]), 0.0), 1.0)
+        s_group[k] = min(max(sum(cos[len(utterances):]) / (G - 1), 0.0), 1.0)
     red = a["redundancy"]
-    expected = a["rewards"] / ((1 + red["tau"] * red["s_hist"]) * (1 + red["tau"] * red["s_group"]))
-    np.testing.assert_allclose(a["final"], expected, rtol=1e-12)
+    tau = 1.0 / (1.0 + np.exp(-0.5 * (red["n_words"] - 5.0)))
+    np.testing.assert_allclose(red["s_hist"], s_hist, atol=1e-4)
+    np.testing.assert_allclose(red["s_group"], s_group, atol=1e-4)
+    np.testing.assert_allclose(red["tau"], tau, rtol=1e-9)
+    expected = a["rewards"] / ((1 + tau * s_hist) * (1 + tau * s_group))
+    np.testing.assert_allclose(a["final"], expected, rtol=1e-3)
     assert np.all(red["s_group"] > 0) and np.all(red["tau"] > 0)
     assert np.all(a["final"][a["rewards"] > 0] < a["rewards"][a["rewards"] > 0])  # penalised
 
@@ -105,7 +124,7 @@ def _kill_later(pid: int, delay: float) -> threading.Thread:
 
 def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system, grpo_models,
                                                                          tmp_path):
-    """Runs last but one: kills the real rollout actor process while it generates."""
+    """Kills the real rollout actor process while it generates; Ray restarts it."""
     cfg, pools, rows, _ = system
     long_cfg = _cfg(tmp_path, grpo_models, "rollout.response_length=384", "trainer.total_steps=2")
     ctl = Controller(long_cfg, pools, rows, tmp_path)
@@ -125,11 +144,21 @@ def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system
 
 
 def test_policy_rank_death_stops_the_step_cleanly(system, tmp_path):
-    """Runs last: the FSDP group is unusable afterwards."""
+    """The FSDP group is unusable afterwards: the test builds a new one for the tests after it,
+    in whatever order they run."""
     cfg, pools, rows, out = system
     ctl = Controller(cfg, pools, rows, tmp_path)
     pid = ray.get(pools.actor[1].health.remote())["pid"]
     os.kill(pid, signal.SIGKILL)
-    with pytest.raises(PolicyGroupFailed, match="Rerun with resume=auto"):
-        ctl.train_step(ctl.loader.next_batch())
-    assert not (tmp_path / "checkpoints").exists() or not list((tmp_path / "checkpoints").iterdir())
+    try:
+        with pytest.raises(PolicyGroupFailed, match="Rerun with resume=auto"):
+            ctl.train_step(ctl.loader.next_batch())
+        assert not (tmp_path / "checkpoints").exists() \
+            or not list((tmp_path / "checkpoints").iterdir())
+        # the survivors were killed, not left waiting in a collective
+        for handle in pools.actor:
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(handle.health.remote(), timeout=60)
+    finally:
+        pools.actor[:] = pools.factory.actor_group()
+        ray.get([h.health.remote() for h in pools.actor])

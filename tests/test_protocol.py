@@ -36,3 +36,9 @@ def test_out_of_range_fields_are_refused():
         request_seed(0, 0, "rollout", 2**16, 4)
     with pytest.raises(ValueError, match=r"n=257 outside \[1, 2\^8\]"):
         request_seed(0, 0, "rollout", 0, 257)
+
+
+def test_shard_is_contiguous_near_equal_and_keeps_order():
+    assert shard(list("abcdefg"), 3) == [["a", "b", "c"], ["d", "e"], ["f", "g"]]
+    assert shard([1, 2], 3) == [[1], [2], []]
+    assert shard([], 2) == [[], []]

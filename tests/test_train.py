@@ -29,6 +29,11 @@ def run_dir(tmp_path_factory, grpo_models):
     assert "a policy rank died during step 3" in stderr and "resume=auto" in stderr
     assert "Traceback" not in stderr.split("a policy rank died")[-1]
     assert "rollout x2" in stdout and "redundancy x1" in stdout and "[eval 2]" in stderr
+    # a first run that reads cleanly (logging.verbose=false): no weight-loading bars from the
+    # actors that load a model, no library deprecation warnings
+    assert "Loading weights" not in stdout + stderr
+    assert "Loading safetensors checkpoint shards" not in stdout + stderr
+    assert "DeprecationWarning" not in stdout + stderr
     return out
 
 

@@ -35,6 +35,7 @@ from torch.distributed.tensor import DTensor
 
 from peer_rl.algos import (compute_policy_loss, entropy_from_logits, kl_penalty,
                            logprobs_from_logits, masked_mean)
+from peer_rl.config import ActorConfig as _A, RolloutConfig
 from peer_rl.micro_batches import by_count, by_token_budget
 from workers import fsdp
 
@@ -57,16 +58,22 @@ class PolicyWorker:
     broadcast would save host memory for large models).
     """
 
+    # defaults are the config schema's (peer_rl.config.ActorConfig); the mini-batch here counts
+    # sequences, the schema's prompts
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
-                 model_path: str, lr: float = 1e-6, weight_decay: float = 0.0,
-                 grad_clip: float = 1.0, kl_loss_coef: float = 0.001,
-                 kl_loss_type: str = "low_var_kl", clip_ratio: float = 0.2,
-                 entropy_coeff: float = 0.0, ppo_mini_batch_size: int = 8,
-                 ppo_micro_batch_size: int = 4, ppo_epochs: int = 1, seed: int = 0,
-                 backend: str | None = None, freeze_vision_tower: bool = False,
-                 gradient_checkpointing: bool = False, logits_chunk_size: int = 1024,
-                 ppo_max_token_len_per_gpu: int = 16384, ref_param_offload: bool = False,
-                 behavior_weight_cap: float = 2.0):
+                 model_path: str, lr: float = _A.lr, weight_decay: float = _A.weight_decay,
+                 grad_clip: float = _A.grad_clip, kl_loss_coef: float = _A.kl_loss_coef,
+                 kl_loss_type: str = _A.kl_loss_type, clip_ratio: float = _A.clip_ratio,
+                 entropy_coeff: float = _A.entropy_coeff,
+                 ppo_mini_batch_size: int = _A.ppo_mini_batch_size * RolloutConfig.n,
+                 ppo_micro_batch_size: int = _A.ppo_micro_batch_size,
+                 ppo_epochs: int = _A.ppo_epochs, seed: int = 0, backend: str | None = None,
+                 freeze_vision_tower: bool = _A.freeze_vision_tower,
+                 gradient_checkpointing: bool = _A.gradient_checkpointing,
+                 logits_chunk_size: int = _A.logits_chunk_size,
+                 ppo_max_token_len_per_gpu: int = _A.ppo_max_token_len_per_gpu,
+                 ref_param_offload: bool = _A.ref_param_offload,
+                 behavior_weight_cap: float = _A.behavior_weight_cap):
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
         self.master_addr = master_addr
         self.gradient_checkpointing = gradient_checkpointing

@@ -58,6 +58,8 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
         kwargs.setdefault("limit_mm_per_prompt", {"image": max_images, "video": 0})
     # JSON-schema answers (evaluation judges) without the free whitespace a schema allows: a
     # small model otherwise spends its tokens on it
+    # the checkpoint-loading bar follows the workers' quiet setting (peer_rl.runtime.QUIET_ENV)
+    kwargs.setdefault("use_tqdm_on_load", os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") != "1")
     kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar",
                                                     "disable_any_whitespace": True})
     return LLM(

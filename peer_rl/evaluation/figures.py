@@ -1,85 +1,58 @@
-"""Report figures as PNG with PIL alone (no plotting library in the stack): grouped bars for
-scores side by side, lines for SAGE emotion trajectories."""
+"""Report figures as PNG (matplotlib): grouped bars for scores side by side, lines for SAGE
+emotion trajectories."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from PIL import Image, ImageDraw
+import numpy as np
 
-from peer_rl.plot import COLOURS
+from peer_rl.plot import pyplot
 
-_W, _H = 820, 440
-_LEFT, _RIGHT, _TOP, _BOTTOM = 60, _W - 20, 40, _H - 90
-
-
-def _canvas(title: str, y0: float, y1: float):
-    img = Image.new("RGB", (_W, _H), "white")
-    d = ImageDraw.Draw(img)
-    d.rectangle((_LEFT, _TOP, _RIGHT, _BOTTOM), outline=(0, 0, 0))
-    for i in range(5):
-        y = y0 + (y1 - y0) * i / 4
-        py = _BOTTOM - (_BOTTOM - _TOP) * i / 4
-        d.line((_LEFT - 4, py, _LEFT, py), fill=(0, 0, 0))
-        d.line((_LEFT, py, _RIGHT, py), fill=(225, 225, 225))
-        d.text((6, py - 6), f"{y:g}", fill=(0, 0, 0))
-    d.text((_LEFT, 12), title, fill=(0, 0, 0))
-    return img, d
-
-
-def _y(v: float, y0: float, y1: float) -> float:
-    return _BOTTOM - (_BOTTOM - _TOP) * (min(max(v, y0), y1) - y0) / (y1 - y0)
-
-
-def _legend(d, names: list[str]) -> None:
-    for i, name in enumerate(names):
-        c = COLOURS[i % len(COLOURS)]
-        x = _LEFT + 10 + 200 * (i % 4)
-        y = _H - 40 + 16 * (i // 4)
-        d.rectangle((x, y + 2, x + 10, y + 12), fill=c)
-        d.text((x + 14, y), name[:30], fill=(0, 0, 0))
+_SIZE = (8.2, 4.4)
 
 
 def bars(path: str | Path, title: str, categories: list[str],
          series: dict[str, list[float | None]], y_max: float, y_min: float = 0.0) -> Path:
     """One group of bars per category, one bar per series (None: no bar, marked n/a)."""
-    img, d = _canvas(title, y_min, y_max)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE)
     names = list(series)
-    slot = (_RIGHT - _LEFT) / max(len(categories), 1)
-    width = slot * 0.8 / max(len(names), 1)
-    for ci, cat in enumerate(categories):
-        x0 = _LEFT + slot * ci + slot * 0.1
-        for si, name in enumerate(names):
-            v = series[name][ci]
-            bx = x0 + width * si
+    width = 0.8 / max(len(names), 1)
+    x = np.arange(len(categories))
+    for si, name in enumerate(names):
+        pos = x - 0.4 + width * (si + 0.5)
+        values = series[name]
+        ax.bar([p for p, v in zip(pos, values) if v is not None],
+               [v for v in values if v is not None], width * 0.95, label=name[:30])
+        for p, v in zip(pos, values):
             if v is None:
-                d.text((bx, _BOTTOM - 14), "n/a", fill=(120, 120, 120))
-                continue
-            d.rectangle((bx, _y(v, y_min, y_max), bx + width - 2, _BOTTOM),
-                        fill=COLOURS[si % len(COLOURS)])
-        d.text((x0, _BOTTOM + 6), cat[:int(slot / 6)], fill=(0, 0, 0))
-    _legend(d, names)
-    img.save(path)
+                ax.text(p, y_min, "n/a", ha="center", va="bottom", fontsize=7, color="grey")
+    ax.set_xticks(x, [c[:24] for c in categories], fontsize=8)
+    ax.set_ylim(y_min, y_max)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=min(4, max(len(names), 1)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
     return Path(path)
 
 
 def lines(path: str | Path, title: str, series: dict[str, list[float]], y_min: float,
           y_max: float, x_label: str = "turn", legend: bool = True) -> Path:
     """One line per series against its index (0, 1, 2, ...)."""
-    img, d = _canvas(title, y_min, y_max)
-    x_max = max((len(v) - 1 for v in series.values()), default=1) or 1
-    for i in range(x_max + 1):
-        px = _LEFT + (_RIGHT - _LEFT) * i / x_max
-        d.line((px, _BOTTOM, px, _BOTTOM + 4), fill=(0, 0, 0))
-        d.text((px - 3, _BOTTOM + 6), str(i), fill=(0, 0, 0))
-    d.text(((_LEFT + _RIGHT) // 2 - 10, _BOTTOM + 20), x_label, fill=(0, 0, 0))
-    for si, (name, ys) in enumerate(series.items()):
-        c = COLOURS[si % len(COLOURS)]
-        pts = [(_LEFT + (_RIGHT - _LEFT) * i / x_max, _y(v, y_min, y_max)) for i, v in enumerate(ys)]
-        if len(pts) > 1:
-            d.line(pts, fill=c, width=2)
-        for p in pts:
-            d.ellipse((p[0] - 2, p[1] - 2, p[0] + 2, p[1] + 2), fill=c)
-    if legend:
-        _legend(d, list(series)[:12])
-    img.save(path)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE)
+    for name, ys in series.items():
+        ax.plot(range(len(ys)), ys, marker="o", markersize=3, label=name[:30])
+    ax.set_ylim(y_min, y_max)
+    ax.set_xlabel(x_label)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend and series:
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles[:12], labels[:12], fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
     return Path(path)

@@ -5,7 +5,7 @@ import pytest
 
 from peer_rl.judge_prompt import JudgeTemplate
 from peer_rl.protocol import JudgeItem
-from peer_rl.rewards import Preference, peer_reward
+from peer_rl.rewards import Preference
 from workers.unifireward import UnifiRewardWorker
 
 HISTORY = [{"role": "seeker", "content": "I failed my exam again and I feel useless."},
@@ -112,10 +112,11 @@ def test_score_four_batched_rounds(judge, tiny_models, monkeypatch):
         assert 0.0 <= r.reward <= 3.0
         assert r.asked == sum(s is not None for s in it.steps) + 1
         assert 0 <= r.parse_failures <= r.asked
-        assert r.reward == peer_reward(r.step_verdicts, r.preference_ok, it.format_complete)
-        if not it.format_complete:
-            assert r.reward <= 2.0 and r.reward == peer_reward(
-                r.step_verdicts, r.preference_ok, False)
+        # the paper's reward, written out here: 0.5 per step judged correct, 0.5 if the reply is
+        # preferred or tied, 1 for Steps 1-4 present in order
+        by_hand = 0.5 * sum(v is True for v in r.step_verdicts) \
+            + 0.5 * (r.preference_ok is True) + 1.0 * it.format_complete
+        assert r.reward == pytest.approx(by_hand)
     assert results[3].step_verdicts[1] is None and results[3].raw[1] == ""
     assert results[4].step_verdicts == [None, None, None]
 
