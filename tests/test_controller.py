@@ -143,6 +143,37 @@ def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system
     assert np.abs(policy[1:] - engine).max() < 1e-4
 
 
+@pytest.mark.slow   # passes alone; failed once after the module's other tests (undiagnosed)
+def test_a_rollout_worker_killed_while_the_next_step_is_scored_ahead(system, grpo_models,
+                                                                     tmp_path):
+    """trainer.async_training.staleness=1: the real rollout actor is killed while it generates
+    the next step's samples during an update. Ray restarts it, the controller re-syncs it (behind
+    the update) and retries its chunk; every step counts once and stays within the bound."""
+    cfg, pools, rows, _ = system
+    over = _cfg(tmp_path, grpo_models, "trainer.async_training.staleness=1",
+                "trainer.total_steps=3", "rollout.response_length=384")
+    killed = []
+
+    class KillDuringScoreAhead(Controller):
+        def _score_ahead(self, batch_rows):
+            if not killed:               # the first look-ahead only: step 2, during update 1
+                pid = ray.get(self.pools.rollout[0].health.remote())["pid"]
+                killed.append(_kill_later(pid, 1.0))
+            return super()._score_ahead(batch_rows)
+
+    assert KillDuringScoreAhead(over, pools, rows, tmp_path).fit() == 3
+    killed[0].join()
+    recs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [1, 2, 3]
+    assert recs[-1]["faults/actor_restarts"] == 1
+    assert all(r["async/staleness_max"] <= 1 for r in recs)
+    assert recs[0]["timing/overlap"] > 0
+    batch = _fixed_batch([0.0])          # the restarted engine ends with the trained weights
+    policy = ray.get([a.compute_log_prob.remote(batch) for a in pools.actor])[0]["old_log_probs"][0]
+    engine = np.array(ray.get(pools.rollout[0].prompt_logprobs.remote([batch["input_ids"][0].tolist()]))[0])
+    assert np.abs(policy[1:] - engine).max() < 1e-4
+
+
 def test_policy_rank_death_stops_the_step_cleanly(system, tmp_path):
     """The FSDP group is unusable afterwards: the test builds a new one for the tests after it,
     in whatever order they run."""
