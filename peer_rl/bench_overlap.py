@@ -42,13 +42,13 @@ def projected_speedup(score: float, update: float, sync: float) -> float:
 
 
 def main(overrides: list[str]) -> int:
-    steps = 6
-    rest = []
-    for o in overrides:
-        if o.startswith("--steps="):
-            steps = int(o.split("=", 1)[1])
-        else:
-            rest.append(o)
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="peer-rl bench overlap",
+                                 epilog="other arguments: key=value overrides of the run")
+    ap.add_argument("--steps", type=int, default=6)
+    args, rest = ap.parse_known_args(overrides)
+    steps = args.steps
     if steps < 3:
         raise ValueError("--steps: at least 3 (the first and the last are not steady state)")
     runs = {}

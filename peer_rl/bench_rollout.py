@@ -97,14 +97,14 @@ def _one(engine: str, model: str, prompts: int, n: int, new_tokens: int, repeats
     return fn(_model_path(model), _prompts(prompts), n, new_tokens, repeats)
 
 
-def _in_subprocess(engine: str, args) -> dict:
+def _in_subprocess(engine: str, model: str, args) -> dict:
     cmd = [sys.executable, "-m", "peer_rl.bench_rollout", "--one", engine, "--models",
-           args.model_now, "--prompts", str(args.prompts), "-n", str(args.n),
+           model, "--prompts", str(args.prompts), "-n", str(args.n),
            "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TQDM_DISABLE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"bench rollout: {engine} on {args.model_now} failed:\n"
+        raise RuntimeError(f"bench rollout: {engine} on {model} failed:\n"
                            f"{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -125,13 +125,12 @@ def main(argv: list[str]) -> int:
                               args.repeats)))
         return 0
     rows = []
-    for model in args.models.split(","):
-        args.model_now = model.strip()
-        _model_path(args.model_now)              # built once, outside the timed processes
+    for model in (m.strip() for m in args.models.split(",")):
+        _model_path(model)                       # built once, outside the timed processes
         for engine in ("vllm", "generate"):
-            print(f"[bench rollout] {args.model_now}: {engine} ...", flush=True)
-            rows.append({"model": args.model_now, "engine": engine,
-                         **_in_subprocess(engine, args)})
+            print(f"[bench rollout] {model}: {engine} ...", flush=True)
+            rows.append({"model": model, "engine": engine,
+                         **_in_subprocess(engine, model, args)})
     seqs = args.prompts * args.n
     print(f"\nrollout: {args.prompts} prompts x n={args.n} = {seqs} sequences x "
           f"{args.new_tokens} new tokens, temperature 1, on this machine ({os.cpu_count()} CPUs), "
