@@ -49,6 +49,10 @@ class PolicyGroupFailed(RuntimeError):
     """A policy rank died: the FSDP group cannot continue; resume from the last checkpoint."""
 
 
+class EngineRestarted(RuntimeError):
+    """A rollout engine answered with the initial checkpoint's weights: it was restarted."""
+
+
 @dataclass
 class Pools:
     """Ray actor handles, one list per pool (see peer_rl.placement.make_pools)."""
@@ -139,7 +143,10 @@ class Controller:
         if resume_dir is not None:
             state = json.loads((resume_dir / STATE_FILE).read_text())
             self.step, cursor = state["step"], Cursor(**state["cursor"])
-        self.policy_version = self.step  # updates in the policy's weights (one per step)
+        # the version is the policy's own update count (restored with its checkpoint), so the
+        # stamps engines put on samples and the policy's staleness check count alike
+        self.policy_version = self._policy_call("health")[0]["global_step"]
+        self.synced_version = self.policy_version  # what every engine's weights are now
         self.resume_cursor: dict | None = None   # the data cursor after self.step's batch
         self.loader = PromptLoader(rows, cfg.data.train_batch_size, cfg.data.seed,
                                    cfg.data.shuffle, cursor)
@@ -153,6 +160,9 @@ class Controller:
         if resume_dir is not None:
             print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
             self._policy_call("load_checkpoint", str(resume_dir / "policy"))
+            self.policy_version = self._policy_call("health")[0]["global_step"]
+        held = {ray.get(h.health.remote())["policy_version"] for h in self.pools.rollout}
+        if held != {self.policy_version}:   # engines hold other weights than the policy
             self._sync_weights()
 
     # ---------------------------------------------------------------- resume / checkpoints
@@ -227,16 +237,20 @@ class Controller:
         for i, ref in refs.items():
             for attempt in range(self.cfg.trainer.max_actor_restarts + 1):
                 try:
-                    out[i] = ray.get(ref)
+                    result = ray.get(ref)
+                    if pool == "rollout" and method == "generate":
+                        self._check_engine_weights(i, result)
+                    out[i] = result
                     break
-                except ray.exceptions.RayActorError as exc:
+                except (ray.exceptions.RayActorError, EngineRestarted) as exc:
                     if attempt == self.cfg.trainer.max_actor_restarts:
                         raise RuntimeError(f"{pool} worker {i} failed {attempt + 1} time(s) in "
                                            f"step {self.scoring_step + 1}; giving up: {exc}"
                                            ) from None
-                    print(f"[peer-rl] {pool} worker {i} died during step {self.scoring_step + 1} "
-                          f"({type(exc).__name__}); restarting and retrying its chunk",
-                          file=sys.stderr, flush=True)
+                    what = ("restarted between calls" if isinstance(exc, EngineRestarted)
+                            else f"died during step {self.scoring_step + 1}")
+                    print(f"[peer-rl] {pool} worker {i} {what} ({type(exc).__name__}); "
+                          "restarting and retrying its chunk", file=sys.stderr, flush=True)
                     self.restarts += 1
                     handle = self._wait_alive(pool, i)
                     if pool == "rollout":  # a restarted engine holds the initial checkpoint
@@ -244,6 +258,15 @@ class Controller:
                         self._sync_weights()
                     ref = getattr(handle, method).remote(chunks[i], *args)
         return [out[i] for i in sorted(out)]
+
+    def _check_engine_weights(self, i: int, samples: list) -> None:
+        """An engine that died while idle is restarted by Ray before the next call reaches it,
+        so the call succeeds on the initial checkpoint; its stamp gives it away."""
+        stale = {s.policy_version for s in samples} - {self.synced_version}
+        if stale:
+            raise EngineRestarted(f"rollout worker {i} sampled with policy version "
+                                  f"{sorted(stale)}, the engines were synced to "
+                                  f"{self.synced_version}")
 
     def _policy_call(self, method: str, *args) -> list:
         """All ranks of the FSDP group, together; a dead rank ends the run (no partial state)."""
@@ -291,6 +314,7 @@ class Controller:
         engine restart during an overlapped update stamps the version before that update, while
         the weights sent may already include it: the stamp can only overstate a sample's age."""
         self.weight_sync.sync(version=self.policy_version)
+        self.synced_version = self.policy_version
 
     def rollout(self, batch_rows: list[dict], timing: dict | None = None) -> list:
         """Stage 2: G samples per prompt from the rollout pool."""
@@ -433,7 +457,7 @@ class Controller:
             "rollout/tokens_per_s": n_tokens / max(timing["rollout"], 1e-9),
             "data/epoch": (self.resume_cursor or self.loader.cursor.state())["epoch"],
             "data/visual_share": float(np.mean([bool(r.get("images")) for r in batch_rows])),
-            "faults/actor_restarts": self.restarts,
+            "faults/actor_restarts": self.restarts + self.weight_sync.recoveries,
         }
         m |= summarise("advantages", adv)
         m |= {k: v for k, v in actor_metrics.items() if isinstance(v, (int, float))}

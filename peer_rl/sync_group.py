@@ -26,6 +26,7 @@ class WeightSyncGroup:
         self.metas: list | None = None
         self.formed = False
         self.syncs = 0
+        self.recoveries = 0     # engines found dead during a sync and waited for
 
     def invalidate(self) -> None:
         self.formed = False
@@ -63,6 +64,7 @@ class WeightSyncGroup:
                 print(f"[peer-rl] weight sync interrupted ({type(exc).__name__}); waiting for the "
                       "rollout engines, forming the group again", file=sys.stderr, flush=True)
                 self.formed = False
+                self.recoveries += 1
                 for i in range(len(self.engines())):
                     self.wait_alive(i)
         raise AssertionError("unreachable")
