@@ -294,3 +294,60 @@ def test_preference_pairs_follow_dominance_over_the_three_perspectives(tmp_path)
     ex = [json.loads(x) for x in _lines(tmp_path / "out/exemplars/train.jsonl")]
     assert all(e["response"] == "reply 0" and e["strategy"] == "st0" for e in ex)
     assert _all_valid(tmp_path / "out") == 4 * n_cards      # pairs + exemplars
+
+
+def _tree(root: Path) -> dict:
+    """Every data file of a root (job state aside), as bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.jsonl"))
+            if "_jobs" not in p.parts}
+
+
+def test_a_rewrite_stopped_mid_run_ends_as_an_uninterrupted_one(tmp_path):
+    from peer_rl.datajobs.personas import run_personas
+    from peer_rl.datajobs.rewrite import run_rewrite
+
+    run_personas(sample_root(), tmp_path / "p", _cfg("personas"), {"writer": Scripted(_persona)})
+    keep = json.dumps({"semantic_incoherence": False, "artificial_style": False,
+                       "non_dialogue": False, "reason": "r"})
+    cfg = _cfg("rewrite", "batch_cases=8")
+    with pytest.raises(EndpointError):
+        run_rewrite(sample_root(), tmp_path / "p", tmp_path / "cut", cfg,
+                    {"writer": Scripted(_upper), "judge": Dies(lambda r: keep, calls=1)})
+    assert len(_lines(tmp_path / "cut/_jobs/rewrite/cases.jsonl")) == 8
+    assert not (tmp_path / "cut/ser").exists()
+    writer = Scripted(_upper)
+    run_rewrite(sample_root(), tmp_path / "p", tmp_path / "cut", cfg,
+                {"writer": writer, "judge": Scripted(lambda r: keep)})
+    assert sum(len(b) for b in writer.batches) == 28 - 8          # the rest only
+    run_rewrite(sample_root(), tmp_path / "p", tmp_path / "whole", cfg,
+                {"writer": Scripted(_upper), "judge": Scripted(lambda r: keep)})
+    assert _tree(tmp_path / "cut") == _tree(tmp_path / "whole")
+
+
+def test_a_preference_run_stopped_mid_run_ends_as_an_uninterrupted_one(tmp_path):
+    from peer_rl.datajobs.preference import run_preference
+
+    def counselor(r):
+        from peer_rl.evaluation.endpoints import Reply
+        return Reply(texts=[json.dumps({"context": "c", "state": "s", "strategy": "q",
+                                        "reply": f"reply {k}"}) for k in range(r.n)])
+
+    def judge(r):
+        v = 9 if "reply:\nreply 0\n" in last_user(r) or "回复：\nreply 0\n" in last_user(r) else 3
+        dims = [d for d in ("emotional_impact", "non_lecturing_empathy", "therapeutic_alliance",
+                            "strategic_coherence", "theoretical_application",
+                            "strategy_client_fit", "problem_targeting") if f"- {d} (" in last_user(r)]
+        return json.dumps({**{d: v for d in dims}, "reason": "r"})
+
+    def parties(counsel):
+        return {"client": Scripted(lambda r: "It is hard."), "counselor": counsel,
+                "judge": Scripted(judge)}
+
+    cfg = _cfg("preference", "batch_cases=2", "preference.turns=1", "preference.candidates=2")
+    with pytest.raises(EndpointError):
+        run_preference(tmp_path / "cut", cfg, parties(Dies(counselor, calls=1)))
+    assert len(_lines(tmp_path / "cut/_jobs/preference/cases.jsonl")) == 2
+    run_preference(tmp_path / "cut", cfg, parties(Scripted(counselor)))
+    rep = run_preference(tmp_path / "whole", cfg, parties(Scripted(counselor)))
+    assert _tree(tmp_path / "cut") == _tree(tmp_path / "whole")
+    assert sum(rep["summary"]["pairs"].values()) == 4
