@@ -208,7 +208,7 @@ def _add_data(sub) -> None:
 
 def _train(args) -> int:
     from peer_rl.config import ConfigError
-    from peer_rl.controller import PolicyGroupFailed
+    from peer_rl.worker_group import PolicyGroupFailed
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.dataloader import PromptPoolError
     from peer_rl.train import run

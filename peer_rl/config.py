@@ -174,6 +174,7 @@ class TrainerConfig:
     seed: int = 0
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     max_actor_restarts: int = 2          # rollout / judge actors restarted after a crash
+    recovery_timeout_s: float = 600.0    # how long a crashed actor may take to come back
     eval_freq: int = 0                   # evaluate the policy every k steps (0: never); see `eval`
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 
@@ -210,6 +211,7 @@ class RayConfig:
     address: str = ""                    # "" = connect to a running cluster or start a local one
     num_cpus: int = 0                    # for a local cluster; 0 = all cores
     dashboard_host: str = "127.0.0.1"
+    placement_timeout_s: float = 120.0   # how long a pool's placement group may wait
 
 
 @dataclass

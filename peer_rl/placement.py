@@ -13,10 +13,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from peer_rl.controller import Pools
-
-PG_TIMEOUT_S = float(os.environ.get("PEER_RL_PG_TIMEOUT_S", "120"))
-
+from peer_rl.worker_group import Pools
 
 def engine_env() -> dict:
     """Environment for an actor that runs vLLM: no hub access, quiet engine logs.
@@ -34,13 +31,14 @@ def _bundle(res) -> dict:
     return b
 
 
-def _pool_pg(name: str, res, n: int, strategy: str = "PACK"):
+def _pool_pg(name: str, res, n: int, timeout_s: float, strategy: str = "PACK"):
     pg = placement_group([_bundle(res)] * n, strategy=strategy, name=f"peer-rl-{name}")
-    ready, _ = ray.wait([pg.ready()], timeout=PG_TIMEOUT_S)
+    ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         remove_placement_group(pg)
         raise RuntimeError(
-            f"resources.{name}: could not place {n} x {_bundle(res)} within {PG_TIMEOUT_S:.0f} s; "
+            f"resources.{name}: could not place {n} x {_bundle(res)} within {timeout_s:.0f} s "
+            f"(ray.placement_timeout_s); "
             f"cluster resources: {ray.cluster_resources()}. Lower {name}.num_workers or "
             f"resources.{name}.*_per_worker, or add nodes.")
     return pg
@@ -157,7 +155,7 @@ class PoolFactory:
         if cfg.retrieval.enable:
             sizes["retrieval"] = cfg.retrieval.num_workers
         for name, n in sizes.items():
-            self.pgs[name] = _pool_pg(name, cfg.resources[name], n,
+            self.pgs[name] = _pool_pg(name, cfg.resources[name], n, cfg.ray.placement_timeout_s,
                                       "SPREAD" if name == "rollout" else "PACK")
         pools = Pools(rollout=[self.rollout(i) for i in range(sizes["rollout"])],
                       reward_model=[self.reward_model(i) for i in range(sizes["reward_model"])],

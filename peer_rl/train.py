@@ -127,7 +127,8 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
 
 
 def run(overrides: list[str]) -> Path:
-    from peer_rl.controller import Controller, resume_checkpoint, saved_prompt_selection
+    from peer_rl.checkpoints import resume_checkpoint, saved_prompt_selection
+    from peer_rl.controller import Controller
     from peer_rl.placement import PoolFactory
 
     cfg = load_config(overrides)

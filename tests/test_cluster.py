@@ -366,9 +366,8 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
     need = _demand(load_config([]))
     assert 1 < need["CPU"] <= 2, need  # more than one node holds: the pools must span both
 
-    # the repo's runtime env, plus a placement-group timeout that tolerates a busy machine
+    # the repo's runtime env; a placement-group timeout that tolerates a busy machine
     env = _load("runtime_env.yaml")
-    env["env_vars"]["PEER_RL_PG_TIMEOUT_S"] = "600"
     runtime_env = tmp_path / "runtime_env.yaml"
     runtime_env.write_text(yaml.safe_dump(env))
     out = tmp_path / "out"
@@ -377,7 +376,7 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
         "job", "submit", "--address", cluster.dashboard, "--submission-id", sid,
         "--working-dir", str(REPO), "--runtime-env", str(runtime_env), "--",
         "python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1",
-        "rollout.response_length=48",
+        "rollout.response_length=48", "ray.placement_timeout_s=600",
         f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
         f"reward_model.path={tiny_models['judge']}",
         timeout=900, check=False)

@@ -11,10 +11,13 @@ import pytest
 import ray
 
 from peer_rl.config import load_config
-from peer_rl.controller import Controller, PolicyGroupFailed
+from peer_rl.controller import Controller
+from peer_rl.peer_scoring import rollout
 from peer_rl.placement import PoolFactory
 from peer_rl.runtime import init_ray
+from peer_rl.timeline import Timing
 from peer_rl.train import load_prompts
+from peer_rl.worker_group import PolicyGroupFailed
 
 pytestmark = pytest.mark.e2e
 
@@ -83,16 +86,16 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
     on = Controller(_cfg(tmp_path / "on", grpo_models), pools, rows, tmp_path / "on")
     off = Controller(_cfg(tmp_path / "off", grpo_models, "algorithm.rur.enable=false"), pools,
                      rows, tmp_path / "off")
-    samples = on.rollout(batch)  # the same generations scored both ways
+    samples = rollout(on, batch, Timing(1))  # the same generations scored both ways
     a, b = on.score_batch(batch, samples=samples), off.score_batch(batch, samples=samples)
-    np.testing.assert_array_equal(a["rewards"], b["rewards"])
-    assert a["rewards"].max() > 0  # the trained judge gives credit: the comparison is not 0 == 0
-    np.testing.assert_array_equal(b["final"], b["rewards"])  # RUR off: r~ = r
+    np.testing.assert_array_equal(a.rewards, b.rewards)
+    assert a.rewards.max() > 0  # the trained judge gives credit: the comparison is not 0 == 0
+    np.testing.assert_array_equal(b.final, b.rewards)  # RUR off: r~ = r
     # the penalties worked out here from the embedding model's vectors, loop by loop (not with
     # peer_rl.rewards): s_hist = max cosine to the prompt's own utterances, s_group = mean cosine
     # to the other G-1 replies (both clipped to [0, 1]), tau = sigmoid(0.5 (L - 5))
     G, embed = on.G, pools.redundancy[0]
-    replies = a["replies"]
+    replies = a.replies
     s_hist, s_group = np.zeros(len(replies)), np.zeros(len(replies))
     for k, reply in enumerate(replies):
         utterances = [u["content"] for u in batch[k // G]["history"]]
@@ -102,15 +105,15 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
         cos = [float(e[0] @ e[i]) for i in range(1, len(e))]
         s_hist[k] = min(max(max(cos[:len(utterances)]), 0.0), 1.0)
         s_group[k] = min(max(sum(cos[len(utterances):]) / (G - 1), 0.0), 1.0)
-    red = a["redundancy"]
+    red = a.redundancy
     tau = 1.0 / (1.0 + np.exp(-0.5 * (red["n_words"] - 5.0)))
     np.testing.assert_allclose(red["s_hist"], s_hist, atol=1e-4)
     np.testing.assert_allclose(red["s_group"], s_group, atol=1e-4)
     np.testing.assert_allclose(red["tau"], tau, rtol=1e-9)
-    expected = a["rewards"] / ((1 + tau * s_hist) * (1 + tau * s_group))
-    np.testing.assert_allclose(a["final"], expected, rtol=1e-3)
+    expected = a.rewards / ((1 + tau * s_hist) * (1 + tau * s_group))
+    np.testing.assert_allclose(a.final, expected, rtol=1e-3)
     assert np.all(red["s_group"] > 0) and np.all(red["tau"] > 0)
-    assert np.all(a["final"][a["rewards"] > 0] < a["rewards"][a["rewards"] > 0])  # penalised
+    assert np.all(a.final[a.rewards > 0] < a.rewards[a.rewards > 0])  # penalised
 
 
 def _kill_later(pid: int, delay: float) -> threading.Thread:

@@ -1,6 +1,7 @@
 import pytest
 
-from peer_rl.controller import latest_checkpoint, shard
+from peer_rl.checkpoints import latest_checkpoint
+from peer_rl.protocol import shard
 from peer_rl.dataloader import Cursor, PromptLoader
 
 
@@ -40,7 +41,7 @@ def test_a_drawn_pool_is_restored_from_the_checkpoint_not_redrawn(tmp_path):
     import json
 
     from peer_rl.config import load_config
-    from peer_rl.controller import PROMPTS_FILE, saved_prompt_selection
+    from peer_rl.checkpoints import PROMPTS_FILE, saved_prompt_selection
     from peer_rl.train import load_prompts
 
     over = ["data.train_files=[grpo/textual.jsonl,grpo/visual.jsonl]", "data.prompts_per_file=[5,3]"]

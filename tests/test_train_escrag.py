@@ -74,7 +74,7 @@ def test_the_loss_covers_the_final_reply_only_given_its_full_prompt():
     dialogue + initial reply + exemplars as (unmasked) context."""
     import numpy as np
 
-    from peer_rl.controller import update_batch
+    from peer_rl.step_batch import update_batch
     from peer_rl.protocol import Sample
 
     final = Sample(uid=0, prompt_ids=list(range(100, 112)), response_ids=[7, 8, 9],

@@ -1,7 +1,7 @@
 """The policy update's input as the controller builds it from samples (pure, no Ray)."""
 import numpy as np
 
-from peer_rl.controller import update_batch
+from peer_rl.step_batch import update_batch
 from peer_rl.protocol import Sample
 
 

@@ -15,16 +15,16 @@ from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint
 from peer_rl.evaluation.runner import run_all
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.multimodal import image_paths
-from peer_rl.protocol import Prompt, SamplingConfig, seeded, shard
+from peer_rl.protocol import Prompt, SamplingConfig, seeded
 
 
 class PoolEndpoint(Endpoint):
-    """A training pool as a party: `map_pool(pool, method, chunks, *args)` is the
-    controller's fault-tolerant fan-out (peer_rl.controller.Controller._map_pool)."""
+    """A training pool as a party, through its worker group (peer_rl.worker_group: the
+    controller's fault-tolerant fan-out)."""
 
-    def __init__(self, role: str, map_pool, workers: int, max_tokens: int, temperature: float,
+    def __init__(self, role: str, group, max_tokens: int, temperature: float,
                  seed: int = 0, step: int = 0):
-        self.name, self.map_pool, self.workers = f"{role} (training pool)", map_pool, workers
+        self.name, self.group = f"{role} (training pool)", group
         self.cfg = EndpointConfig(max_tokens=max_tokens, temperature=temperature)
         self.seed, self.step, self.requests = seed, step, 0   # request seeds: protocol.seeded
 
@@ -45,9 +45,8 @@ class RolloutPoolEndpoint(PoolEndpoint):
             self.requests += len(idx)
             sampling = SamplingConfig(n=n, temperature=temperature, max_tokens=max_tokens,
                                       seed=self.seed)
-            parts = self.map_pool("rollout", "generate", shard(prompts, self.workers), sampling)
             texts = defaultdict(list)
-            for s in (s for part in parts for s in part):
+            for s in self.group.scatter("generate", prompts, sampling):
                 texts[s.uid].append(s.text)
             for i in idx:
                 replies[i] = Reply(texts=texts[i])
@@ -62,9 +61,8 @@ class JudgePoolEndpoint(PoolEndpoint):
                 assert requests[j].n == 1, "the judge pool answers one text per request"
             schema = requests[idx[0]].schema if self.cfg.structured else None
             convs = [requests[i].messages for i in idx]
-            parts = self.map_pool("reward_model", "chat", shard(convs, self.workers),
-                                  max_tokens, temperature, schema)
-            for i, text in zip(idx, (t for part in parts for t in part)):
+            for i, text in zip(idx, self.group.scatter("chat", convs, max_tokens, temperature,
+                                                       schema)):
                 replies[i] = Reply(texts=[text])
         return replies
 
@@ -96,18 +94,19 @@ class InTrainingEval:
         self.probes = (spread_over_groups(load_probes(root, cfg.data.skip_invalid).items,
                                           e.safety_probes) if e.safety_probes else [])
 
-    def _judge(self, map_pool, workers: int) -> Endpoint:
+    def _judge(self, reward_model) -> Endpoint:
         e = self.e
         if e.judge_url:
             return HttpEndpoint("eval.judge", EndpointConfig(
                 url=e.judge_url, model=e.judge_model, api_key_env=e.judge_api_key_env,
                 temperature=0.0, max_tokens=e.judge_max_tokens))
-        return JudgePoolEndpoint("judge", map_pool, workers, e.judge_max_tokens, 0.0)
+        return JudgePoolEndpoint("judge", reward_model, e.judge_max_tokens, 0.0)
 
-    def run(self, map_pool, pools, encode, step: int) -> dict:
-        """`encode(texts)` -> unit embeddings (the redundancy pool)."""
+    def run(self, rollout, reward_model, encode, step: int) -> dict:
+        """The rollout and reward-model worker groups answer; `encode(texts)` -> unit
+        embeddings (the redundancy pool)."""
         cfg, e = self.cfg, self.e
-        model = RolloutPoolEndpoint("model", map_pool, len(pools.rollout),
+        model = RolloutPoolEndpoint("model", rollout,
                                     e.max_tokens or cfg.rollout.response_length,
                                     cfg.rollout.temperature, seed=cfg.trainer.seed, step=step)
         out: dict = {}
@@ -122,7 +121,7 @@ class InTrainingEval:
             fmt = [x for r in recs for x in r["format_ok"]]
             out["eval/diversity/format_rate"] = sum(fmt) / len(fmt)
         if self.probes:
-            endpoints = {"model": model, "judge": self._judge(map_pool, len(pools.reward_model))}
+            endpoints = {"model": model, "judge": self._judge(reward_model)}
             s = summarise_safety(run_all(self.probes, partial(safety_case, style=style),
                                          endpoints, batch_cases=len(self.probes)))
             out["eval/safety/pass_rate"] = s["overall"]["pass_rate"]

@@ -1,0 +1,38 @@
+"""Where a run's checkpoints are and which one `resume=` means.
+
+A checkpoint is `checkpoints/step_N/`: the policy's sharded state (policy/), the trainer state
+(STATE_FILE, written last, inside the final rename, so its presence marks a complete
+checkpoint) and the ids of the run's prompt pool (PROMPTS_FILE)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+STATE_FILE = "trainer_state.json"
+PROMPTS_FILE = "prompts.json"     # ids of the run's prompt pool, in pool order
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete checkpoint."""
+    ckpts = [p for p in (Path(output_dir) / "checkpoints").glob("step_*")
+             if p.is_dir() and not p.name.endswith(".tmp") and (p / STATE_FILE).exists()]
+    return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
+
+
+def resume_checkpoint(cfg, output_dir: Path) -> Path | None:
+    """The checkpoint `resume=` points at: None (disable), the newest complete one (auto), or
+    the directory given."""
+    if cfg.resume == "disable":
+        return None
+    if cfg.resume == "auto":
+        return latest_checkpoint(Path(output_dir))
+    return Path(cfg.resume)
+
+
+def saved_prompt_selection(checkpoint: Path | None) -> list[str] | None:
+    """Ids of the prompt pool a checkpointed run trained on (None: no checkpoint, or one
+    written before pools were saved)."""
+    path = checkpoint / PROMPTS_FILE if checkpoint is not None else None
+    if path is None or not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))["ids"]

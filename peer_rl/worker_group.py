@@ -1,0 +1,149 @@
+"""The controller's runtime: one object per pool of Ray actors, so the controller reads as the
+GRPO loop alone.
+
+`WorkerGroup` fans a stateless pool (rollout, reward model, redundancy, retrieval) out: each
+worker gets its chunk, results come back in worker order. A worker that dies mid-call is
+restarted by Ray (`max_restarts`); the group waits for it, runs its `on_restart` hook (the
+rollout pool re-syncs the policy's weights into the new engine) and redoes only that worker's
+chunk, so a retried step counts once. `check` may reject a result that a restarted worker gave
+(an engine restarted while idle answers from the initial checkpoint); it is retried the same way.
+`PolicyGroup` calls every FSDP rank together: a dead rank cannot be worked around (the
+collective is broken), so the survivors are killed rather than left hanging and the step fails
+with `PolicyGroupFailed`, naming the checkpoint to resume from.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+
+from peer_rl.protocol import shard
+
+
+@dataclass
+class Pools:
+    """Ray actor handles, one list per pool (peer_rl.placement.PoolFactory.make_pools)."""
+    rollout: list
+    reward_model: list
+    actor: list                      # FSDP2 ranks, rank 0 first
+    redundancy: list = field(default_factory=list)
+    retrieval: list = field(default_factory=list)
+    restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
+
+
+class PolicyGroupFailed(RuntimeError):
+    """A policy rank died: the FSDP group cannot continue; resume from the last checkpoint."""
+
+
+class WorkerRestarted(RuntimeError):
+    """A worker answered as a freshly started one would: it was restarted between calls."""
+
+
+class WorkerGroup:
+    def __init__(self, name: str, handles: list, max_restarts: int, recovery_timeout_s: float,
+                 replace: Callable[[str, int], object] | None = None,
+                 on_restart: Callable[[int], None] | None = None,
+                 check: Callable[[int, str, object], None] | None = None,
+                 step: Callable[[], int] = lambda: 0):
+        self.name, self.handles = name, handles        # the list Pools holds: kept in sync
+        self.max_restarts, self.recovery_timeout_s = max_restarts, recovery_timeout_s
+        self.replace, self.on_restart, self.check, self.step = replace, on_restart, check, step
+        self.restarts = 0                              # workers recovered, cumulative
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def map(self, method: str, chunks: list, *args) -> list:
+        """`method(chunk, *args)` on each worker with a non-empty chunk; results in order."""
+        refs = {i: getattr(h, method).remote(c, *args)
+                for i, (h, c) in enumerate(zip(self.handles, chunks)) if c}
+        out: dict[int, object] = {}
+        for i, ref in refs.items():
+            for attempt in range(self.max_restarts + 1):
+                try:
+                    result = ray.get(ref)
+                    if self.check is not None:
+                        self.check(i, method, result)
+                    out[i] = result
+                    break
+                except (ray.exceptions.RayActorError, WorkerRestarted) as exc:
+                    if attempt == self.max_restarts:
+                        raise RuntimeError(f"{self.name} worker {i} failed {attempt + 1} time(s) "
+                                           f"in step {self.step()}; giving up: {exc}") from None
+                    what = ("was restarted between calls" if isinstance(exc, WorkerRestarted)
+                            else f"died during step {self.step()}")
+                    print(f"[peer-rl] {self.name} worker {i} {what} ({type(exc).__name__}); "
+                          "retrying its chunk", file=sys.stderr, flush=True)
+                    self.restarts += 1
+                    handle = self.wait_alive(i)
+                    if self.on_restart is not None:
+                        self.on_restart(i)
+                    ref = getattr(handle, method).remote(chunks[i], *args)
+        return [out[i] for i in sorted(out)]
+
+    def scatter(self, method: str, items: list, *args) -> list:
+        """The items split evenly over the workers, `method` on each part, flattened back."""
+        return [x for part in self.map(method, shard(items, len(self)), *args) for x in part]
+
+    def wait_alive(self, i: int):
+        """Ray restarts a crashed actor (max_restarts); wait until it answers. Past its restarts
+        the actor is replaced if the placement layer can."""
+        deadline = time.monotonic() + self.recovery_timeout_s
+        while True:
+            handle = self.handles[i]
+            try:
+                ray.get(handle.health.remote(), timeout=60)
+                return handle
+            except ray.exceptions.ActorDiedError as exc:
+                if self.replace is None:
+                    raise RuntimeError(f"{self.name} worker {i} died and cannot be restarted: "
+                                       f"{exc}") from None
+                self.handles[i] = self.replace(self.name, i)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} worker {i} did not come back within "
+                                   f"{self.recovery_timeout_s:.0f} s "
+                                   "(trainer.recovery_timeout_s)")
+            time.sleep(2.0)
+
+    def health(self) -> list[dict]:
+        return ray.get([h.health.remote() for h in self.handles])
+
+
+class PolicyGroup:
+    def __init__(self, handles: list, last_checkpoint: Callable[[], Path | None],
+                 step: Callable[[], int] = lambda: 0):
+        self.handles, self.last_checkpoint, self.step = handles, last_checkpoint, step
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def call(self, method: str, *args) -> list:
+        """All ranks, together; a dead rank ends the run (no partial state)."""
+        return self.collect(self.submit(method, *args))
+
+    def submit(self, method: str, *args) -> list:
+        return [getattr(a, method).remote(*args) for a in self.handles]
+
+    def collect(self, refs: list) -> list:
+        """Results are collected as they finish so that a dead rank is seen at once, not after
+        the survivors time out in a collective; the survivors are then killed."""
+        pending, results = list(refs), {}
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                results[ready[0]] = ray.get(ready[0])
+        except ray.exceptions.RayActorError as exc:
+            for a in self.handles:
+                ray.kill(a, no_restart=True)
+            ckpt = self.last_checkpoint()
+            raise PolicyGroupFailed(
+                f"a policy rank died during step {self.step()} ({type(exc).__name__}); the "
+                f"FSDP group cannot continue. Last complete checkpoint: "
+                f"{ckpt if ckpt else 'none'}. Rerun with resume=auto to continue from it.") from None
+        return [results[r] for r in refs]
