@@ -228,7 +228,7 @@ def _supervised(args, kind: str) -> int:
     from peer_rl.config import ConfigError
     from peer_rl.config_supervised import load_supervised_config
     from peer_rl.data.loading import InvalidDataError
-    from workers.sft_trainer import run_supervised
+    from workers.supervised_trainer import run_supervised
 
     try:
         cfg = load_supervised_config(args.overrides, kind)

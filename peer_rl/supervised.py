@@ -242,16 +242,18 @@ def collate(examples: list[dict], pad_id: int, real: list[bool] | None = None,
     return {"input_ids": ids, "attention_mask": attn, "labels": labels}
 
 
-def lr_at(step: int, total_steps: int, lr: float, warmup_steps: int = 0,
-          scheduler: str = "constant", min_lr_ratio: float = 0.0) -> float:
-    """Learning rate of optimizer step `step` (0-based): linear warmup, then constant or cosine.
-    Stateless, so resuming needs no scheduler state."""
-    import math
+def lr_schedule(optimizer, lr: float, total_steps: int, warmup_steps: int = 0,
+                scheduler: str = "constant", min_lr_ratio: float = 0.0, start_step: int = 0):
+    """transformers' linear warmup then constant, or cosine down to min_lr_ratio x lr, placed
+    at optimizer step `start_step` (0-based): a resumed run needs no scheduler state. Call
+    `.step()` after each optimizer step."""
+    from transformers import (get_constant_schedule_with_warmup,
+                              get_cosine_with_min_lr_schedule_with_warmup)
 
-    if warmup_steps and step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    if scheduler == "constant":
-        return lr
-    span = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / span)
-    return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    for g in optimizer.param_groups:    # the base rate, whatever a loaded optimizer state holds
+        g["initial_lr"] = lr
+    if scheduler == "cosine":
+        return get_cosine_with_min_lr_schedule_with_warmup(
+            optimizer, warmup_steps, total_steps, min_lr_rate=min_lr_ratio,
+            last_epoch=start_step - 1)
+    return get_constant_schedule_with_warmup(optimizer, warmup_steps, last_epoch=start_step - 1)

@@ -13,20 +13,20 @@ from peer_rl.runtime import init_ray
 def resolve_models(cfg) -> tuple[str, str]:
     """Policy and judge paths. Empty paths mean the tiny models after their tiny supervised
     stages, built offline once and cached: for PEER a judge that answers in the verdict format
-    and a policy that writes Steps 1-4 (workers.sft_trainer.ensure_trained_tiny_models); for
+    and a policy that writes Steps 1-4 (workers.supervised_trainer.ensure_trained_tiny_models); for
     reward_model.kind=scalar (ESCRAG-R1) the Bradley-Terry reward model and the policy after the
     `<think>` cold start."""
     policy, judge = cfg.model.path, cfg.reward_model.path
     if not policy or not judge:
         from peer_rl.tiny_models import default_cache_dir
-        from workers import sft_trainer
+        from workers import supervised_trainer
 
         cache, address = cfg.model.tiny_cache_dir or default_cache_dir(), cfg.ray.address
         if cfg.reward_model.kind == "scalar":
-            judge = judge or sft_trainer.ensure_trained_tiny_reward_model(cache, address)
-            policy = policy or sft_trainer.ensure_trained_tiny_escrag_policy(cache, address)
+            judge = judge or supervised_trainer.ensure_trained_tiny_reward_model(cache, address)
+            policy = policy or supervised_trainer.ensure_trained_tiny_escrag_policy(cache, address)
         else:
-            tiny = sft_trainer.ensure_trained_tiny_models(cache, address)
+            tiny = supervised_trainer.ensure_trained_tiny_models(cache, address)
             policy, judge = policy or tiny["policy"], judge or tiny["judge"]
     for key, path in (("model.path", policy), ("reward_model.path", judge)):
         if not Path(path, "config.json").exists():

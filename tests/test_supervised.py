@@ -9,7 +9,7 @@ from peer_rl.config import ConfigError  # noqa: E402
 from peer_rl.config_supervised import load_supervised_config  # noqa: E402
 from peer_rl.data.sample import sample_root  # noqa: E402
 from peer_rl.supervised import (IGNORE_INDEX, batch_indices, build_examples, collate,  # noqa: E402
-                                count_targets, load_examples, lr_at, rank_rows, target_turns,
+                                count_targets, load_examples, lr_schedule, rank_rows, target_turns,
                                 tokenize_chat)
 
 
@@ -143,11 +143,30 @@ def test_batches_are_a_function_of_step_and_seed():
     assert rows == [6, 5] and real == [True, False]             # padded to ceil(3/2) rows
 
 
-def test_lr_schedule():
-    assert lr_at(0, 100, 1.0, warmup_steps=10) == pytest.approx(0.1)
-    assert lr_at(50, 100, 1.0) == 1.0
-    assert lr_at(10, 100, 1.0, 10, "cosine", 0.1) == pytest.approx(1.0)
-    assert lr_at(100, 100, 1.0, 10, "cosine", 0.1) == pytest.approx(0.1)
+def test_lr_schedule_warmup_constant_and_cosine_by_hand():
+    import torch
+
+    def lrs(steps, start=0, **kw):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=123.0)  # overwritten
+        sched = lr_schedule(opt, 1.0, 100, start_step=start, **kw)
+        out = []
+        for _ in range(steps):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out
+
+    # linear warmup from 0 over 10 steps (transformers' convention), then flat
+    assert lrs(12, warmup_steps=10) == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7,
+                                                       0.8, 0.9, 1.0, 1.0])
+    # cosine from 1 to 0.1 over steps 10..100: halfway (step 55) 0.1 + 0.9 * 0.5 = 0.55
+    cos = lrs(101, warmup_steps=10, scheduler="cosine", min_lr_ratio=0.1)
+    assert cos[10] == pytest.approx(1.0) and cos[55] == pytest.approx(0.55)
+    assert cos[100] == pytest.approx(0.1)
+    # a resumed run starts where the uninterrupted one was, with no scheduler state
+    assert lrs(3, start=55, warmup_steps=10, scheduler="cosine", min_lr_ratio=0.1) == \
+        pytest.approx(cos[55:58])
+
 
 
 def test_supervised_config():

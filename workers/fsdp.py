@@ -1,5 +1,5 @@
 """FSDP2 plumbing shared by the GRPO policy group (workers/policy.py) and the supervised trainer
-(workers/sft_trainer.py): loading a checkpoint by architecture, freezing the vision tower,
+(workers/supervised_trainer.py): loading a checkpoint by architecture, freezing the vision tower,
 sharding, full state dicts in HF names, optimizer shards, and the non-finite-step guard.
 
 No Ray import: both callers run it inside their own processes (Ray actors, Ray Train workers, or

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from peer_rl.rewards import length_coefficient, rur_reweight
+from peer_rl.rewards import length_coefficient
 from workers.redundancy import RedundancyWorker
 
 
@@ -41,12 +41,22 @@ def test_identical_group_has_full_in_group_redundancy(worker):
 
 def test_reweight_is_the_formula(worker):
     replies = ["hello there", "You are not alone and this will pass, I promise you that today."] * 2
+    history = "I feel alone tonight."
     rewards = np.array([3.0, 3.0, 2.0, 1.0])
-    out = worker.reweight(rewards, replies, [["I feel alone tonight."]], group_size=4)
-    expected = rewards / ((1 + out["tau"] * out["s_hist"]) * (1 + out["tau"] * out["s_group"]))
-    np.testing.assert_allclose(out["rewards"], expected)
-    np.testing.assert_allclose(out["rewards"], rur_reweight(rewards, out["s_hist"], out["s_group"],
-                                                            out["tau"]))
+    out = worker.reweight(rewards, replies, [[history]], group_size=4)
+    # worked out here from the embedding model's vectors, loop by loop: s_hist = cosine to the
+    # one history utterance, s_group = mean cosine to the other three replies; tau by hand:
+    # sigmoid(0.5 (L - 5)) for L = 2 and L = 13 words
+    e = worker.encode(replies + [history])
+    e = e / np.linalg.norm(e, axis=1, keepdims=True)
+    tau = {0: 1 / (1 + np.exp(1.5)), 1: 1 / (1 + np.exp(-4.0))}
+    for k in range(4):
+        s_hist = min(max(float(e[k] @ e[4]), 0.0), 1.0)
+        s_group = min(max(sum(float(e[k] @ e[j]) for j in range(4) if j != k) / 3, 0.0), 1.0)
+        t = tau[k % 2]
+        assert out["tau"][k] == pytest.approx(t, rel=1e-6)
+        assert out["rewards"][k] == pytest.approx(
+            rewards[k] / ((1 + t * s_hist) * (1 + t * s_group)), rel=1e-4)
     # same similarity structure, the 2-word reply keeps more of its reward than the 13-word one
     assert out["rewards"][0] / 3.0 > out["rewards"][1] / 3.0
 

@@ -47,7 +47,7 @@ def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
 
     from peer_rl.judge_prompt import JudgeTemplate
     from workers.fsdp import load_pretrained
-    from workers.sft_trainer import run_supervised
+    from workers.supervised_trainer import run_supervised
 
     judge = tiny_models["judge"]
     out = tmp_path / "rm"

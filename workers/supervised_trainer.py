@@ -112,8 +112,9 @@ def train_loop(config: dict) -> None:
     from workers import fsdp
 
     from peer_rl.bradley_terry import collate_pairs, load_pairs
+    from peer_rl.metrics import MetricsSink
     from peer_rl.supervised import (batch_indices, collate, count_targets, load_examples,
-                                    lr_at, rank_rows)
+                                    lr_schedule, rank_rows)
 
     ctx = ray.train.get_context()
     rank, ws = ctx.get_world_rank(), ctx.get_world_size()
@@ -169,13 +170,13 @@ def train_loop(config: dict) -> None:
         _log(f"{ws} rank(s), {dist.get_backend()} on {device.type}; {n} examples; "
              f"steps {start_step + 1}..{total}")
 
-    metrics_path = Path(config["output_dir"]) / "metrics.jsonl"
+    sink = None       # rank 0 writes metrics.jsonl (and TensorBoard), as the RL runs do
     if rank == 0:
-        metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        if metrics_path.exists():               # drop records past the resumed step
-            kept = [ln for ln in metrics_path.read_text(encoding="utf-8").splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= start_step]
-            metrics_path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        Path(config["output_dir"]).mkdir(parents=True, exist_ok=True)
+        sink = MetricsSink(Path(config["output_dir"]), ["jsonl", "tensorboard"],
+                           resume_step=start_step if ckpt_dir is not None else None)
+    sched = lr_schedule(optim, config["lr"], total, config["warmup_steps"],
+                        config["lr_scheduler"], config["min_lr_ratio"], start_step)
 
     window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "t0": time.perf_counter()}
     last: dict = {}
@@ -184,10 +185,7 @@ def train_loop(config: dict) -> None:
         rows, real = rank_rows(idx, rank, ws)
         # the loss is a mean over the global batch: target tokens (sft, rm) or pairs (bt)
         global_tokens = len(idx) if bt else max(1, sum(count_targets(examples[i]) for i in idx))
-        lr = lr_at(step, total, config["lr"], config["warmup_steps"], config["lr_scheduler"],
-                   config["min_lr_ratio"])
-        for g in optim.param_groups:
-            g["lr"] = lr
+        lr = optim.param_groups[0]["lr"]
         optim.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float64)
         right = torch.zeros((), dtype=torch.float64)       # bt: pairs scored the right way
@@ -224,6 +222,7 @@ def train_loop(config: dict) -> None:
             (ce * (ws / global_tokens)).backward()
             loss_sum += ce.detach().double().cpu()
         norm, _ = fsdp.clip_and_step(model, optim, config["grad_clip"], ws)
+        sched.step()
         red = torch.stack([loss_sum, right]).to(device)
         dist.all_reduce(red)
         loss = float(red[0]) / global_tokens
@@ -248,8 +247,7 @@ def train_loop(config: dict) -> None:
                         f"{last['target_tokens_per_s']:.0f} target tok/s")
                 _log(f"step {done}/{total} loss {last['loss']:.4f} lr {lr:.2e} "
                      f"grad_norm {last['grad_norm']:.3f} {rate}")
-                with open(metrics_path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(last) + "\n")
+                sink.log(done, {k: v for k, v in last.items() if k != "step"})
             window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "acc": 0.0,
                       "t0": time.perf_counter()}
         if is_save:
@@ -263,6 +261,8 @@ def train_loop(config: dict) -> None:
                                  checkpoint_dir_name=f"step_{done:06d}")
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+    if sink is not None:
+        sink.close()
 
 
 # ============================================================================ driver side
