@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import MISSING, DictConfig
 
-from peer_rl.config import ConfigError, RayConfig, check_ranges, load_config
+from peer_rl.config import ConfigError, LoggingConfig, RayConfig, check_ranges, load_config
 
 # rm: UnifiReward SFT on SER chats; bt: a scalar reward model on preference pairs (Bradley-
 # Terry; ESCRAG-R1); both run as `peer-rl train-rm`. sft: the policy (`peer-rl sft`).
@@ -83,6 +83,7 @@ class SupervisedConfig:
     trainer: SupervisedTrainerConfig = field(default_factory=SupervisedTrainerConfig)
     resources: SupervisedResourcesConfig = field(default_factory=SupervisedResourcesConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)   # .verbose: workers' start-up output
 
 
 _POSITIVE = ("trainer.epochs", "trainer.batch_size", "trainer.micro_batch_size",

@@ -23,7 +23,10 @@ def _quiet_this_process() -> None:
     disable_progress_bars()
 
 
-def init_ray(cfg) -> None:
+def init_ray(cfg, dashboard: bool = False) -> None:
+    """Join `ray.address` (or start a local cluster). `dashboard`: a local cluster starts its
+    dashboard too (bound to ray.dashboard_host), which serves Ray's state API: Ray Train's
+    placement-group cleaner polls it and warns every few seconds when it is missing."""
     import ray
 
     if ray.is_initialized():
@@ -39,6 +42,6 @@ def init_ray(cfg) -> None:
         _quiet_this_process()
     kwargs = {"address": address, "log_to_driver": True, "runtime_env": {"env_vars": env}}
     if address in (None, "local"):
-        kwargs |= {"num_cpus": cfg.ray.num_cpus or os.cpu_count(), "include_dashboard": False,
+        kwargs |= {"num_cpus": cfg.ray.num_cpus or os.cpu_count(), "include_dashboard": dashboard,
                    "dashboard_host": cfg.ray.dashboard_host}
     ray.init(**kwargs)

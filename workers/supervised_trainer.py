@@ -410,7 +410,7 @@ def run_supervised(cfg, kind: str) -> Path:
     import ray
 
     started_ray = not ray.is_initialized()
-    init_ray(cfg)
+    init_ray(cfg, dashboard=True)
     trainer = TorchTrainer(
         train_loop, train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=cfg.trainer.world_size, use_gpu=use_gpu,

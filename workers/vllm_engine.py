@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -49,6 +50,12 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
             kwargs.setdefault("distributed_executor_backend", "uni")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") == "1":   # the workers' quiet setting
+        # on a CPU engine vLLM notes that the installed Triton has no CPU backend, and torch's
+        # extension builder that it found a CUDA toolkit but no CUDA runtime: nothing a CPU run
+        # needs to hear about
+        for name in ("torch.utils.cpp_extension", "vllm.triton_utils.importing"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     from vllm import LLM
 
     limit = model_max_len(model_path)
