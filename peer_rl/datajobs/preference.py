@@ -75,6 +75,7 @@ def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: flo
     lang, history, rounds = case.language, [], []
     persona = esc_persona(case.situation, lang)
     counts = Counter()
+    unparsed = []         # raw answers that gave no candidate or no score: kept to be read
     for t in range(turns):
         said = strip_think((yield "client", Request(seeker_messages(persona, history, lang)))[0])
         if not said.strip():
@@ -85,6 +86,8 @@ def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: flo
                                            schema=CANDIDATE_SCHEMA)
         cands = [parse_candidate(x) for x in texts]
         ok = [c for c in cands if c is not None]
+        unparsed += [{"turn": t + 1, "role": "counselor", "answer": x}
+                     for x, c in zip(texts, cands) if c is None]
         counts["candidates"] += len(cands)
         counts["candidates_unparsed"] += len(cands) - len(ok)
         if not ok:
@@ -95,6 +98,9 @@ def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: flo
         k = len(PERSPECTIVES)
         scores = [perspective_scores([a[0] for a in answers[i * k:(i + 1) * k]])
                   for i in range(len(ok))]
+        unparsed += [{"turn": t + 1, "role": "judge", "answer": [a[0] for a in
+                                                                answers[i * k:(i + 1) * k]]}
+                     for i, sc in enumerate(scores) if sc is None]
         counts["candidates_unscored"] += sum(s is None for s in scores)
         if all(s is None for s in scores):
             counts["rounds without a scored candidate"] += 1
@@ -106,7 +112,7 @@ def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: flo
         history.append({"role": "supporter", "content": ok[chosen]["reply"]})
         if is_goodbye(said):
             break
-    return {"language": lang, "rounds": rounds, "counts": dict(counts)}
+    return {"language": lang, "rounds": rounds, "counts": dict(counts), "unparsed": unparsed}
 
 
 def split_of(case_id: str, seed: int, test_fraction: float) -> str:

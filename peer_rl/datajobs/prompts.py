@@ -108,8 +108,8 @@ def rewrite_messages(history: list[dict], persona: str, lang: str) -> list[dict]
 # ---------------------------------------------------------------- ESC-Preference counsellor
 STAGES = ("context", "state", "strategy")
 CANDIDATE_SCHEMA = {"type": "object", "properties": {
-    **{s: {"type": "string", "maxLength": 300} for s in STAGES},
-    "reply": {"type": "string", "minLength": 1, "maxLength": 600}},
+    **{s: {"type": "string", "maxLength": 160} for s in STAGES},        # a stage's note
+    "reply": {"type": "string", "minLength": 1, "maxLength": 500}},
     "required": [*STAGES, "reply"]}
 _COUNSELOR = {
     "en": ("You are a counselor in an emotional-support conversation. Before you answer, work "

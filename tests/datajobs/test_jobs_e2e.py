@@ -39,8 +39,9 @@ def _check(root):
 
 def test_each_job_against_an_openai_compatible_server(server_url, tmp_path):
     parties = [f"{r}.url={server_url}" for r in ("judge", "writer", "client", "counselor")]
-    small = ["judge.max_tokens=96", "writer.max_tokens=160", "client.max_tokens=24",
-             "counselor.max_tokens=120"]
+    # enough tokens for the tiny model to close the counsellor's and the judge's JSON
+    small = ["judge.max_tokens=200", "writer.max_tokens=160", "client.max_tokens=24",
+             "counselor.max_tokens=700"]
 
     _ok(_run(_cli("filter", sample_root(), "--out", tmp_path / "f", "limit=6", *parties[:1],
                   *small[:1])))
