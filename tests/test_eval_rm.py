@@ -168,6 +168,27 @@ def test_eval_rm_cli_with_the_real_vllm_judge(trained_judge, tmp_path, capsys):
     assert overall["n"] == 12
     assert overall["parse_failure_rate"] < 0.5  # the trained judge answers in the vocabulary
     assert "parse-failure rate:" in printed
+    # step accuracy worked out again from the judge's raw answers and the rows' own labels (the
+    # assistant turns of the SER files): an answer is right when it holds its label's word and
+    # not the other one (True / False, 正确 / 错误), the way the verdicts are read
+    from peer_rl.data.sample import sample_root
+
+    labels = {}
+    for f in sorted((sample_root() / "ser").glob("*/*_test.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            labels[str(row["id"])] = [row["messages"][k]["content"] for k in (2, 4, 6)]
+    other = {w: v for pair in STEP_VERDICTS.values() for w, v in (pair, pair[::-1])}
+
+    def right(answer: str, label: str) -> bool:
+        a = answer.lower().replace("不正确", "错误")
+        return label.lower() in a and other[label].lower() not in a
+
+    samples = report["samples"]
+    assert len(samples) == 12
+    for k in range(3):
+        n_right = sum(right(s["answers"][k], labels[s["id"]][k]) for s in samples)
+        assert overall["step_accuracy"][f"step{k + 1}"] == pytest.approx(n_right / 12), k
 
 
 def test_eval_rm_cli_refuses_a_directory_without_a_model(tmp_path, capsys):

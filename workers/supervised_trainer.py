@@ -329,7 +329,8 @@ def _export_final(ckpt_dir: Path, out: Path) -> Path:
 def run_supervised(cfg, kind: str) -> Path:
     """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
     import torch
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
+                           ScalingConfig)
     from ray.train.torch import TorchTrainer
     from transformers import AutoTokenizer
 
@@ -420,7 +421,10 @@ def run_supervised(cfg, kind: str) -> Path:
             worker_runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
                                              "TOKENIZERS_PARALLELISM": "false"}},
             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=cfg.trainer.keep_checkpoints)),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.trainer.keep_checkpoints),
+            # Ray Train's own progress lines (worker group started, checkpoint reported) only
+            # with logging.verbose; peer-rl's step lines and every warning stay
+            logging_config=LoggingConfig("INFO" if cfg.logging.verbose else "WARNING")),
     )
     t0 = time.perf_counter()
     try:
