@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING, DictConfig
 
 from peer_rl.config import ConfigError, check_ranges, load_config
+from peer_rl.evaluation.config import check_parties
 from peer_rl.evaluation.endpoints import EndpointConfig
 
 JOBS = ("filter", "personas", "rewrite", "preference")
@@ -86,14 +87,7 @@ def check_job(cfg: DictConfig, job: str) -> None:
     if not 0 <= cfg.preference.test_fraction < 1:
         raise ConfigError(f"preference.test_fraction={cfg.preference.test_fraction}: "
                           "expected a value in [0, 1)")
-    for role in roles:
-        party = cfg[role]
-        if bool(party.url) == bool(party.path):
-            raise ConfigError(f"{role}: set exactly one of {role}.url (an OpenAI-compatible "
-                              f"base URL, e.g. http://127.0.0.1:8000/v1) or {role}.path (a local "
-                              f"model directory); `peer-rl data {job}` needs {', '.join(roles)}")
-        if party.url and not party.url.startswith(("http://", "https://")):
-            raise ConfigError(f"{role}.url={party.url!r}: expected an http(s):// base URL")
+    check_parties(cfg, roles, f"peer-rl data {job}")
 
 
 def load_job_config(job: str, overrides=()) -> DictConfig:

@@ -94,6 +94,18 @@ def _positive(role: str) -> tuple:
             f"{role}.kv_cache_gib", f"{role}.max_model_len")
 
 
+def check_parties(cfg: DictConfig, roles, command: str) -> None:
+    """Each party is exactly one of an http(s) base URL or a local model directory."""
+    for role in roles:
+        party = cfg[role]
+        if bool(party.url) == bool(party.path):
+            raise ConfigError(f"{role}: set exactly one of {role}.url (an OpenAI-compatible "
+                              f"base URL, e.g. http://127.0.0.1:8000/v1) or {role}.path (a local "
+                              f"model directory); `{command}` needs {', '.join(roles)}")
+        if party.url and not party.url.startswith(("http://", "https://")):
+            raise ConfigError(f"{role}.url={party.url!r}: expected an http(s):// base URL")
+
+
 def check_eval(cfg: DictConfig, protocol: str) -> None:
     roles = ROLES[protocol]
     check_ranges(cfg, ("batch_cases", "esc.rounds", "sage.max_turns", "diversity.n", "rag.k",
@@ -106,15 +118,7 @@ def check_eval(cfg: DictConfig, protocol: str) -> None:
     if cfg.rag.index and cfg.model.prompt != "escrag":
         raise ConfigError(f"rag.index={cfg.rag.index!r}: RAG inference is ESCRAG-R1's two-pass "
                           f"prompt; set model.prompt=escrag (now {cfg.model.prompt!r})")
-    for role in roles:
-        party = cfg[role]
-        if bool(party.url) == bool(party.path):
-            raise ConfigError(f"{role}: set exactly one of {role}.url (an OpenAI-compatible "
-                              f"base URL, e.g. http://127.0.0.1:8000/v1) or {role}.path (a local "
-                              f"model directory); `peer-rl eval {protocol}` needs "
-                              f"{', '.join(roles)}")
-        if party.url and not party.url.startswith(("http://", "https://")):
-            raise ConfigError(f"{role}.url={party.url!r}: expected an http(s):// base URL")
+    check_parties(cfg, roles, f"peer-rl eval {protocol}")
     if not 0 <= cfg.sage.start_emotion <= 100:
         raise ConfigError(f"sage.start_emotion={cfg.sage.start_emotion}: expected 0..100")
 
