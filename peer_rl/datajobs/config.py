@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING, DictConfig
 
 from peer_rl.config import ConfigError, check_ranges, load_config
-from peer_rl.evaluation.config import check_parties
+from peer_rl.evaluation.config import check_parties, party
 from peer_rl.evaluation.endpoints import EndpointConfig
 
 JOBS = ("filter", "personas", "rewrite", "preference")
@@ -46,18 +46,14 @@ class PreferenceConfig:
     test_fraction: float = 0.2            # dialogues whose pairs go to the test split
 
 
-def _party(temperature: float, max_tokens: int) -> EndpointConfig:
-    return EndpointConfig(temperature=temperature, max_tokens=max_tokens)
-
-
 @dataclass
 class DataJobConfig:
     recipe: str = "data"
     experiment_name: str = MISSING
-    judge: EndpointConfig = field(default_factory=lambda: _party(0.0, 256))
-    writer: EndpointConfig = field(default_factory=lambda: _party(0.7, 512))
-    client: EndpointConfig = field(default_factory=lambda: _party(0.7, 128))
-    counselor: EndpointConfig = field(default_factory=lambda: _party(0.9, 384))
+    judge: EndpointConfig = party(0.0, 256)
+    writer: EndpointConfig = party(0.7, 512)
+    client: EndpointConfig = party(0.7, 128)
+    counselor: EndpointConfig = party(0.9, 384)
     limit: int = 0                    # first N cases only (0: all); raise it to extend a run
     batch_cases: int = 8              # cases in flight together
     seed: int = 0

@@ -66,17 +66,19 @@ class RagConfig:
     embedding_model: str = ""     # "" = the one the index records
 
 
-def _party(temperature: float, max_tokens: int) -> EndpointConfig:
-    return EndpointConfig(temperature=temperature, max_tokens=max_tokens)
+def party(temperature: float, max_tokens: int):
+    """A schema field: one party with its own sampling defaults (evaluations and data jobs)."""
+    return field(default_factory=lambda: EndpointConfig(temperature=temperature,
+                                                        max_tokens=max_tokens))
 
 
 @dataclass
 class EvalConfig:
     recipe: str = "eval"
     experiment_name: str = MISSING
-    model: EndpointConfig = field(default_factory=lambda: _party(0.7, 512))    # under test
-    seeker: EndpointConfig = field(default_factory=lambda: _party(0.7, 256))   # simulated seeker
-    judge: EndpointConfig = field(default_factory=lambda: _party(0.0, 256))
+    model: EndpointConfig = party(0.7, 512)    # under test
+    seeker: EndpointConfig = party(0.7, 256)   # simulated seeker
+    judge: EndpointConfig = party(0.0, 256)
     limit: int = 0                # first N cases only (0: all); raise it to extend a run
     batch_cases: int = 8          # cases in flight together (each party answers them in one batch)
     seed: int = 0                 # local engines' sampling seed
