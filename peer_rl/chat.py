@@ -22,7 +22,7 @@ class _Case(NamedTuple):
     id: str
 
 
-def ask(endpoints: dict, style: str, history: list[dict], lang: str, rag_k: int = 0):
+def ask(endpoints: dict, style, history: list[dict], lang: str, rag_k: int = 0):
     """One supporter turn through the evaluation runner: (Turn, None) or (None, error)."""
     def program(_):
         turns = yield from supporter_turn(style, history, lang, rag_k=rag_k)
@@ -40,6 +40,12 @@ def chat_loop(args, stdin=None, stdout=None) -> int:
                          model=args.model_name, api_key_env=args.api_key_env,
                          prompt=style, temperature=args.temperature,
                          max_tokens=args.max_tokens, kv_cache_gib=args.kv_cache_gib)
+    from peer_rl.evaluation.supporter import Supporter
+    from peer_rl.policy_prompt import PolicyTemplate
+
+    # a local policy is asked as it was trained (the template saved beside its weights)
+    supporter = Supporter(style, PolicyTemplate.load(None if url else args.model)
+                          if style == "peer" else None)
     endpoints = open_endpoints({"model": cfg})
     try:
         if args.rag:
@@ -69,7 +75,7 @@ def chat_loop(args, stdin=None, stdout=None) -> int:
                 print("(new conversation)", file=stdout, flush=True)
                 continue
             history.append({"role": "seeker", "content": text})
-            turn, error = ask(endpoints, style, history, args.lang,
+            turn, error = ask(endpoints, supporter, history, args.lang,
                               args.rag_k if args.rag else 0)
             if error:
                 print(f"(the model refused the request: {error}; /reset to start over)",

@@ -93,7 +93,7 @@ def _data_job(args) -> int:
     from peer_rl.datajobs.rows import InvalidInput
 
     def run():
-        cfg = load_job_config(args.data_cmd, args.overrides)
+        cfg = load_job_config(args.data_cmd.replace("-", "_"), args.overrides)
         if args.data_cmd == "filter":
             from peer_rl.datajobs.filter import run_filter
             return run_filter(args.root, args.out, cfg)
@@ -103,6 +103,9 @@ def _data_job(args) -> int:
         if args.data_cmd == "rewrite":
             from peer_rl.datajobs.rewrite import run_rewrite
             return run_rewrite(args.root, args.personas, args.out, cfg)
+        if args.data_cmd == "cold-start":
+            from peer_rl.datajobs.cold_start import run_cold_start
+            return run_cold_start(args.root, args.out, cfg)
         from peer_rl.datajobs.preference import run_preference
         return run_preference(args.out, cfg)
 
@@ -144,7 +147,7 @@ def _data_rounds(args) -> int:
 
 def _add_data_jobs(data) -> None:
     over = dict(nargs="*", default=[], help="key=value settings (recipes/data.yaml): parties "
-                "judge/writer/client/counselor .url|.path|.model, limit, seed, job sections")
+                "judge/writer/client/counselor/teacher .url|.path|.model, limit, seed, job sections")
     p = data.add_parser("filter", help="LLM judge on three criteria; writes a root without the "
                         "removed rows and a report")
     p.add_argument("root", help="PEER-layout root (its filter.subsets are judged)")
@@ -166,6 +169,13 @@ def _add_data_jobs(data) -> None:
     p = data.add_parser("preference", help="ESC-Preference pairs from simulated Client / "
                         "Counselor / Judge dialogues")
     p.add_argument("--out", required=True, help="root for preference/ and exemplars/")
+    p.add_argument("overrides", **over)
+    p.set_defaults(fn=_data_job)
+    p = data.add_parser("cold-start", help="ESCRAG-R1 cold-start demonstrations "
+                        "(<think>reasoning</think>reply) from a strong teacher model")
+    p.add_argument("root", help="PEER-layout root whose cold_start.subsets give the contexts")
+    p.add_argument("--out", required=True, help="root for cold_start/train.jsonl (job files in "
+                   "_jobs/cold_start)")
     p.add_argument("overrides", **over)
     p.set_defaults(fn=_data_job)
     p = data.add_parser("rounds", help="Gaussian sparse round sampling of raw dialogues")
@@ -228,12 +238,12 @@ def _supervised(args, kind: str) -> int:
     from peer_rl.config import ConfigError
     from peer_rl.config_supervised import load_supervised_config
     from peer_rl.data.loading import InvalidDataError
-    from workers.supervised_trainer import run_supervised
+    from workers.supervised_trainer import TemplateMismatch, run_supervised
 
     try:
         cfg = load_supervised_config(args.overrides, kind)
         run_supervised(cfg, cfg.kind)     # train-rm runs UnifiReward (rm) or scalar (bt) recipes
-    except (ConfigError, FileNotFoundError, InvalidDataError) as exc:
+    except (ConfigError, FileNotFoundError, InvalidDataError, TemplateMismatch) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -243,24 +253,39 @@ def _eval_rm(args) -> int:
     from peer_rl.data.sample import sample_root
     from peer_rl.eval_rm import evaluate_rm, format_table
 
-    if not Path(args.model, "config.json").exists():
-        print(f"error: --model {args.model}: no config.json there (expected an HF model "
-              "directory, e.g. outputs/unifireward_tiny/final)", file=sys.stderr)
+    if bool(args.model) == bool(args.prm or args.orm) or bool(args.prm) != bool(args.orm):
+        print("error: pass --model (UnifiReward) or both --prm and --orm (the separate pair)",
+              file=sys.stderr)
         return 2
+    for flag, path in (("--model", args.model), ("--prm", args.prm), ("--orm", args.orm)):
+        if path and not Path(path, "config.json").exists():
+            print(f"error: {flag} {path}: no config.json there (expected an HF model "
+                  "directory, e.g. outputs/unifireward_tiny/final)", file=sys.stderr)
+            return 2
     root = args.data or sample_root()
     try:
-        report = evaluate_rm(root, args.model, args.out, max_tokens=args.max_tokens,
+        report = evaluate_rm(root, args.model or args.prm, args.out, max_tokens=args.max_tokens,
                              kv_cache_gib=args.kv_cache_gib, max_model_len=args.max_model_len,
-                             limit=args.limit, images=not args.no_images)
-    except FileNotFoundError as exc:
+                             limit=args.limit, images=not args.no_images,
+                             outcome_model=args.orm or None)
+    except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if report["template"]["mismatched"]:
+        t = report["template"]
+        print(f"warning: {t['mismatched']}/{t['checked']} test row(s) differ from the judge's "
+              f"saved template (the RL-time judge is asked through it), e.g. "
+              f"{t['examples'][0]}", file=sys.stderr)
     print(format_table(report["metrics"]))
     print(f"{report['n_rows'] - report['n_too_long']} SER test chat(s) judged in "
           f"{report['seconds']:.1f} s ({report['n_too_long']} too long for the context); "
           f"{report['note']}")
     if report["metrics"]:
         print(f"parse-failure rate: {report['metrics']['all']['parse_failure_rate']:.3f}")
+    secs = {k: v for k, v in report["judges"]["train_seconds"].items() if v is not None}
+    if secs:
+        print("training time: " + ", ".join(f"{k} {v:.0f} s" for k, v in secs.items())
+              + (f" (pair total {sum(secs.values()):.0f} s)" if len(secs) > 1 else ""))
     print(f"wrote {Path(args.out).resolve()}")
     return 0
 
@@ -430,6 +455,8 @@ def _add_index(sub) -> None:
     p.add_argument("text", help="the seeker's last message")
     p.add_argument("--reply", default="", help="an initial reply (the policy's first pass)")
     p.add_argument("-k", type=int, default=3)
+    p.add_argument("--dialogue", default=None,
+                   help="the query's dialogue id: exemplars carrying it are never returned")
     p.set_defaults(fn=_index)
 
 
@@ -455,12 +482,18 @@ def main(argv: list[str] | None = None) -> int:
                            "[key=value ...]; prints the output directory at the end")
         p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
         p.set_defaults(fn=lambda args, kind=kind: _supervised(args, kind))
+    from peer_rl import judge_template_cmd
+
+    judge_template_cmd.add_parser(sub)
     ev = sub.add_parser("eval", help="evaluations").add_subparsers(dest="eval_cmd", required=True)
     p = ev.add_parser("rm", help="UnifiReward on the SER test splits: step / preference "
                       "accuracy, error recall, consistency, parse failures, per language "
                       "and modality")
     p.add_argument("--data", default="", help="PEER-layout root (default: the bundled sample)")
-    p.add_argument("--model", required=True, help="reward model directory (HF format)")
+    p.add_argument("--model", default="", help="UnifiReward directory (HF format)")
+    p.add_argument("--prm", default="", help="instead of --model: a process model "
+                   "(train-rm recipe=prm...), with --orm")
+    p.add_argument("--orm", default="", help="the outcome model (train-rm recipe=orm...)")
     p.add_argument("--out", required=True, help="JSON report to write")
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per judge answer")
     p.add_argument("--kv-cache-gib", type=float, default=1.0)

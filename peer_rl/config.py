@@ -94,8 +94,11 @@ class RewardModelConfig:
     # scalar: a Bradley-Terry sequence-classification reward model served by vLLM's pooling
     # runner (ESCRAG-R1; the policy writes <think>...</think> then the reply, in two passes with
     # retrieval.enable, else one)
+    # prm_orm: a separate process model (path, `train-rm recipe=prm`) and outcome model
+    # (outcome_path, recipe=orm) in place of UnifiReward, scored the same way (PEER's baseline)
     kind: str = "unifireward"
     path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
+    outcome_path: str = ""               # prm_orm only: the outcome model's directory
     num_workers: int = 1
     max_tokens: int = 16
     max_model_len: int = 4096
@@ -280,7 +283,7 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "actor.behavior_weight_cap")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",),
-            "reward_model.kind": ("unifireward", "scalar"),
+            "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
             "trainer.async_training.staleness": (0, 1)}
 
 
@@ -314,6 +317,11 @@ def _check_values(cfg: DictConfig) -> None:
         raise ConfigError("trainer.eval_freq with eval.safety_probes > 0 needs a judge that "
                           "writes, and reward_model.kind=scalar only scores: set eval.judge_url "
                           "(an OpenAI-compatible base URL) or eval.safety_probes=0")
+    if cfg.reward_model.kind == "prm_orm" and not (cfg.reward_model.path and
+                                                   cfg.reward_model.outcome_path):
+        raise ConfigError("reward_model.kind=prm_orm: set reward_model.path (the process model, "
+                          "`train-rm recipe=prm`) and reward_model.outcome_path (the outcome "
+                          "model, `train-rm recipe=orm`)")
     if cfg.retrieval.enable and cfg.reward_model.kind != "scalar":
         raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
                           "reasoning-response format: set reward_model.kind=scalar (UnifiReward "

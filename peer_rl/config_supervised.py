@@ -13,11 +13,14 @@ from omegaconf import MISSING, DictConfig
 
 from peer_rl.config import ConfigError, LoggingConfig, RayConfig, check_ranges, load_config
 
-# rm: UnifiReward SFT on SER chats; bt: a scalar reward model on preference pairs (Bradley-
-# Terry; ESCRAG-R1); both run as `peer-rl train-rm`. sft: the policy (`peer-rl sft`).
-KINDS = ("rm", "bt", "sft")
-DEFAULT_RECIPE = {"rm": "unifireward_tiny", "bt": "escrag_rm_tiny", "sft": "sft_tiny"}
-COMMAND_KINDS = {"train-rm": ("rm", "bt"), "sft": ("sft",)}
+# rm: UnifiReward SFT on SER chats; prm / orm: the separate process and outcome judges PEER
+# compares it with, on the same SER rows; bt: a scalar reward model on preference pairs
+# (Bradley-Terry; ESCRAG-R1); all run as `peer-rl train-rm`. sft: the policy (`peer-rl sft`).
+KINDS = ("rm", "prm", "orm", "bt", "sft")
+JUDGE_KINDS = {"rm": "unified", "prm": "process", "orm": "outcome"}   # kind -> SER view / role
+DEFAULT_RECIPE = {"rm": "unifireward_tiny", "prm": "prm_tiny", "orm": "orm_tiny",
+                  "bt": "escrag_rm_tiny", "sft": "sft_tiny"}
+COMMAND_KINDS = {"train-rm": ("rm", "prm", "orm", "bt"), "sft": ("sft",)}
 
 
 @dataclass
@@ -39,6 +42,17 @@ class SupervisedModelConfig:
     # vision-language models: the vision encoder gets no gradient and no optimizer state (the
     # aligner/merger still trains); ignored for text-only models
     freeze_vision_tower: bool = True
+
+
+@dataclass
+class SupervisedJudgeConfig:
+    """train-rm (kinds rm, prm, orm): the wording the judge is trained with, saved beside it."""
+    # a judge_template.json (e.g. from `peer-rl judge-template fit`); "" = the one saved with
+    # model.path, else the built-in one (the data card's layout)
+    template: str = ""
+    # strict: stop before training when any SER row differs from the template (count + the
+    # first rows, exit 2); warn: train anyway and say so; off: do not check
+    template_check: str = "strict"
 
 
 @dataclass
@@ -80,6 +94,7 @@ class SupervisedConfig:
     resume: str = "auto"
     data: SupervisedDataConfig = field(default_factory=SupervisedDataConfig)
     model: SupervisedModelConfig = field(default_factory=SupervisedModelConfig)
+    judge: SupervisedJudgeConfig = field(default_factory=SupervisedJudgeConfig)
     trainer: SupervisedTrainerConfig = field(default_factory=SupervisedTrainerConfig)
     resources: SupervisedResourcesConfig = field(default_factory=SupervisedResourcesConfig)
     ray: RayConfig = field(default_factory=RayConfig)
@@ -94,7 +109,7 @@ _NON_NEGATIVE = ("trainer.total_steps", "trainer.lr", "trainer.warmup_steps",
                  "trainer.save_freq", "trainer.max_failures", "data.max_rows",
                  "resources.cpus_per_worker", "resources.gpus_per_worker")
 _CHOICES = {"kind": KINDS, "trainer.lr_scheduler": ("constant", "cosine"),
-            "resume": ("auto", "disable")}
+            "resume": ("auto", "disable"), "judge.template_check": ("strict", "warn", "off")}
 
 
 def check_supervised(cfg: DictConfig) -> None:
@@ -107,11 +122,15 @@ def check_supervised(cfg: DictConfig) -> None:
         raise ConfigError("data.train_files: expected at least one file (e.g. ser/*/*_train.jsonl)")
     for rel in cfg.data.train_files:
         parts = Path(rel).parts
-        allowed = {"bt": ("preference",), "rm": ("ser",)}.get(cfg.kind, ("sft", "cold_start"))
+        allowed = {"bt": ("preference",), "rm": ("ser",), "prm": ("ser",),
+                   "orm": ("ser",)}.get(cfg.kind, ("sft", "cold_start"))
         if len(parts) < 2 or parts[0] not in allowed:
             raise ConfigError(f"data.train_files: {rel!r}: expected a path under "
                               f"{' or '.join(a + '/' for a in allowed)} relative to data.root "
                               f"(kind={cfg.kind})")
+    if cfg.judge.template and not Path(cfg.judge.template).is_file():
+        raise ConfigError(f"judge.template={cfg.judge.template!r}: no such file (expected a "
+                          "judge_template.json, e.g. from `peer-rl judge-template fit`)")
     if cfg.trainer.min_lr_ratio > 1:
         raise ConfigError(f"trainer.min_lr_ratio={cfg.trainer.min_lr_ratio}: expected <= 1")
 

@@ -43,8 +43,12 @@ TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
 
 
 class Controller:
-    def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path):
+    def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path,
+                 policy_template=None):
         self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
+        # peer_rl.policy_prompt.PolicyTemplate: written beside every exported policy, so an
+        # evaluation asks it the way it was trained (None: the method builds its own prompts)
+        self.policy_template = policy_template
         self.G = cfg.rollout.n
         self.step = 0
         self.scoring_step = 0            # the step (0-based) stages 2-5 are working for
@@ -79,7 +83,7 @@ class Controller:
         if t.eval_freq:    # inputs are read now: a bad file fails before step 1
             from peer_rl.evaluation.in_training import InTrainingEval
 
-            self.evaluator = InTrainingEval(cfg)
+            self.evaluator = InTrainingEval(cfg, policy_template)
         if resume_dir is not None:
             print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
             self.policy.call("load_checkpoint", str(resume_dir / "policy"))
@@ -100,6 +104,8 @@ class Controller:
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "policy").mkdir(parents=True)
         self.policy.call("save_checkpoint", str(tmp / "policy"), self.cfg.trainer.save_hf_model)
+        if self.policy_template is not None and (tmp / "policy" / "model").is_dir():
+            self.policy_template.save(tmp / "policy" / "model")
         cursor = self.resume_cursor or self.loader.cursor.state()
         state = {"step": self.step, "cursor": cursor,
                  "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
@@ -118,6 +124,8 @@ class Controller:
         final, tmp = self.out / "final", self.out / "final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         self.policy.call("export_hf", str(tmp))
+        if self.policy_template is not None:
+            self.policy_template.save(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

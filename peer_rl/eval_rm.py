@@ -15,10 +15,18 @@ Metrics (per group; an unparseable verdict counts as wrong):
   label's joint pattern, i.e. all three step verdicts AND the preference verdict equal the
   labels. A sample with right step verdicts but a wrong preference (or the reverse) contradicts
   the labelled process-outcome pattern and is inconsistent;
+- inconsistency: share of samples whose process and outcome judgements disagree in
+  correctness: all three step verdicts right but the preference wrong, or the preference
+  right but a step verdict wrong (PEER: a unified judge makes fewer such evaluations than a
+  separate PRM + ORM pair);
 - parse_failure_rate: share of the judge's answers (4 per sample) that no parser recognises;
 - error_recall: for each of steps 1-3, the share of steps labelled False that the judge also
   calls False (the paper's error recall: a judge that answers True to everything scores 0),
   and their mean; None for a group with no False label at that step.
+
+The rows are also held against the template saved with the judge (`report["template"]`): a
+test row that template cannot reproduce is judged here in a wording the RL-time judge never
+sees, so its figures do not carry over to training; the CLI warns with the count.
 
 Visual rows show the judge their frame in the Step 2 round (where the trained layout puts it,
 peer_rl.supervised.image_turn); `images=False` (`--no-images`) judges the same rows on their
@@ -91,6 +99,7 @@ def rm_metrics(labels: list[Verdicts], predictions: list[Verdicts]) -> dict:
                for y, p in zip(labels, predictions)]
     step_acc = {f"step{k + 1}": sum(step_ok[k]) / n for k in range(3)}
     joint = [all(step_ok[k][i] for k in range(3)) and pref_ok[i] for i in range(n)]
+    split = [all(step_ok[k][i] for k in range(3)) != pref_ok[i] for i in range(n)]
     recall = {}
     for k in range(3):
         wrong = [p.steps[k] is False for y, p in zip(labels, predictions) if y.steps[k] is False]
@@ -104,6 +113,7 @@ def rm_metrics(labels: list[Verdicts], predictions: list[Verdicts]) -> dict:
         "error_recall_mean": sum(known) / len(known) if known else None,
         "preference_accuracy": sum(pref_ok) / n,
         "consistency": sum(joint) / n,
+        "inconsistency": sum(split) / n,
         "parse_failure_rate": sum(p.n_unparsed for p in predictions) / (4 * n),
     }
 
@@ -123,7 +133,8 @@ def grouped_metrics(rows: list[dict], predictions: list[Verdicts]) -> dict[str, 
 def format_table(groups: dict[str, dict]) -> str:
     """A fixed-width table: one line per group."""
     head = (f"{'group':<11} {'n':>5} {'step1':>6} {'step2':>6} {'step3':>6} {'pref':>6} "
-            f"{'consist':>7} {'parse_fail':>10} {'recall1':>7} {'recall2':>7} {'recall3':>7}")
+            f"{'consist':>7} {'inconsist':>9} {'parse_fail':>10} {'recall1':>7} {'recall2':>7} "
+            f"{'recall3':>7}")
     lines = [head, "-" * len(head)]
     for name, m in groups.items():
         if not m.get("n"):
@@ -134,7 +145,8 @@ def format_table(groups: dict[str, dict]) -> str:
                           for k in ("step1", "step2", "step3"))
         lines.append(f"{name:<11} {m['n']:>5} {s['step1']:>6.3f} {s['step2']:>6.3f} "
                      f"{s['step3']:>6.3f} {m['preference_accuracy']:>6.3f} "
-                     f"{m['consistency']:>7.3f} {m['parse_failure_rate']:>10.3f} {recall}")
+                     f"{m['consistency']:>7.3f} {m['inconsistency']:>9.3f} "
+                     f"{m['parse_failure_rate']:>10.3f} {recall}")
     return "\n".join(lines)
 
 
@@ -150,19 +162,40 @@ def judge_chat(row: dict, images: bool = True) -> list[dict]:
     return strip_tags(row["messages"])
 
 
-def judge_rows(worker, rows: list[dict], images: bool = True) -> list[list[str]]:
-    """4 batched greedy rounds over the rows' own user turns: round k for every row at once,
-    each conversation carrying the judge's earlier answers (system + 4 x (user, assistant)).
-    `worker` is a UnifiRewardWorker (or anything with its `answer(conversations) -> texts`)."""
+def judge_rows(worker, rows: list[dict], images: bool = True,
+               turns: tuple[int, ...] = USER_TURNS) -> list[list[str]]:
+    """Batched greedy rounds over the rows' own user turns (all 4, or `turns`): round k for
+    every row at once, each conversation carrying the judge's earlier answers (system + 4 x
+    (user, assistant)). `worker` is a UnifiRewardWorker (or anything with its
+    `answer(conversations) -> texts`)."""
     chats = [judge_chat(r, images) for r in rows]
     convs = [[c[0]] for c in chats]
     answers: list[list[str]] = [[] for _ in rows]
-    for k in USER_TURNS:
+    for k in turns:
         replies = worker.answer([conv + [c[k]] for conv, c in zip(convs, chats)])
         for i, text in enumerate(replies):
             convs[i] += [chats[i][k], {"role": "assistant", "content": text}]
             answers[i].append(text)
     return answers
+
+
+def judge_rows_pair(pair, rows: list[dict], images: bool = True) -> list[list[str]]:
+    """The PRM + ORM pair on the rows: the process model answers each row's rounds 1-3 (its
+    own turns, as judge_rows), the outcome model one turn with the history and both replies
+    (read back through the template, peer_rl.judge_prompt.outcome_chat)."""
+    from peer_rl.multimodal import attach_images, strip_tags
+
+    steps = judge_rows(pair.process, rows, images, turns=USER_TURNS[:3])
+    template = pair.outcome.template
+    chats = []
+    for r in rows:
+        chat = template.outcome_chat(template.match(strip_tags(r["messages"]), r["lang"]),
+                                     r["lang"])[:2]
+        if images and r.get("images"):
+            chat = attach_images(chat, list(r["images"]), turn=1)
+        chats.append(chat)
+    prefs = pair.outcome.answer(chats)
+    return [s + [p] for s, p in zip(steps, prefs)]
 
 
 def _fits(worker, row: dict) -> bool:
@@ -181,28 +214,65 @@ def load_test_rows(root: str | Path, pattern: str = "*_test") -> list[dict]:
     return [dict(r) for r in load_subset(root, "ser", pattern).dataset]
 
 
+def train_seconds(model) -> float | None:
+    """The wall seconds `peer-rl train-rm` took to make this model (train_time.json), if known."""
+    path = Path(model) / "train_time.json"
+    return json.loads(path.read_text(encoding="utf-8"))["seconds"] if path.exists() else None
+
+
+def _readable(template, row: dict) -> bool:
+    from peer_rl.judge_prompt import RowMismatch
+    from peer_rl.multimodal import strip_tags
+
+    try:
+        template.match(strip_tags(row["messages"]), row.get("lang", "en"))
+        return True
+    except RowMismatch:
+        return False
+
+
+def _template_report(model, rows: list[dict]) -> dict:
+    """The test rows held against the template saved with the judge: rows it cannot reproduce
+    measure the judge on a wording the RL-time judge is never asked in."""
+    from peer_rl.judge_prompt import JudgeTemplate, check_rows
+
+    check = check_rows(JudgeTemplate.load(model), [(str(r.get("id")), r) for r in rows], keep=3)
+    return {"checked": check.checked, "mismatched": check.mismatched, "examples": check.examples}
+
+
 def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
                 worker=None, max_tokens: int = 16, kv_cache_gib: float = 1.0,
                 max_model_len: int = 4096, limit: int = 0, pattern: str = "*_test",
-                seed: int = 0, images: bool = True) -> dict:
-    """Judge the SER test rows with the model at `model`; return (and write to `out`) the report.
+                seed: int = 0, images: bool = True, outcome_model: str | None = None) -> dict:
+    """Judge the SER test rows with the model at `model` (UnifiReward), or with the PRM at
+    `model` and the ORM at `outcome_model`; return (and write to `out`) the report.
 
-    `worker` defaults to a UnifiRewardWorker built on `model` (vLLM, in-process; a script that
-    calls this needs an `if __name__ == "__main__":` guard). Tests pass a scripted stand-in.
+    `worker` defaults to a UnifiRewardWorker (PairRewardWorker for a pair) built on the models
+    (vLLM, in-process; a script that calls this needs an `if __name__ == "__main__":` guard).
+    Tests pass a scripted stand-in.
     """
     rows = load_test_rows(root, pattern)
     if limit:
         rows = rows[:limit]
+    template = _template_report(model, rows)
+    pair = outcome_model is not None
     own = worker is None
     if own:
-        from workers.unifireward import UnifiRewardWorker
+        from workers.unifireward import PairRewardWorker, UnifiRewardWorker
 
-        worker = UnifiRewardWorker(str(model), seed=seed, kv_cache_gib=kv_cache_gib,
-                                   max_tokens=max_tokens, max_model_len=max_model_len)
+        engine = dict(seed=seed, kv_cache_gib=kv_cache_gib, max_tokens=max_tokens,
+                      max_model_len=max_model_len)
+        worker = (PairRewardWorker(str(model), str(outcome_model), **engine) if pair
+                  else UnifiRewardWorker(str(model), **engine))
     try:
         t0 = time.perf_counter()
         kept = [r for r in rows if _fits(worker, r)]
-        answers = judge_rows(worker, kept, images) if kept else []
+        unreadable = 0
+        if pair:              # the ORM's turn is rebuilt from what the template reads
+            readable = [r for r in kept if _readable(worker.outcome.template, r)]
+            unreadable, kept = len(kept) - len(readable), readable
+        answers = ((judge_rows_pair(worker, kept, images) if pair
+                    else judge_rows(worker, kept, images)) if kept else [])
         seconds = time.perf_counter() - t0
     finally:
         if own:
@@ -210,12 +280,18 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     predictions = [Verdicts.parse(a) for a in answers]
     report = {
         "model": str(model), "data": str(root), "pattern": pattern,
-        "n_rows": len(rows), "n_too_long": len(rows) - len(kept),
+        "judges": ({"kind": "prm_orm", "process": str(model), "outcome": str(outcome_model),
+                    "train_seconds": {"process": train_seconds(model),
+                                      "outcome": train_seconds(outcome_model)}} if pair else
+                   {"kind": "unified", "train_seconds": {"unified": train_seconds(model)}}),
+        "n_rows": len(rows), "n_too_long": len(rows) - len(kept) - unreadable,
+        "n_unreadable": unreadable,
         "images": images and bool(getattr(worker, "multimodal", False)),
         "note": ("visual rows show the judge their frame in the Step 2 round"
                  if images and getattr(worker, "multimodal", False) else
                  "visual rows are judged on their words alone (--no-images or a text-only "
                  "judge)"),
+        "template": template,
         "metrics": grouped_metrics(kept, predictions) if kept else {},
         "seconds": round(seconds, 2),
         "samples": [{"id": r.get("id"), "group": group_key(r), "answers": a}

@@ -30,13 +30,18 @@ def build(args) -> int:
 
 
 def query(args) -> int:
-    from peer_rl.retrieval.index import ExemplarIndex, exemplar_key
+    from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
     from workers.redundancy import load_embedding_model
 
     index = ExemplarIndex(args.index)
     encoder = load_embedding_model(index.info["embedding_model"])
-    key = exemplar_key([{"role": "seeker", "content": args.text}], args.reply)
-    [hits] = index.search_vectors(encoder.encode([key]), args.k)
+    history = [{"role": "seeker", "content": args.text}]
+    key = exemplar_key(history, args.reply)
+    res = index.search_vectors(encoder.encode([key]), args.k, [Query(history, args.dialogue)])
+    [hits], [excluded] = res.hits, res.excluded
+    print(f"{excluded} exemplar(s) of the query's own dialogue passed over"
+          + (f" (dialogue {args.dialogue!r} or a history starting with this seeker turn)"
+             if args.dialogue else " (a history starting with this seeker turn)"))
     for rank, h in enumerate(hits, start=1):
         e = h.exemplar
         last = next((t["content"] for t in reversed(e["history"]) if t["role"] == "seeker"), "")

@@ -54,12 +54,17 @@ def score_peer(ctrl, batch_rows: list[dict], timing, samples: list | None = None
     red, final = redundancy(ctrl, batch_rows, replies, rewards, timing)   # 5. RUR
     verdicts = np.array([[v is True for v in r.step_verdicts] for r in results])
     asked = sum(r.asked for r in results)
+    pref_ok = np.array([r.preference_ok is True for r in results])
+    # the judge contradicting itself: every step sound but the reply worse than the reference,
+    # or no step sound but the reply at least as good (PEER: fewer with one unified judge)
+    split = (verdicts.all(axis=1) & ~pref_ok) | (~verdicts.any(axis=1) & pref_ok)
     metrics = {
         "reward/format_rate": float(np.mean([p.complete for p in parsed])),
         "reward/step1_true_rate": float(verdicts[:, 0].mean()),
         "reward/step2_true_rate": float(verdicts[:, 1].mean()),
         "reward/step3_true_rate": float(verdicts[:, 2].mean()),
-        "reward/preference_ok_rate": float(np.mean([r.preference_ok is True for r in results])),
+        "reward/preference_ok_rate": float(pref_ok.mean()),
+        "judge/inconsistency_rate": float(split.mean()),
         "judge/parse_failure_rate": sum(r.parse_failures for r in results) / max(asked, 1),
         "judge/asked": asked,
     }

@@ -82,7 +82,7 @@ class PoolFactory:
 
     def reward_model(self, i: int):
         from workers.scalar_reward import ScalarRewardWorker
-        from workers.unifireward import UnifiRewardWorker
+        from workers.unifireward import PairRewardWorker, UnifiRewardWorker
 
         c, res = self.cfg.reward_model, self.cfg.resources.reward_model
         if c.kind == "scalar":
@@ -92,13 +92,17 @@ class PoolFactory:
             return cls.remote(self.judge_path, seed=self.cfg.trainer.seed,
                               kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
                               gpu_memory_utilization=c.gpu_memory_utilization)
-        cls = ray.remote(UnifiRewardWorker).options(
+        pair = c.kind == "prm_orm"      # two engines in one actor: they score every item
+        cls = ray.remote(PairRewardWorker if pair else UnifiRewardWorker).options(
             **_opts(self.pgs["reward_model"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
-        return cls.remote(self.judge_path, seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
-                          max_tokens=c.max_tokens, max_model_len=c.max_model_len,
-                          gpu_memory_utilization=c.gpu_memory_utilization,
-                          enforce_eager=c.enforce_eager)
+        engine = dict(seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
+                      max_tokens=c.max_tokens, max_model_len=c.max_model_len,
+                      gpu_memory_utilization=c.gpu_memory_utilization / (2 if pair else 1),
+                      enforce_eager=c.enforce_eager)
+        if pair:
+            return cls.remote(self.judge_path, c.outcome_path, **engine)
+        return cls.remote(self.judge_path, **engine)
 
     def redundancy(self, i: int = 0):
         from workers.redundancy import RedundancyWorker

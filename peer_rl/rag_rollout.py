@@ -54,9 +54,11 @@ def score_escrag(ctrl, batch_rows: list[dict], timing) -> ScoredBatch:
                            judge_raw=[None] * len(initial))
 
     t = time.perf_counter()                                           # retrieval
-    queries = [(batch_rows[s.uid]["history"], p.reply) for s, p in zip(initial, init_parsed)]
+    queries = [(batch_rows[s.uid]["history"], p.reply, batch_rows[s.uid].get("dialogue"))
+               for s, p in zip(initial, init_parsed)]
     parts = ctrl.retrieval.map("search", shard(queries, len(ctrl.retrieval)), cfg.retrieval.k)
     hits = [h for part in parts for h in part["hits"]]
+    excluded = [n for part in parts for n in part["excluded"]]
     search_s = sum(part["seconds"] for part in parts)
     timing["retrieval"] = time.perf_counter() - t
 
@@ -86,6 +88,8 @@ def score_escrag(ctrl, batch_rows: list[dict], timing) -> ScoredBatch:
         "retrieval/search_seconds": search_s,
         "retrieval/top_score_mean": float(np.mean([hs[0]["score"] for hs in hits if hs])),
         "retrieval/exemplars_per_query": float(np.mean([len(hs) for hs in hits])),
+        # exemplars of the prompt's own dialogue passed over (never shown to the policy)
+        "retrieval/excluded_per_query": float(np.mean(excluded)),
     }
     samples, all_rewards, all_final, all_replies = finals, rewards, final, replies
     if cfg.retrieval.train_initial:   # initial replies as groups of their own (uid + B)

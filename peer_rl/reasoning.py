@@ -19,7 +19,7 @@ STRATEGIES = (
     "Information",
     "Others",
 )
-STAGES = ("exploration", "comforting", "action")
+STAGES = ("exploration", "reassurance", "action")  # the PEER paper's support stages
 SENTIMENTS = ("positive", "negative", "neutral")
 INTENSITIES = ("mild", "moderate", "intense")
 
@@ -97,7 +97,7 @@ _INSTRUCTION = {
     "en": ("Here is the conversation so far:\n{history}\n{visual}"
            "Write your reasoning and reply in exactly four steps:\n"
            "Step 1: Conversation History Analysis. The seeker's core issue and the current support "
-           "stage (exploration, comforting or action).\n"
+           "stage (exploration, reassurance or action).\n"
            "Step 2: Emotional State Inference. Sentiment (positive, negative or neutral), intensity "
            "(mild, moderate or intense) and the specific emotions{visual_hint}.\n"
            "Step 3: Strategy Selection. One of: {strategies}, and why.\n"

@@ -7,6 +7,9 @@ prefix by prefix, and a token is a target when it starts inside one of those spa
 
 Targets (everything else is -100, so prompt tokens carry no loss):
 - SER rows (ser/): the 4 assistant verdict turns (3 step verdicts + the preference verdict);
+  for the separate models PEER compares UnifiReward with, a view of the same rows: the process
+  model (PRM) the chat through round 3 and its 3 step verdicts, the outcome model (ORM) one turn
+  with the history and the two replies (peer_rl.judge_prompt.outcome_chat) and the preference;
 - SFT rows (sft/): the last assistant turn (the Step 1-4 target);
 - cold-start rows (cold_start/, ESCRAG-R1): the last assistant turn (`<think>...</think>reply`).
 A target is the assistant content followed by the template's end-of-turn token (the EOS,
@@ -100,8 +103,40 @@ SER_STEP2_USER_TURN = 3        # system, (user 1, verdict), (user 2 = the Step 2
 def image_turn(subset: str, messages: list[dict]) -> int | None:
     """The message that receives a row's untagged images: the Step 2 round of a SER chat (where
     the judge infers the emotional state from face and words; the RL-time judge shows the frame
-    there too), the last user turn (the policy prompt) of an SFT chat."""
-    return SER_STEP2_USER_TURN if subset == "ser" else None
+    there too) or the one user turn of an outcome model's chat, the last user turn (the policy
+    prompt) of an SFT chat."""
+    if subset != "ser":
+        return None
+    return SER_STEP2_USER_TURN if len(messages) > SER_STEP2_USER_TURN else 1
+
+
+SER_VIEWS = ("unified", "process", "outcome")
+
+
+def ser_view(rows, view: str, template=None) -> tuple[list[dict], int]:
+    """SER rows as one judge of PEER's comparison is trained on them: `unified` (UnifiReward,
+    all 4 rounds), `process` (a PRM: system + rounds 1-3), `outcome` (an ORM: the history and
+    the two replies in one turn, read back through `template`, a JudgeTemplate). Returns the
+    rows and how many the template could not read (outcome only: they are skipped)."""
+    from peer_rl.judge_prompt import RowMismatch
+    from peer_rl.multimodal import strip_tags
+
+    if view not in SER_VIEWS:
+        raise ValueError(f"SER view {view!r}: expected one of {SER_VIEWS}")
+    if view == "unified":
+        return [dict(r) for r in rows], 0
+    out, unread = [], 0
+    for r in rows:
+        if view == "process":
+            out.append({**r, "messages": list(r["messages"][:7])})
+            continue
+        try:
+            parts = template.match(strip_tags(r["messages"]), r["lang"])
+        except RowMismatch:
+            unread += 1
+            continue
+        out.append({**r, "messages": template.outcome_chat(parts, r["lang"])})
+    return out, unread
 
 
 def expand_image_tokens(ids: list[int], labels: list[int], image_token: int,
@@ -167,11 +202,17 @@ def load_rows(root: str | Path, rel: str, skip_invalid: bool = False):
 
 def load_examples(root: str | Path, train_files, tokenizer, max_length: int,
                   skip_invalid: bool = False, max_rows: int = 0,
-                  image_tokens=None) -> tuple[list[dict], dict]:
-    """All examples of data.train_files, in file order, with a summary of what was read."""
-    examples, summary = [], {"rows": 0, "too_long": 0, "invalid": 0, "with_images": 0, "files": {}}
+                  image_tokens=None, view: str = "unified",
+                  template=None) -> tuple[list[dict], dict]:
+    """All examples of data.train_files, in file order, with a summary of what was read;
+    SER rows are taken in `view` (ser_view; `template` reads them for the outcome view)."""
+    examples, summary = [], {"rows": 0, "too_long": 0, "invalid": 0, "with_images": 0,
+                             "unreadable": 0, "files": {}}
     for rel in train_files:
         subset, ds, n_bad = load_rows(root, rel, skip_invalid)
+        if subset == "ser" and view != "unified":
+            ds, unread = ser_view(ds, view, template)
+            summary["unreadable"] += unread
         built = build_examples(ds, subset, tokenizer, max_length, image_tokens)
         examples += built.examples
         summary["files"][rel] = len(built.examples)

@@ -246,7 +246,7 @@ def _complete(path: Path) -> bool:
 
 
 TINY_FAMILIES = {"policy": "qwen2_5_vl", "judge": "qwen2_vl"}
-TINY_VERSION = "vl1"     # bump when the tokenizer, template or architectures change
+TINY_VERSION = "vl2"     # bump when the tokenizer, template or architectures change
 
 
 def default_cache_dir() -> Path:

@@ -138,6 +138,12 @@ def run(overrides: list[str]) -> Path:
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
           flush=True)
     rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
+    template = None
+    if cfg.reward_model.kind != "scalar":        # PEER: the rows' own Steps 1-4 instruction
+        from peer_rl.policy_prompt import training_template
+
+        template, line = training_template(rows)
+        print(f"[peer-rl] {line}", flush=True)
     policy, judge = resolve_models(cfg)
     check_modalities(cfg, rows, policy)
     t0 = time.perf_counter()
@@ -151,7 +157,7 @@ def run(overrides: list[str]) -> Path:
               f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
               f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
               + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""), flush=True)
-        steps = Controller(cfg, pools, rows, out).fit()
+        steps = Controller(cfg, pools, rows, out, policy_template=template).fit()
     finally:
         factory.shutdown(pools)
         import ray

@@ -104,3 +104,13 @@ def test_a_tensor_parallel_engine_needs_its_gpus_in_its_bundle():
     assert cfg.rollout.enforce_eager is False          # CUDA graphs on GPU by default
     with pytest.raises(ConfigError, match="rollout.tensor_model_parallel_size=0: expected >= 1"):
         load_config(["rollout.tensor_model_parallel_size=0"])
+
+
+@pytest.mark.parametrize("recipe", ["peer", "peer_rur", "escrag_r1"])
+def test_the_paper_scale_recipes_read_batch_24_one_way(recipe):
+    """24 prompts per rollout step and one optimizer step over all their 96 samples: not 24
+    prompts rolled out and then 24-sequence mini-batches (4 updates, more off-policy)."""
+    cfg = load_config([f"recipe={recipe}"])
+    assert cfg.data.train_batch_size == 24 and cfg.rollout.n == 4
+    assert cfg.actor.ppo_mini_batch_size == 24 and cfg.actor.ppo_epochs == 1
+    assert cfg.data.train_batch_size // cfg.actor.ppo_mini_batch_size == 1

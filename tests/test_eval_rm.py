@@ -76,13 +76,19 @@ class ScriptedJudge:
         return out
 
 
+# inconsistency (steps all right XOR preference right): en-1 both right, en-2 steps right but
+# preference wrong, en-3 and en-4 a step wrong but preference right -> en 3/4; zh-1 both right,
+# zh-2 both wrong -> zh 0/2; all 3/6
 EXPECTED = {
     "en/text": {"n": 4, "step_accuracy": {"step1": 1.0, "step2": 0.75, "step3": 0.75},
-                "preference_accuracy": 0.75, "consistency": 0.25, "parse_failure_rate": 1 / 16},
+                "preference_accuracy": 0.75, "consistency": 0.25, "inconsistency": 0.75,
+                "parse_failure_rate": 1 / 16},
     "zh/visual": {"n": 2, "step_accuracy": {"step1": 0.5, "step2": 1.0, "step3": 1.0},
-                  "preference_accuracy": 0.5, "consistency": 0.5, "parse_failure_rate": 1 / 8},
+                  "preference_accuracy": 0.5, "consistency": 0.5, "inconsistency": 0.0,
+                  "parse_failure_rate": 1 / 8},
     "all": {"n": 6, "step_accuracy": {"step1": 5 / 6, "step2": 5 / 6, "step3": 5 / 6},
-            "preference_accuracy": 4 / 6, "consistency": 2 / 6, "parse_failure_rate": 2 / 24},
+            "preference_accuracy": 4 / 6, "consistency": 2 / 6, "inconsistency": 0.5,
+            "parse_failure_rate": 2 / 24},
 }
 # error recall: of the steps labelled False, the share the judge also calls False
 #   en/text  step1: en-3 F -> 1/1; step2: en-1 F, en-3 unparseable -> 1/2; step3: en-2, en-3 -> 2/2
@@ -99,7 +105,7 @@ def check(metrics: dict) -> None:
         assert got["n"] == want["n"]
         assert got["step_accuracy"] == pytest.approx(want["step_accuracy"])
         assert got["step_accuracy_mean"] == pytest.approx(sum(want["step_accuracy"].values()) / 3)
-        for key in ("preference_accuracy", "consistency", "parse_failure_rate"):
+        for key in ("preference_accuracy", "consistency", "inconsistency", "parse_failure_rate"):
             assert got[key] == pytest.approx(want[key]), (group, key)
         recall, mean = RECALL[group]
         assert got["error_recall"] == pytest.approx(recall) and got["error_recall_mean"] == \
@@ -135,9 +141,46 @@ def test_evaluate_writes_report_from_four_batched_rounds(ser_root, tmp_path):
     assert [m["content"] for m in last[2:7:2]] == CASES[1][5][:3]
     table = format_table(report["metrics"])
     assert table.splitlines()[0].split() == ["group", "n", "step1", "step2", "step3", "pref",
-                                             "consist", "parse_fail", "recall1", "recall2",
-                                             "recall3"]
+                                             "consist", "inconsist", "parse_fail", "recall1",
+                                             "recall2", "recall3"]
     assert "zh/visual" in table and "0.750" in table
+
+
+class ScriptedPair:
+    """Stands in for PairRewardWorker: a scripted PRM and an ORM answering the preference of
+    CASES from its one turn."""
+
+    class Outcome:
+        template = JudgeTemplate().with_role("outcome")
+
+        def __init__(self):
+            self.calls = []
+
+        def answer(self, conversations):
+            self.calls.append(conversations)
+            return [next(c[5][3] for c in CASES if f"dialogue of {c[0]}" in
+                         (conv[1]["content"] if isinstance(conv[1]["content"], str) else
+                          conv[1]["content"][-1]["text"])) for conv in conversations]
+
+    def __init__(self):
+        self.process, self.outcome = ScriptedJudge(), self.Outcome()
+
+
+def test_the_prm_orm_pair_is_scored_like_unifireward_from_the_same_rows(ser_root):
+    pair = ScriptedPair()
+    report = evaluate_rm(ser_root, "scripted-prm", None, worker=pair,
+                         outcome_model="scripted-orm", images=False)
+    check(report["metrics"])                          # the same answers, the same metrics
+    assert report["judges"]["kind"] == "prm_orm" and report["n_unreadable"] == 0
+    assert len(pair.process.calls) == 3               # rounds 1-3 only
+    [chats] = pair.outcome.calls                      # one turn per row
+    chat = chats[[c[0] for c in CASES].index("en-2")]
+    assert chat[0]["content"].startswith("You are an expert judge")
+    assert chat[1]["content"] == (
+        "Dialogue history:\nSeeker: dialogue of en-2\n\nCandidate replies to the seeker's last "
+        "message:\nFirst: first reply of en-2\nSecond: second reply of en-2\nWhich reply is "
+        "better? Answer with one of: The first sentence is better / The second sentence is "
+        "better / The two sentences are almost good / Neither sentence is available.")
 
 
 @pytest.mark.parametrize("images", [True, False])

@@ -104,7 +104,7 @@ def test_sample_rows_targets(tokenizer):
     from peer_rl.data.loading import load_subset
 
     ser = load_subset(sample_root(), "ser", "zh/text_train").dataset
-    built = build_examples(ser, "ser", tokenizer, max_length=1024)
+    built = build_examples(ser, "ser", tokenizer, max_length=2048)
     assert built.n_too_long == 0 and len(built.examples) == len(ser)
     eos = tokenizer.eos_token
     for row, ex in list(zip(ser, built.examples))[:10]:
@@ -226,3 +226,38 @@ def test_expanding_fewer_placeholders_than_images_is_refused():
         ([1, 9, 9, 9, 2], [-100, -100, -100, -100, 2])
     with pytest.raises(ValueError, match=r"1 image placeholder\(s\) in the chat for 2 image"):
         expand_image_tokens([1, 9, 2], [-100, -100, 2], 9, [3, 3])
+
+
+def test_the_prm_and_orm_views_of_a_ser_row(tokenizer):
+    """PEER's separate judges learn from the same rows: the PRM the chat through round 3 and its
+    three verdicts, the ORM one turn with the history and both replies, and the preference."""
+    from peer_rl.data.loading import load_subset
+    from peer_rl.judge_prompt import JudgeTemplate
+    from peer_rl.supervised import ser_view
+
+    ser = load_subset(sample_root(), "ser", "en/text_train").dataset
+    row = dict(ser[0])
+    [prm], unread = ser_view([row], "process")
+    assert unread == 0 and prm["messages"] == row["messages"][:7]
+    ex = build_examples([prm], "ser", tokenizer, 2048).examples[0]
+    eos = tokenizer.eos_token
+    assert targets_text(tokenizer, ex) == "".join(row["messages"][i]["content"] + eos
+                                                  for i in (2, 4, 6))
+    [orm], _ = ser_view([row], "outcome", JudgeTemplate())
+    history = row["messages"][1]["content"].split("\n\nStep 1 of")[0]    # "Dialogue history:\n..."
+    assert [m["role"] for m in orm["messages"]] == ["system", "user", "assistant"]
+    assert orm["messages"][1]["content"] == history + "\n\n" + row["messages"][7]["content"]
+    ex = build_examples([orm], "ser", tokenizer, 2048).examples[0]
+    assert targets_text(tokenizer, ex) == row["messages"][8]["content"] + eos
+    # a row the template cannot read back gives the ORM nothing: skipped and counted
+    odd = {**row, "messages": [row["messages"][0], {"role": "user", "content": "other words"}]
+           + row["messages"][2:]}
+    assert ser_view([odd], "outcome", JudgeTemplate()) == ([], 1)
+
+
+def test_prm_and_orm_recipes_train_on_ser_under_train_rm():
+    for recipe, kind in (("prm_tiny", "prm"), ("orm_tiny", "orm")):
+        cfg = load_supervised_config([f"recipe={recipe}"], "rm")
+        assert cfg.kind == kind and list(cfg.data.train_files) == ["ser/*/*_train.jsonl"]
+    with pytest.raises(ConfigError, match="expected a path under ser/"):
+        load_supervised_config(["recipe=prm_tiny", "data.train_files=[sft/x.jsonl]"], "rm")

@@ -99,6 +99,11 @@ def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, 
     assert AutoConfig.from_pretrained(final).model_type == AutoConfig.from_pretrained(ck).model_type
     assert (final / "model.safetensors").read_bytes() == (ck / "model.safetensors").read_bytes()
     assert not (run_dir / "final.tmp").exists()
+    # the instruction it was trained on travels with it: what the evaluations will ask
+    from peer_rl.policy_prompt import PolicyTemplate
+    assert "policy prompt (built-in): 304/304 training prompt(s)" in proc.stdout
+    assert PolicyTemplate.load(final) == PolicyTemplate.load(ck) == PolicyTemplate()
+    assert (final / "policy_template.json").exists()
     # step 3 saw exactly the prompts an uninterrupted run would have seen
     cfg = load_config([f"trainer.output_dir={run_dir}"])
     pool = json.loads((run_dir / "checkpoints" / "step_3" / "prompts.json").read_text())["ids"]

@@ -28,19 +28,22 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
     code, stdout, stderr = run_and_kill_an_actor(cmd, out / "checkpoints" / "step_1",
                                                  "RetrievalWorker")
     assert code == 0, stdout[-2000:] + stderr[-4000:]
-    assert "retrieval x1" in stdout and "exemplar index: 304 exemplar(s)" in stdout
+    assert "retrieval x1" in stdout and "exemplar index: 152 exemplar(s)" in stdout
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [1, 2, 3]
     assert recs[-1]["faults/actor_restarts"] >= 1
     for r in recs:
         assert r["retrieval/exemplars_per_query"] == 3.0 and r["timing/retrieval"] > 0
+        # the sample's prompts come from dialogues the corpus also holds: their own turns are
+        # passed over (the same seeker turn makes them the nearest neighbours)
+        assert r["retrieval/excluded_per_query"] > 0
         assert r["timing/rollout_final"] > 0
         assert r["reward/final_minus_initial"] == pytest.approx(
             r["reward/final_mean"] - r["reward/initial_mean"], abs=1e-9)
     # the GRPO batch is the final replies only (retrieval.train_initial=false): B x G per step
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 4 * 4
-    assert json.loads((out / "index" / "index.json").read_text())["count"] == 304
+    assert json.loads((out / "index" / "index.json").read_text())["count"] == 152
 
 
 def test_vanilla_grpo_is_one_pass_with_the_same_prompt_and_reward(tmp_path, tiny_models,

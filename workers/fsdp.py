@@ -15,6 +15,7 @@ Checkpoint layout written and read here (one directory):
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -69,16 +70,22 @@ def vision_tower(model) -> torch.nn.Module | None:
     return None
 
 
+# aligner modules inside a vision tower (they project into the language model): Qwen2/2.5-VL's
+# `merger`, Qwen3-VL's `merger` and `deepstack_merger_list`, LLaVA-style `*projector`
+_ALIGNER = re.compile(r"(^|_)(merger|projector)(_list)?$")
+
+
 def freeze_vision_tower(model) -> list[str]:
     """requires_grad_(False) on the vision encoder (the paper: "the ViT module is frozen while
-    the LLM and aligner are fully fine-tuned"). Qwen-VL's aligner (the patch merger) sits inside
-    `visual` but projects into the language model, so it stays trainable. Returns the frozen
-    parameter names; a model without a vision tower is an error (the caller asked to freeze)."""
+    the LLM and aligner are fully fine-tuned"). An aligner (a patch merger or projector) may sit
+    inside the tower but projects into the language model, so every such submodule stays
+    trainable. Returns the frozen parameter names; a model without a vision tower is an error
+    (the caller asked to freeze)."""
     tower = vision_tower(model)
     if tower is None:
         raise ValueError(f"{type(model).__name__} has no vision tower to freeze")
-    merger = getattr(tower, "merger", None)
-    keep = {id(p) for p in merger.parameters()} if merger is not None else set()
+    keep = {id(p) for name, mod in tower.named_modules()
+            if name and _ALIGNER.search(name.rsplit(".", 1)[-1]) for p in mod.parameters()}
     frozen_ids = set()
     for p in tower.parameters():
         if id(p) not in keep:

@@ -2,14 +2,15 @@
 batched queries. A plain class; the placement layer makes it a Ray actor.
 
 One call embeds every query of a step at once and runs one faiss search; the controller sends
-(last seeker turn, initial reply) pairs and gets k exemplars per query, best first.
+(history, initial reply, dialogue id or None) triples and gets k exemplars per query, best
+first, none from the query's own dialogue (peer_rl.retrieval.index.same_dialogue).
 """
 from __future__ import annotations
 
 import os
 import time
 
-from peer_rl.retrieval.index import ExemplarIndex, exemplar_key
+from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
 from workers.redundancy import load_embedding_model
 
 
@@ -26,17 +27,18 @@ class RetrievalWorker:
         self.start_seconds = time.perf_counter() - t0
         self.queries = 0
 
-    def search(self, queries: list[tuple[list[dict], str]], k: int) -> dict:
-        """queries: (history, initial reply) pairs -> {"hits": k exemplars per query as
-        {"score", "id", "response", ...}, "seconds": the search's wall time}."""
+    def search(self, queries: list[tuple[list[dict], str, str | None]], k: int) -> dict:
+        """queries: (history, initial reply, dialogue id) -> {"hits": k exemplars per query as
+        {"score", "id", "response", ...}, "excluded": per query, exemplars of its own dialogue
+        passed over, "seconds": the search's wall time}."""
         t0 = time.perf_counter()
         if not queries:
-            return {"hits": [], "seconds": 0.0}
-        vecs = self.encoder.encode([exemplar_key(h, r) for h, r in queries])
-        hits = self.index.search_vectors(vecs, k)
+            return {"hits": [], "excluded": [], "seconds": 0.0}
+        vecs = self.encoder.encode([exemplar_key(h, r) for h, r, _ in queries])
+        res = self.index.search_vectors(vecs, k, [Query(h, d) for h, _, d in queries])
         self.queries += len(queries)
-        return {"hits": [[{"score": h.score, **h.exemplar} for h in row] for row in hits],
-                "seconds": time.perf_counter() - t0}
+        return {"hits": [[{"score": h.score, **h.exemplar} for h in row] for row in res.hits],
+                "excluded": res.excluded, "seconds": time.perf_counter() - t0}
 
     def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "index": self.index_dir,

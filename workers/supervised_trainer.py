@@ -35,6 +35,7 @@ from pathlib import Path
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
 RUN_NAME = "run"                 # RunConfig(name); storage_path = <output_dir>/ray_train
 STATE_FILE = "trainer_state.json"
+TRAIN_TIME_FILE = "train_time.json"    # wall seconds of the Ray Train run that made final/
 
 
 def _log(msg: str) -> None:
@@ -141,7 +142,8 @@ def train_loop(config: dict) -> None:
     else:
         examples, _ = load_examples(config["data_root"], config["train_files"], tokenizer,
                                     config["max_length"], config["skip_invalid"],
-                                    config["max_rows"], image_tokens=image_token_counter(vision))
+                                    config["max_rows"], image_tokens=image_token_counter(vision),
+                                    **_view(config["kind"], config["extra_files"]))
     n, bs, micro, total = len(examples), config["batch_size"], config["micro_batch_size"], config["total_steps"]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -279,36 +281,91 @@ def resolve_model(cfg, kind: str) -> str:
 
             path = ensure_tiny_reward_model(cache)
         else:
-            path = ensure_tiny_models(cache)["judge" if kind == "rm" else "policy"]
+            path = ensure_tiny_models(cache)["policy" if kind == "sft" else "judge"]
     if not Path(path, "config.json").exists():
         raise FileNotFoundError(f"model.path={path!r}: no config.json there (expected an HF "
                                 "model directory)")
     return str(Path(path).resolve())
 
 
-def _judge_template_file(model_path: str, examples_root: Path, train_files) -> str:
-    """The template the judge is trained with: the one saved with the starting model (the
-    built-in one when it has none), checked against the SER rows' system prompts."""
-    from peer_rl.judge_prompt import JudgeTemplate
+def judge_template_text(cfg, model_path: str, examples_root: Path) -> str:
+    """The template the judge is trained with and saved beside (judge.template, else the one
+    saved with the starting model, else the built-in one), checked against every SER row it
+    trains on: a row the template cannot reproduce is a chat shaped unlike anything the RL-time
+    judge will be shown. strict stops here, before anything is written."""
+    from peer_rl.config_supervised import JUDGE_KINDS
+    from peer_rl.judge_prompt import JudgeTemplate, TemplateError, check_rows
+    from peer_rl.judge_template_fit import located_ser_rows
+
+    source = cfg.judge.template or str(Path(model_path) / "judge_template.json")
+    try:
+        template = (JudgeTemplate.from_file(cfg.judge.template) if cfg.judge.template
+                    else JudgeTemplate.load(model_path))
+    except TemplateError as exc:
+        raise TemplateMismatch(str(exc)) from exc
+    if not (cfg.judge.template or Path(source).exists()):
+        source = "the built-in template"
+    if cfg.judge.template_check != "off":
+        rows = located_ser_rows(examples_root, cfg.data.train_files, cfg.data.skip_invalid)
+        if cfg.data.max_rows:
+            rows = rows[:cfg.data.max_rows]
+        report = check_rows(template, rows)
+        if report.mismatched:
+            advice = ("fit a template to these rows with `peer-rl judge-template fit "
+                      f"{examples_root} --out judge_template.json` and pass "
+                      "judge.template=judge_template.json, or train anyway with "
+                      "judge.template_check=warn")
+            msg = f"{report.summary()}\n(template: {source})"
+            if cfg.judge.template_check == "strict":
+                raise TemplateMismatch(f"{msg}\nThe RL-time judge is asked through this "
+                                       f"template; {advice}.")
+            _log(f"warning (judge.template_check=warn): {msg}")
+        else:
+            _log(f"judge template ({source}): all {report.checked} SER row(s) match")
+    return template.with_role(JUDGE_KINDS[cfg.kind]).dumps()
+
+
+def _view(kind: str, extra_files: dict) -> dict:
+    """load_examples' view arguments for a judge kind (the template read from its JSON)."""
+    from peer_rl.config_supervised import JUDGE_KINDS
+    from peer_rl.judge_prompt import TEMPLATE_FILE, JudgeTemplate
+
+    if kind not in JUDGE_KINDS or JUDGE_KINDS[kind] == "unified":
+        return {}
+    raw = json.loads(extra_files[TEMPLATE_FILE])
+    return {"view": JUDGE_KINDS[kind], "template": JudgeTemplate(text=raw["text"])}
+
+
+def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
+    """{policy_template.json: text} for the SFT'd policy: the starting model's template (else the
+    built-in one), held against the sft/ rows' prompts; rows worded otherwise are counted and
+    reported (the policy still learns from them, but an evaluation will not ask it so)."""
+    from peer_rl.policy_prompt import TEMPLATE_FILE, PolicyTemplate
     from peer_rl.supervised import load_rows
 
-    template = JudgeTemplate.load(model_path)
-    mismatched, seen = 0, 0
-    for rel in train_files:
-        subset, ds, _ = load_rows(examples_root, rel, skip_invalid=True)
-        if subset != "ser":
-            continue
-        for row in ds.select(range(min(len(ds), 50))):
-            seen += 1
-            lang = row["lang"] if row["lang"] in template.text else "en"
-            mismatched += row["messages"][0]["content"] != template.system(lang)["content"]
-    if mismatched:
-        _log(f"warning: {mismatched}/{seen} SER rows checked have a system prompt that differs "
-             "from the judge template saved with the model; RL-time judge prompts (built from the "
-             "template) will not match the training chats. Save the data's wording as "
-             "judge_template.json in model.path.")
-    with tempfile.TemporaryDirectory() as d:
-        return Path(template.save(d)).read_text(encoding="utf-8")
+    template = PolicyTemplate.load(model_path)
+    checked, differ = 0, 0
+    for rel in cfg.data.train_files:
+        if Path(rel).parts[0] != "sft":
+            continue                    # cold_start/: the ESCRAG-R1 prompt, not this template
+        _, ds, _ = load_rows(root, rel, cfg.data.skip_invalid)
+        for row in ds:
+            checked += 1
+            differ += not template.reads(row["messages"], row["language"],
+                                         bool(row.get("images")))
+    if not checked:
+        return {}
+    if differ:
+        _log(f"warning: {differ}/{checked} sft prompt(s) are worded unlike the policy template "
+             f"({template.source}) saved with the model, which the evaluations build prompts "
+             "from; GRPO reads its own template off its rows")
+    else:
+        _log(f"policy prompt ({template.source}): all {checked} sft prompt(s) match")
+    return {TEMPLATE_FILE: template.dumps()}
+
+
+class TemplateMismatch(ValueError):
+    """SER rows the judge template cannot reproduce, or an unusable template file."""
 
 
 def _export_final(ckpt_dir: Path, out: Path) -> Path:
@@ -335,6 +392,7 @@ def run_supervised(cfg, kind: str) -> Path:
     from transformers import AutoTokenizer
 
     from peer_rl.config import ConfigError, save_config
+    from peer_rl.config_supervised import JUDGE_KINDS
     from peer_rl.data.sample import sample_root
     from peer_rl.supervised import load_examples, steps_per_epoch
     from peer_rl.runtime import init_ray
@@ -346,13 +404,19 @@ def run_supervised(cfg, kind: str) -> Path:
     if cfg.resume == "disable" and (storage / RUN_NAME).exists():
         raise ConfigError(f"resume=disable: {storage / RUN_NAME} already holds a run; pass "
                           "resume=auto to continue it or choose another trainer.output_dir")
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
     _log(f"{'sft' if kind == 'sft' else 'train-rm'}: recipe={cfg.recipe} kind={kind} "
          f"output_dir={out}")
-
     root = Path(cfg.data.root).resolve() if cfg.data.root else sample_root()
     model_path = resolve_model(cfg, kind)
+    extra = {}
+    if kind in JUDGE_KINDS:     # checked before anything is written
+        from peer_rl.judge_prompt import TEMPLATE_FILE
+
+        extra[TEMPLATE_FILE] = judge_template_text(cfg, model_path, root)
+    elif kind == "sft":
+        extra.update(sft_policy_template(cfg, model_path, root))
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     t0 = time.perf_counter()
     vision = None if kind == "bt" else vision_inputs(model_path)
@@ -367,8 +431,12 @@ def run_supervised(cfg, kind: str) -> Path:
         examples, summary = load_examples(root, list(cfg.data.train_files), tokenizer,
                                           cfg.trainer.max_length, cfg.data.skip_invalid,
                                           cfg.data.max_rows,
-                                          image_tokens=image_token_counter(vision))
+                                          image_tokens=image_token_counter(vision),
+                                          **_view(kind, extra))
         what = f"example(s) ({summary['target_tokens']} target tokens)"
+        if summary["unreadable"]:
+            what += (f"; {summary['unreadable']} SER row(s) skipped: the template cannot read "
+                     "their history and replies for the outcome model")
     total = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch(len(examples),
                                                                             cfg.trainer.batch_size)
     _log(f"model {model_path}; data {root}: {summary['examples']} {what}; "
@@ -379,12 +447,6 @@ def run_supervised(cfg, kind: str) -> Path:
         _log(f"{summary['with_images']} row(s) have images: " + (
             "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
             else "the model is text-only, so they are trained on their words alone"))
-    extra = {}
-    if kind == "rm":
-        from peer_rl.judge_prompt import TEMPLATE_FILE
-
-        extra[TEMPLATE_FILE] = _judge_template_file(model_path, root, cfg.data.train_files)
-
     use_gpu = cfg.resources.gpus_per_worker > 0 or torch.cuda.is_available()
     config = {
         "kind": kind, "model_path": model_path, "data_root": str(root),
@@ -443,8 +505,14 @@ def run_supervised(cfg, kind: str) -> Path:
         raise RuntimeError(f"the newest checkpoint is step {state['step']} < {total}")
     _log(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
     _log(f"output directory: {out} (model: {final})")
+    (final / TRAIN_TIME_FILE).write_text(json.dumps(
+        {"seconds": round(time.perf_counter() - t0, 1), "steps": state["step"], "kind": kind,
+         "world_size": cfg.trainer.world_size}), encoding="utf-8")
     if kind == "rm":
         _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
+    if kind in ("prm", "orm"):
+        _log(f"score the pair: peer-rl eval rm --prm <prm>/final --orm <orm>/final --out "
+             f"{out / 'eval_rm.json'}")
     if kind == "bt":
         _log(f"score the reward model: peer-rl eval pairs --model {final}")
     print(final, flush=True)

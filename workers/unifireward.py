@@ -3,6 +3,9 @@
 Scoring is 4 batched greedy rounds: round k for every item at once, each round's
 conversation carrying the judge's earlier answers as assistant turns (system + 4 x (user,
 assistant)), so the shared system/history prefix is served from vLLM's prefix cache.
+A judge whose template has role `process` (a PRM) is asked rounds 1-3 only, one with role
+`outcome` (an ORM) one turn with the history and both replies; PairRewardWorker holds one of
+each and scores like UnifiReward (`reward_model.kind=prm_orm`, PEER's comparison).
 A plain class, no Ray import: the placement layer makes it an actor.
 """
 from __future__ import annotations
@@ -19,6 +22,7 @@ from peer_rl.rewards import (candidate_preference_ok, parse_preference, parse_st
 from workers.vllm_engine import make_llm
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
+OUTCOME_ROUND = 3
 
 
 class UnifiRewardWorker:
@@ -71,20 +75,33 @@ class UnifiRewardWorker:
 
     def _with_images(self, item: JudgeItem, turns: list[dict | None]) -> list[dict | None]:
         """The item's frame(s) in the round that judges Step 2 ("emotional state from the
-        facial expression and the words"), as SER's visual rows show the judge one frame; a
-        text-only judge, or an item without Step 2, gets the words alone."""
-        if not (self.multimodal and item.images) or turns[STEP2_ROUND] is None:
+        facial expression and the words"), as SER's visual rows show the judge one frame (an
+        outcome model: in its one turn); a text-only judge, or an item without Step 2, gets the
+        words alone."""
+        at = OUTCOME_ROUND if self.template.role == "outcome" else STEP2_ROUND
+        if not (self.multimodal and item.images) or turns[at] is None:
             return turns
         turns = list(turns)
-        turns[STEP2_ROUND] = attach_images([turns[STEP2_ROUND]], list(item.images))[0]
+        turns[at] = attach_images([turns[at]], list(item.images))[0]
         return turns
+
+    def _turns(self, item: JudgeItem, history: list[dict]) -> list[dict | None]:
+        """The 4 round slots this judge is asked (None: not asked), by its template's role."""
+        role = self.template.role
+        if role == "outcome":
+            first, second = ((item.reply, item.reference) if item.candidate_first
+                             else (item.reference, item.reply))
+            return [None, None, None, self.template.outcome_turn(first, second, history,
+                                                                 item.lang)]
+        turns = self.template.item_turns(item, history)
+        return turns[:3] + [None] if role == "process" else turns
 
     def _fit(self, item: JudgeItem) -> list[dict | None]:
         """Drop the oldest history turns until the full 4-round chat fits the context."""
         lang = self.template.language(item.lang)
         history = list(item.history)
         while True:
-            turns = self.template.item_turns(item, history)
+            turns = self._turns(item, history)
             msgs = [self.template.system(lang)]
             for t in turns:
                 if t is not None:
@@ -96,6 +113,10 @@ class UnifiRewardWorker:
             history = history[1:]
 
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
+        return [self._result(it, ans) for it, ans in zip(items, self.answers(items))]
+
+    def answers(self, items: list[JudgeItem]) -> list[list[str | None]]:
+        """The judge's 4 answer slots per item (None where this judge does not ask)."""
         if not items:
             return []
         turns = [self._with_images(it, self._fit(it)) for it in items]
@@ -109,7 +130,7 @@ class UnifiRewardWorker:
             for i, text in zip(asked, replies):
                 convs[i] += [turns[i][k], {"role": "assistant", "content": text}]
                 answers[i][k] = text
-        return [self._result(it, ans) for it, ans in zip(items, answers)]
+        return answers
 
     @staticmethod
     def _result(item: JudgeItem, ans: list[str | None]) -> JudgeResult:
@@ -125,10 +146,51 @@ class UnifiRewardWorker:
 
     def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "model": self.model_path,
-                "template_version": self.template.version, "multimodal": self.multimodal,
+                "template_version": self.template.version, "role": self.template.role,
+                "multimodal": self.multimodal,
                 "max_model_len": self.max_model_len, "start_seconds": round(self.start_seconds, 2)}
 
     def close(self) -> None:
         core = getattr(self.llm.llm_engine, "engine_core", None)
         if core is not None:
             core.shutdown()
+
+
+class PairRewardWorker:
+    """A process model (PRM) and an outcome model (ORM) scoring together as UnifiReward does:
+    the PRM answers rounds 1-3 (its step verdicts), the ORM the preference; the reward is
+    PEER's (0.5 a true step, 0.5 a reply at least as good as the reference, 1 the format).
+    Each model must carry the template role of its slot, so swapped paths fail at start."""
+
+    def __init__(self, model_path: str, outcome_path: str, **engine):
+        self.process = UnifiRewardWorker(model_path, **engine)
+        self.outcome = UnifiRewardWorker(outcome_path, **engine)
+        for worker, role in ((self.process, "process"), (self.outcome, "outcome")):
+            if worker.template.role != role:
+                raise ValueError(
+                    f"{worker.model_path}: its judge_template.json has role "
+                    f"{worker.template.role!r}, expected {role!r} (train it with "
+                    f"`peer-rl train-rm recipe={'prm' if role == 'process' else 'orm'}_tiny` "
+                    "or the full-size recipe)")
+        self.model_path, self.template = model_path, self.process.template
+        self.tokenizer, self.max_tokens = self.process.tokenizer, self.process.max_tokens
+        self.max_model_len = self.process.max_model_len
+        self.multimodal = self.process.multimodal
+
+    def answers(self, items: list[JudgeItem]) -> list[list[str | None]]:
+        steps, prefs = self.process.answers(items), self.outcome.answers(items)
+        return [s[:3] + p[3:] for s, p in zip(steps, prefs)]
+
+    def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
+        return [UnifiRewardWorker._result(it, a) for it, a in zip(items, self.answers(items))]
+
+    def chat(self, conversations, max_tokens, temperature=0.0, schema=None):
+        """Free-form answers (in-training safety judging) from the outcome model's engine."""
+        return self.outcome.chat(conversations, max_tokens, temperature, schema)
+
+    def health(self) -> dict:
+        return {**self.process.health(), "outcome": self.outcome.health()}
+
+    def close(self) -> None:
+        self.process.close()
+        self.outcome.close()

@@ -102,6 +102,7 @@ def import_esconv(path: str | Path, rounds_per_dialogue: int = 3, seed: int = 0,
                 report.unknown_strategies[turns[t]["strategy"]] += 1
             rows.append({
                 "id": f"esconv-{i:05d}-r{r:02d}",
+                "dialogue": f"esconv-{i:05d}",        # retrieval never returns its own dialogue
                 "messages": policy_messages(history, language),
                 "history": history,
                 "solution": turns[t]["content"],

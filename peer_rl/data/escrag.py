@@ -4,7 +4,8 @@ exemplar corpus the ESCRAG-R1 index is built from.
     preference/*.jsonl  {"id", "language", "history", "chosen", "rejected",
                          "scores"?: {"chosen": {"client", "counselor", "judge"},
                                      "rejected": {...}}, "source"?}
-    exemplars/*.jsonl   {"id", "language", "history", "response", "strategy"?, "source"?}
+    exemplars/*.jsonl   {"id", "language", "history", "response", "dialogue"?, "strategy"?,
+                         "source"?}; `dialogue` names the conversation the exemplar comes from
     cold_start/*.jsonl  {"id", "language", "messages": [system, user, assistant], "pass"?,
                          "source"?}: demonstrations of the reasoning-response format for the
                          cold-start SFT; the assistant turn is `<think>reasoning</think>reply`
@@ -16,7 +17,8 @@ seeker turn that `chosen` / `rejected` / `response` answer; scores are the Clien
 Judge perspectives' 0-10 ratings where the data has them (the reward model trains on the pair
 alone). The bundled sample derives both from the project's own dialogues: a pair per supporter
 turn and quality level (the reply vs the worse reply, the equally good alternative vs the
-unusable one), the train dialogues' good replies as exemplars, and one cold-start
+unusable one), the train turns' equally good alternatives as exemplars (never a GRPO
+reference reply), and one cold-start
 demonstration per train turn and pass (reasoning from the turn's stage / state / strategy
 annotations; the pass-2 one revises the worse reply with the alternative and two replies of the
 same strategy from other dialogues as its guidelines).
@@ -43,14 +45,13 @@ def preference_rows(targets: list[dict], split: str) -> list[dict]:
 
 
 def exemplar_rows(targets: list[dict]) -> list[dict]:
-    """Good replies of the train dialogues (a test dialogue's reply must not be retrievable)."""
-    rows = []
-    for t in (t for t in targets if t["split"] == "train"):
-        base = {"language": t["lang"], "history": t["history"], "strategy": t["strategy"],
-                "source": "peer-rl sample"}
-        rows.append({"id": f"{t['id']}-r", **base, "response": t["text"]})
-        rows.append({"id": f"{t['id']}-alt", **base, "response": t["alt_good"]})
-    return rows
+    """The equally good alternatives of the train turns: preferred replies (the chosen side of
+    the `-b` pairs) that are never a GRPO prompt's reference (`solution`), so a policy cannot
+    be handed the reply it is scored against. Test dialogues give none."""
+    return [{"id": f"{t['id']}-alt", "dialogue": t["dialogue"], "language": t["lang"],
+             "history": t["history"], "strategy": t["strategy"], "source": "peer-rl sample",
+             "response": t["alt_good"]}
+            for t in targets if t["split"] == "train"]
 
 
 def cold_start_rows(targets: list[dict], reasoning: Callable[[dict], str]) -> list[dict]:

@@ -24,7 +24,7 @@ SOURCE_DIR = Path(__file__).resolve().parent.parent / "sample"
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent / "sample_data"
 N_TEST_DIALOGUES = 6  # the last 6 of 20 dialogues per language form the test split
 
-_STAGE_ZH = {"exploration": "探索", "comforting": "安慰", "action": "行动"}
+_STAGE_ZH = {"exploration": "探索", "reassurance": "安慰", "action": "行动"}
 _SENTIMENT_ZH = {"positive": "积极", "negative": "消极", "neutral": "中性"}
 _INTENSITY_ZH = {"mild": "轻度", "moderate": "中度", "intense": "强烈"}
 _EMOTION_ZH = {"sadness": "悲伤", "anxiety": "焦虑", "anger": "愤怒", "fear": "恐惧", "shame": "羞耻",

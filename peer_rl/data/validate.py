@@ -301,8 +301,9 @@ def _check_grpo(r: _Row) -> None:
     modality = _modality(r)
     r.text("source")
     r.text("solution")
-    if "strategy" in r.row:
-        r.text("strategy", required=False)
+    for key in ("strategy", "dialogue"):
+        if key in r.row:
+            r.text(key, required=False)
     r.history()
     msgs = r.chat()
     if msgs is not None and (not msgs or msgs[-1]["role"] != "user"):
@@ -338,6 +339,8 @@ def _check_preference(r: _Row) -> None:
     chosen, rejected = r.text("chosen"), r.text("rejected")
     if chosen is not None and chosen == rejected:
         r.bad("rejected", "expected a reply different from chosen", "identical pair")
+    if "dialogue" in r.row:
+        r.text("dialogue", required=False)
     scores = r.row.get("scores")
     if scores is None:
         return
@@ -358,7 +361,7 @@ def _check_exemplars(r: _Row) -> None:
     _language(r)
     _dialogue_end(r, r.history(), "response")
     r.text("response")
-    for key in ("strategy", "source"):
+    for key in ("strategy", "source", "dialogue"):
         if key in r.row:
             r.text(key, required=False)
 

@@ -1,4 +1,4 @@
-"""Typed schema of `peer-rl data filter|personas|rewrite|preference`: the parties and each
+"""Typed schema of `peer-rl data filter|personas|rewrite|preference|cold-start`: the parties and each
 job's settings, from `recipe=NAME` (default `data`, or a YAML path) and dotted overrides."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from peer_rl.config import ConfigError, check_ranges, load_config
 from peer_rl.evaluation.config import check_parties, party
 from peer_rl.evaluation.endpoints import EndpointConfig
 
-JOBS = ("filter", "personas", "rewrite", "preference")
+JOBS = ("filter", "personas", "rewrite", "preference", "cold_start")
 # the parties each job talks to
 ROLES = {"filter": ("judge",), "personas": ("writer",), "rewrite": ("writer", "judge"),
-         "preference": ("client", "counselor", "judge")}
+         "preference": ("client", "counselor", "judge"), "cold_start": ("teacher",)}
 FILTER_SUBSETS = ("grpo", "preference", "exemplars")
 
 
@@ -47,6 +47,13 @@ class PreferenceConfig:
 
 
 @dataclass
+class ColdStartConfig:
+    # subsets whose rows give dialogue contexts (a history ending with the seeker's turn)
+    subsets: list[str] = field(default_factory=lambda: ["preference"])
+    count: int = 500                      # demonstrations asked for (ESCRAG-R1: 500)
+
+
+@dataclass
 class DataJobConfig:
     recipe: str = "data"
     experiment_name: str = MISSING
@@ -54,6 +61,7 @@ class DataJobConfig:
     writer: EndpointConfig = party(0.7, 512)
     client: EndpointConfig = party(0.7, 128)
     counselor: EndpointConfig = party(0.9, 384)
+    teacher: EndpointConfig = party(0.7, 768)     # cold-start: the strong model demonstrating
     limit: int = 0                    # first N cases only (0: all); raise it to extend a run
     batch_cases: int = 8              # cases in flight together
     seed: int = 0
@@ -62,17 +70,22 @@ class DataJobConfig:
     personas: PersonasConfig = field(default_factory=PersonasConfig)
     rewrite: RewriteConfig = field(default_factory=RewriteConfig)
     preference: PreferenceConfig = field(default_factory=PreferenceConfig)
+    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
 
 
 def check_job(cfg: DictConfig, job: str) -> None:
     roles = ROLES[job]
     check_ranges(cfg, ("batch_cases", "personas.k_max", "rewrite.copies", "preference.turns",
-                       "preference.candidates")
+                       "preference.candidates", "cold_start.count")
                  + tuple(f"{r}.{k}" for r in roles for k in ("max_tokens", "max_concurrency",
                                                              "timeout_s")),
                  ("limit", "personas.k", "preference.min_margin")
                  + tuple(f"{r}.{k}" for r in roles
                          for k in ("temperature", "max_retries", "max_requests_per_minute")))
+    for s in cfg.cold_start.subsets:
+        if s not in FILTER_SUBSETS:
+            raise ConfigError(f"cold_start.subsets: {s!r} has no dialogue contexts; expected "
+                              f"some of {FILTER_SUBSETS}")
     for s in cfg.filter.subsets:
         if s not in FILTER_SUBSETS:
             raise ConfigError(f"filter.subsets: {s!r} is not judged by the filter; expected "

@@ -73,7 +73,7 @@ class SeedCase:
 
 def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: float):
     lang, history, rounds = case.language, [], []
-    persona = esc_persona(case.situation, lang)
+    persona = esc_persona(case.situation, lang, length="sentence")   # ESCRAG-R1's client
     counts = Counter()
     unparsed = []         # raw answers that gave no candidate or no score: kept to be read
     for t in range(turns):
@@ -144,7 +144,8 @@ def run_preference(out: str | Path, cfg, endpoints=None) -> dict:
         split = split_of(c.id, cfg.seed, p.test_fraction)
         for t, rnd in enumerate(rec.get("rounds", [])):
             chosen = rnd["candidates"][rnd["chosen"]]
-            base = {"language": rec["language"], "history": rnd["history"], "source": SOURCE}
+            base = {"language": rec["language"], "history": rnd["history"], "source": SOURCE,
+                    "dialogue": c.id}            # retrieval never returns its own dialogue
             exemplars[split].append({"id": f"{c.id}-t{t + 1}", **base,
                                      "response": chosen["reply"],
                                      "strategy": chosen["strategy"] or "unstated"})

@@ -114,7 +114,7 @@ CANDIDATE_SCHEMA = {"type": "object", "properties": {
 _COUNSELOR = {
     "en": ("You are a counselor in an emotional-support conversation. Before you answer, work "
            "through three stages:\n1. context: understand the conversation: the client's "
-           "problem and the counselling stage (exploration, comforting, action).\n2. state: "
+           "problem and the counselling stage (exploration, reassurance, action).\n2. state: "
            "assess the client's psychological state: feelings and their intensity.\n3. "
            "strategy: choose one intervention (question, restatement, reflection of feelings, "
            "self-disclosure, affirmation and reassurance, suggestion, information).\n"

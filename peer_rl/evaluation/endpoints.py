@@ -49,6 +49,9 @@ class EndpointConfig:
     model: str = ""                 # served model name ("" = the only one the server lists)
     api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key; unset -> "EMPTY"
     prompt: str = "peer"            # the model under test: peer (Steps 1-4) | chat (as it is)
+    # peer prompt's wording: a policy_template.json or a model directory holding one; "" = the
+    # one saved in `path` (what the policy was trained on), else the built-in one
+    template: str = ""
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 512

@@ -83,12 +83,16 @@ def spread_over_groups(probes: list, k: int) -> list:
 
 
 class InTrainingEval:
-    def __init__(self, cfg):
+    def __init__(self, cfg, policy_template=None):
         from peer_rl.data.sample import sample_root
+        from peer_rl.evaluation.supporter import Supporter
 
         e = cfg.eval
         root = Path(cfg.data.root or sample_root())
         self.cfg, self.e = cfg, e
+        # the policy is asked as its training rows ask it (peer_rl.policy_prompt)
+        self.style = Supporter("escrag") if cfg.reward_model.kind == "scalar" else \
+            Supporter("peer", policy_template)
         self.prompts = load_diversity_prompts(root, e.diversity_pattern,
                                               cfg.data.skip_invalid).items[:e.diversity_prompts]
         self.probes = (spread_over_groups(load_probes(root, cfg.data.skip_invalid).items,
@@ -110,7 +114,7 @@ class InTrainingEval:
                                     e.max_tokens or cfg.rollout.response_length,
                                     cfg.rollout.temperature, seed=cfg.trainer.seed, step=step)
         out: dict = {}
-        style = "escrag" if cfg.reward_model.kind == "scalar" else "peer"
+        style = self.style
         if self.prompts:
             recs = run_all(self.prompts, partial(diversity_case, style=style, n=e.n),
                            {"model": model}, batch_cases=len(self.prompts))

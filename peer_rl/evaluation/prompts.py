@@ -49,11 +49,11 @@ SCORE_SCHEMA = {"type": "object", "properties": {
 _SEEKER_ESC = {
     "en": ("You are role-playing a person who is looking for emotional support and is talking "
            "to a supporter. Your character:\n{card}\n\nStay in character. Write like a real "
-           "person in a chat: one short message per turn (one to three sentences), reveal your "
+           "person in a chat: {length}, reveal your "
            "problem gradually, react to what the supporter says. Never say you are an AI and "
            "never give advice yourself. Write only your next message."),
     "zh": ("你在扮演一个正在寻求情感支持的人，正在和一位支持者聊天。你的角色：\n{card}\n\n"
-           "始终保持角色。像真人聊天一样说话：每轮一条简短的消息（一到三句话），逐步透露你的问题，"
+           "始终保持角色。像真人聊天一样说话：{length}，逐步透露你的问题，"
            "对支持者说的话做出反应。不要说自己是AI，也不要自己给出建议。只写你的下一条消息。"),
 }
 _OPEN = {"en": "(The conversation begins. Write your first message to the supporter.)",
@@ -90,8 +90,17 @@ def seeker_messages(persona: str, history: list[dict], lang: str, opener: str | 
     return msgs
 
 
-def esc_persona(card_text: str, lang: str) -> str:
-    return _SEEKER_ESC[lang].format(card=card_text)
+# how much a simulated seeker says per turn: ESC-Eval's chat-like turns, or ESCRAG-R1's client
+# ("one short sentence per turn")
+TURN_LENGTH = {
+    "message": {"en": "one short message per turn (one to three sentences)",
+                "zh": "每轮一条简短的消息（一到三句话）"},
+    "sentence": {"en": "one short sentence per turn", "zh": "每轮只说一句简短的话"},
+}
+
+
+def esc_persona(card_text: str, lang: str, length: str = "message") -> str:
+    return _SEEKER_ESC[lang].format(card=card_text, length=TURN_LENGTH[length][lang])
 
 
 def esc_judge_messages(dimension: str, history: list[dict], lang: str) -> list[dict]:

@@ -21,8 +21,8 @@ from peer_rl.evaluation.sage import sage_case, summarise_sage
 from peer_rl.evaluation.store import RunStore
 
 # what identifies a party's answers (operational knobs such as concurrency may change on rerun)
-_PARTY_KEYS = ("url", "path", "model", "prompt", "temperature", "top_p", "max_tokens",
-               "structured", "images")
+_PARTY_KEYS = ("url", "path", "model", "prompt", "template", "temperature", "top_p",
+               "max_tokens", "structured", "images")
 
 
 def _sha256(path: Path) -> str:
@@ -82,8 +82,18 @@ def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
     return manifest
 
 
+def supporter_of(cfg):
+    """The model party's style, with the policy template for the peer prompt."""
+    from peer_rl.evaluation.supporter import Supporter
+    from peer_rl.policy_prompt import PolicyTemplate
+
+    if cfg.model.prompt != "peer":
+        return Supporter(cfg.model.prompt)
+    return Supporter("peer", PolicyTemplate.load(cfg.model.template or cfg.model.path))
+
+
 def _program(protocol: str, cfg):
-    style, rag_k = cfg.model.prompt, cfg.rag.k if cfg.rag.index else 0
+    style, rag_k = supporter_of(cfg), cfg.rag.k if cfg.rag.index else 0
     if protocol == "esc":
         return partial(esc_case, style=style, rounds=cfg.esc.rounds, rag_k=rag_k)
     if protocol == "sage":

@@ -1,6 +1,7 @@
 """The model under test as a supporter: what it is asked, and what of its answer a seeker sees.
 
-`peer` style: the policy prompt peer-rl trains with (Steps 1-4, peer_rl.reasoning); the seeker
+`peer` style: the policy prompt the model was trained with (Steps 1-4): the template saved
+with it (peer_rl.policy_prompt, read off its training rows), else the built-in one; the seeker
 sees Step 4 only and the transcript keeps the whole answer. When Step 4 is missing the seeker
 sees the answer without its step markers and the turn counts as a format miss.
 `chat` style: a plain chat model as it is (baselines): a short system prompt, the dialogue as
@@ -21,9 +22,20 @@ from peer_rl.escrag_prompt import final_messages, initial_messages, parse_reason
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.parse import strip_think
 from peer_rl.multimodal import attach_images
-from peer_rl.reasoning import parse_structured, policy_messages
+from peer_rl.policy_prompt import PolicyTemplate
+from peer_rl.reasoning import parse_structured
 
 STYLES = ("peer", "chat", "escrag")
+
+
+class Supporter(NamedTuple):
+    """How the model under test is asked: a style, and for `peer` the policy template."""
+    style: str
+    template: PolicyTemplate | None = None
+
+
+def as_supporter(style: "str | Supporter") -> Supporter:
+    return style if isinstance(style, Supporter) else Supporter(style)
 
 
 class Query(NamedTuple):
@@ -56,11 +68,13 @@ def chat_messages(history: list[dict], lang: str) -> list[dict]:
     return msgs
 
 
-def supporter_request(style: str, history: list[dict], lang: str, images=(), n: int = 1,
+def supporter_request(style: "str | Supporter", history: list[dict], lang: str, images=(), n: int = 1,
                       messages: list[dict] | None = None) -> Request:
     """`messages` (peer style only) replaces the rebuilt prompt: GRPO test rows carry theirs."""
+    style, template = as_supporter(style)
     if style == "peer":
-        msgs = list(messages) if messages else policy_messages(history, lang, visual=bool(images))
+        msgs = list(messages) if messages else (template or PolicyTemplate()).messages(
+            history, lang, visual=bool(images))
     elif style == "escrag":
         msgs = initial_messages(history, lang)
     elif style == "chat":
@@ -72,13 +86,15 @@ def supporter_request(style: str, history: list[dict], lang: str, images=(), n: 
     return Request(msgs, n=n)
 
 
-def supporter_turn(style: str, history: list[dict], lang: str, n: int = 1, images=(),
+def supporter_turn(style: "str | Supporter", history: list[dict], lang: str, n: int = 1, images=(),
                    messages: list[dict] | None = None, rag_k: int = 0):
     """Yield the model's (and retrieval's) requests; return the n Turns. `rag_k` > 0 (escrag
     style only) runs the two passes with that many exemplars."""
+    supporter = as_supporter(style)
+    style = supporter.style
     if rag_k and style != "escrag":
         raise ValueError(f"RAG inference needs the escrag prompt, not model.prompt={style!r}")
-    texts = yield "model", supporter_request(style, history, lang, images, n, messages)
+    texts = yield "model", supporter_request(supporter, history, lang, images, n, messages)
     if not rag_k:
         return [Turn(t, *shown_reply(t, style)) for t in texts]
     first = [parse_reasoned(t).reply for t in texts]

@@ -31,7 +31,8 @@ def load_exemplars(data: str | Path, skip_invalid: bool = False) -> tuple[list[d
         for r in rep.rows:
             if rep.file.subset == "preference":
                 r = {"id": r["id"], "language": r["language"], "history": r["history"],
-                     "response": r["chosen"], "source": r.get("source", "")}
+                     "response": r["chosen"], "source": r.get("source", ""),
+                     **({"dialogue": r["dialogue"]} if r.get("dialogue") else {})}
             rows.append(r)
     skipped = sum(r.n_invalid for r in reports)
     return rows, {"files": [str(r.file.path) for r in reports], "skipped": skipped,

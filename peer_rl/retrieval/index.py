@@ -8,6 +8,13 @@ what the policy was about to say. Vectors are unit-normalised, so inner product 
 Exact search (`IndexFlatIP`) up to `approx_threshold` vectors, HNSW above it (no training
 pass, good recall); on a machine with faiss-gpu and a GPU the flat index is moved to the GPUs.
 
+An exemplar from the query's own dialogue is never returned for it (`same_dialogue`): the same
+`dialogue` id where both sides carry one, or histories one of which continues the other (an
+exemplar of this very turn, an earlier one, or a later one that already holds this turn's
+reply). Otherwise a GRPO prompt whose dialogue is also in the corpus would be handed the reply
+it is scored against, and learn to lean on hits it will not get at test time. The search
+fetches more neighbours until k remain and reports how many it excluded.
+
 A directory holds `index.faiss`, `exemplars.jsonl` (metadata, in vector order) and
 `index.json` (embedding model, dimension, count, kind, the source's sha256). Loading with
 another embedding model is refused: its vectors would live in a different space.
@@ -37,10 +44,38 @@ def exemplar_key(history: list[dict], reply: str) -> str:
     return f"{last}\n{reply}".strip()
 
 
+def turn_keys(history: list[dict]) -> tuple[str, ...]:
+    """A history as comparable turns (role + whitespace-normalised text)."""
+    return tuple(f"{t['role']}\x00{' '.join(str(t['content']).split())}" for t in history)
+
+
+def same_dialogue(exemplar_turns: tuple[str, ...], exemplar_dialogue: str | None,
+                  query_turns: tuple[str, ...], query_dialogue: str | None) -> bool:
+    """Whether an exemplar comes from the query's dialogue (see the module docstring)."""
+    if exemplar_dialogue and query_dialogue:
+        return exemplar_dialogue == query_dialogue
+    n = min(len(exemplar_turns), len(query_turns))
+    return n > 0 and exemplar_turns[:n] == query_turns[:n]
+
+
 @dataclass
 class Hit:
     score: float
     exemplar: dict
+
+
+@dataclass
+class Query:
+    """What the index is asked: the dialogue so far (for exclusion), its id where known, and
+    the text embedded (exemplar_key of the history and the initial reply)."""
+    history: list[dict]
+    dialogue: str | None = None
+
+
+@dataclass
+class SearchResult:
+    hits: list[list[Hit]]
+    excluded: list[int]          # per query: exemplars of its own dialogue passed over
 
 
 def _faiss():
@@ -127,13 +162,40 @@ class ExemplarIndex:
         if len(self.exemplars) != self.info["count"]:
             raise IndexMismatch(f"{d}: {META_FILE} has {len(self.exemplars)} exemplars for "
                                 f"{self.info['count']} vectors")
+        self._turns = [turn_keys(e["history"]) for e in self.exemplars]
 
-    def search_vectors(self, queries: np.ndarray, k: int) -> list[list[Hit]]:
+    def search_vectors(self, vectors: np.ndarray, k: int,
+                       queries: list[Query] | None = None) -> SearchResult:
+        """k hits per query vector, best first; with `queries`, none from the query's own
+        dialogue (neighbours are fetched in growing numbers until k survive)."""
         faiss = _faiss()
-        q = np.ascontiguousarray(np.asarray(queries, dtype=np.float32))
+        q = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
         faiss.normalize_L2(q)
-        k = min(k, len(self.exemplars))
-        scores, ids = self.index.search(q, k)
-        return [[Hit(float(s), self.exemplars[i]) for s, i in zip(row_s, row_i) if i >= 0]
-                for row_s, row_i in zip(scores, ids)]
-
+        n = len(self.exemplars)
+        k = min(k, n)
+        if queries is not None and len(queries) != len(q):
+            raise ValueError(f"{len(queries)} queries for {len(q)} vectors")
+        keys = [None if queries is None else turn_keys(x.history) for x in (queries or q)]
+        hits: list[list[Hit] | None] = [None] * len(q)
+        excluded = [0] * len(q)
+        todo, fetch = list(range(len(q))), k
+        while todo:
+            scores, ids = self.index.search(q[todo], min(fetch, n))
+            left = []
+            for row, (row_s, row_i) in zip(todo, zip(scores, ids)):
+                kept, dropped = [], 0
+                for sc, i in zip(row_s, row_i):
+                    if i < 0:
+                        continue
+                    if queries is not None and same_dialogue(
+                            self._turns[i], self.exemplars[i].get("dialogue"), keys[row],
+                            queries[row].dialogue):
+                        dropped += 1
+                        continue
+                    kept.append(Hit(float(sc), self.exemplars[i]))
+                if len(kept) >= k or fetch >= n:
+                    hits[row], excluded[row] = kept[:k], dropped
+                else:
+                    left.append(row)
+            todo, fetch = left, fetch * 4
+        return SearchResult(hits=hits, excluded=excluded)

@@ -67,6 +67,16 @@ def test_the_sample_pairs_and_exemplars_keep_test_dialogues_out_of_the_index():
     assert all(r["chosen"] != r["rejected"] for rows in pref.values() for r in rows)
 
 
+def test_no_sample_exemplar_is_a_grpo_reference_reply():
+    root = sample_root()
+    [ex] = [f for f in discover(root) if f.subset == "exemplars"]
+    replies = {r["response"] for r in check_file(ex).rows}
+    grpo = [r for f in discover(root) if f.subset == "grpo" for r in check_file(f).rows]
+    assert len(grpo) > 300 and len(replies) == 152
+    assert not replies & {r["solution"] for r in grpo}
+    assert all(r.get("dialogue") for r in check_file(ex).rows)
+
+
 def test_eval_pairs_names_a_bad_pair_before_starting_an_engine(tmp_path, capsys):
     from peer_rl.cli import main
 

@@ -18,7 +18,7 @@ URL = "http://127.0.0.1:9/v1"        # never opened: the tests hand the jobs the
 
 def _cfg(job, *extra):
     roles = {"filter": ["judge"], "personas": ["writer"], "rewrite": ["writer", "judge"],
-             "preference": ["client", "counselor", "judge"]}[job]
+             "preference": ["client", "counselor", "judge"], "cold_start": ["teacher"]}[job]
     return load_job_config(job, [f"{r}.url={URL}" for r in roles] + list(extra))
 
 
@@ -293,6 +293,10 @@ def test_preference_pairs_follow_dominance_over_the_three_perspectives(tmp_path)
     assert all(p["history"][1] == {"role": "supporter", "content": "reply 0"} for p in second)
     ex = [json.loads(x) for x in _lines(tmp_path / "out/exemplars/train.jsonl")]
     assert all(e["response"] == "reply 0" and e["strategy"] == "st0" for e in ex)
+    assert all(e["dialogue"] == e["id"].rsplit("-t", 1)[0] for e in ex + pairs)
+    # ESCRAG-R1's client: one short sentence per turn (ESC-Eval's seeker: one to three)
+    client = parties["client"].batches[0][0].messages[0]["content"]
+    assert "one short sentence per turn" in client and "one to three" not in client
     assert _all_valid(tmp_path / "out") == 4 * n_cards      # pairs + exemplars
 
 
@@ -351,3 +355,52 @@ def test_a_preference_run_stopped_mid_run_ends_as_an_uninterrupted_one(tmp_path)
     rep = run_preference(tmp_path / "whole", cfg, parties(Scripted(counselor)))
     assert _tree(tmp_path / "cut") == _tree(tmp_path / "whole")
     assert sum(rep["summary"]["pairs"].values()) == 4
+
+
+def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrations(tmp_path):
+    import re
+
+    from peer_rl.datajobs.cold_start import run_cold_start
+    from peer_rl.escrag_prompt import initial_messages
+
+    asked = []
+
+    def teacher(r):
+        asked.append(r.messages)
+        n = len(asked)
+        if n % 4 == 0:
+            return "I would say something kind."                   # no think block: set aside
+        return f"<think> stage {n}: exploration </think>\n  Reply number {n}. "
+
+    parties = {"teacher": Scripted(teacher)}
+    cfg = _cfg("cold_start", "cold_start.count=8")
+    rep = run_cold_start(sample_root(), tmp_path / "out", cfg, parties)
+    s = rep["summary"]
+    # the sample's preference files: 438 pairs over 219 distinct contexts (two pairs a turn)
+    assert (s["rows_in"], s["contexts"], s["asked"]) == (438, 219, 8)
+    assert (s["demonstrations"], s["unparsed"]) == (6, 2)
+    assert s["passed_over"] == {"same context as an earlier row": 219}
+    demos = [json.loads(x) for x in _lines(tmp_path / "out/cold_start/train.jsonl")]
+    assert len(demos) == 6 and _all_valid(tmp_path / "out") == 6
+    histories = {}
+    for f in ("train", "test"):
+        for line in _lines(sample_root() / "preference" / f"{f}.jsonl"):
+            row = json.loads(line)
+            histories.setdefault(json.dumps(row["history"]), row)
+    for d in demos:
+        n = int(re.search(r"stage (\d+)", d["messages"][-1]["content"]).group(1))
+        # the prompt is the policy's pass 1 for a sample context; the target normalised
+        assert d["messages"][:-1] == asked[n - 1]
+        assert any(asked[n - 1] == initial_messages(r["history"], r["language"])
+                   for r in histories.values())
+        assert d["messages"][-1]["content"] == (f"<think>stage {n}: exploration</think>\n"
+                                                f"Reply number {n}.")
+        assert d["pass"] == "initial"
+    set_aside = [json.loads(x) for x in _lines(tmp_path / "out/_jobs/cold_start/unparsed.jsonl")]
+    assert [u["answer"] for u in set_aside] == ["I would say something kind."] * 2
+    # a rerun asks nothing again; a larger count extends the same draw
+    run_cold_start(sample_root(), tmp_path / "out", cfg, parties)
+    assert len(asked) == 8
+    bigger = run_cold_start(sample_root(), tmp_path / "out",
+                            _cfg("cold_start", "cold_start.count=10"), parties)
+    assert len(asked) == 10 and bigger["summary"]["asked"] == 10

@@ -79,6 +79,12 @@ def test_each_job_against_an_openai_compatible_server(server_url, tmp_path):
     _ok(_run(_cli("rounds", sample_root(), "--out", tmp_path / "g")))
     _check(tmp_path / "g")
 
+    _ok(_run(_cli("cold-start", sample_root(), "--out", tmp_path / "c", "cold_start.count=3",
+                  f"teacher.url={server_url}", "teacher.max_tokens=64")))
+    s = _summary(tmp_path / "c/_jobs/cold_start/report.json")
+    assert s["asked"] == 3 and s["demonstrations"] + s["unparsed"] == 3
+    _check(tmp_path / "c")
+
 
 def test_killing_a_job_and_rerunning_finishes_every_row_once(server_url, tmp_path):
     out = tmp_path / "f"

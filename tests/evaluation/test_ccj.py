@@ -14,6 +14,7 @@ from .scripted import Scripted, last_user
 
 HISTORY = ({"role": "seeker", "content": "My beekeeping club voted me out after I lost all "
                                          "three hives to mites."},)
+OWN = "I am sorry the club voted you out; the mites took everything you had built."
 CTX = Context("c1", "en", HISTORY)
 PLANTED = ("Losing every hive after all that care, and then the club too: no wonder you feel "
            "shut out of something you loved.")
@@ -89,8 +90,13 @@ def planted_index(tmp_path_factory):
     from peer_rl.retrieval.index import build_index
     from workers.redundancy import MULTILINGUAL_USE, load_embedding_model
 
+    # the planted exemplar answers another conversation about the same loss; one with this
+    # very dialogue's history is never returned for it (peer_rl.retrieval.index.same_dialogue)
+    other = [{"role": "seeker", "content": "The beekeepers' club kicked me out once mites took "
+                                           "every one of my hives."}]
     corpus = exemplar_rows(targets("en") + targets("zh")) + [
-        {"id": "planted", "language": "en", "history": list(HISTORY), "response": PLANTED}]
+        {"id": "planted", "language": "en", "history": other, "response": PLANTED},
+        {"id": "own", "language": "en", "history": list(HISTORY), "response": OWN}]
     out = tmp_path_factory.mktemp("rag") / "index"
     build_index(corpus, load_embedding_model(MULTILINGUAL_USE).encode, MULTILINGUAL_USE, out)
     return out
@@ -119,8 +125,9 @@ def test_rag_inference_writes_the_final_reply_from_the_initial_one_and_retrieved
     assert f"1. {PLANTED}" in final_prompt            # the planted exemplar is retrieved first
     for t in turns:
         assert t.shown == "Final: losing the hives and the club." and t.format_ok is True
-        assert len(t.exemplars) == 2 and t.exemplars[0] == PLANTED
+        assert len(t.exemplars) == 2 and t.exemplars[0] == PLANTED and OWN not in t.exemplars
         assert t.initial_raw.startswith("<think>draft</think>")
+    assert retriever.excluded >= 2                     # "own", passed over for both drafts
 
 
 def test_rag_needs_the_escrag_prompt():

@@ -161,7 +161,7 @@ def test_ccj_ladder_with_and_without_rag_inference_then_rag_chat(server_url, tmp
     the index returns for (seeker's last turn, that case's own initial reply)."""
     from peer_rl.data.sample import sample_root
     from peer_rl.escrag_prompt import parse_reasoned
-    from peer_rl.retrieval.index import ExemplarIndex, exemplar_key
+    from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
     from workers.redundancy import load_embedding_model
 
     index = tmp_path / "index"
@@ -189,7 +189,8 @@ def test_ccj_ladder_with_and_without_rag_inference_then_rag_chat(server_url, tmp
     for c in rag:
         first = parse_reasoned(c["initial_raw"]).reply
         vec = encoder.encode([exemplar_key(c["history"], first)])
-        assert c["exemplars"] == [h.exemplar["response"] for h in idx.search_vectors(vec, 2)[0]]
+        assert c["exemplars"] == [h.exemplar["response"] for h in idx.search_vectors(
+            vec, 2, [Query(c["history"])]).hits[0]]
     for run in ("plain", "rag"):
         s = json.loads((out / run / "report.json").read_text())["summary"]
         assert all(d["n"] + d["unparsed"] == 2 for d in s["dimensions"].values())

@@ -102,3 +102,61 @@ def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
     resumed, straight = weights(out / "final"), weights(ref_out / "final")
     for k in straight:
         torch.testing.assert_close(resumed[k], straight[k], rtol=1e-4, atol=1e-5)
+
+
+def _foreign_root(tmp_path):
+    """A SER root worded unlike the built-in template (tests/test_judge_prompt.py's rows)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from test_judge_prompt import FOREIGN, foreign_row
+
+    root = tmp_path / "foreign"
+    (root / "ser" / "en").mkdir(parents=True)
+    rows = [{**foreign_row(*r), "id": i + 1} for i, r in enumerate(FOREIGN * 2)]
+    (root / "ser" / "en" / "text_train.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return root
+
+
+def test_train_rm_stops_on_rows_its_template_cannot_reproduce(tiny_models, tmp_path):
+    import subprocess
+    import sys
+
+    root, out = _foreign_root(tmp_path), tmp_path / "rm"
+    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train-rm",
+                           f"data.root={root}", f"model.path={tiny_models['judge']}",
+                           f"trainer.output_dir={out}"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    assert "8/8 SER row(s) differ from the judge template" in proc.stderr
+    assert f"{root}/ser/en/text_train.jsonl:1: system message differs" in proc.stderr
+    assert "peer-rl judge-template fit" in proc.stderr
+    assert not out.exists()          # nothing written
+
+
+@pytest.mark.e2e
+def test_train_rm_goes_on_with_a_fitted_template_and_saves_it(tiny_models, tmp_path,
+                                                              ray_session):
+    import subprocess
+    import sys
+
+    from peer_rl.judge_prompt import JudgeTemplate
+    from workers.supervised_trainer import run_supervised
+
+    root = _foreign_root(tmp_path)
+    fitted = tmp_path / "judge_template.json"
+    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "judge-template", "fit",
+                           str(root), "--out", str(fitted)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0/8 row(s) it cannot reproduce" in proc.stdout
+    cfg = load_supervised_config(overrides(tmp_path / "rm", tiny_models["judge"], 2,
+                                           **{"data.root": root, "judge.template": fitted,
+                                              "trainer.world_size": 1, "trainer.save_freq": 0}),
+                                 "rm")
+    final = run_supervised(cfg, "rm")
+    saved = JudgeTemplate.load(final)
+    assert saved == JudgeTemplate.from_file(fitted) and saved != JudgeTemplate()
+    assert saved.text["en"]["roles"]["seeker"] == "Client said: "
