@@ -26,7 +26,9 @@ class DataConfig:
     shuffle: bool = True
     seed: int = 0
     skip_invalid: bool = False           # drop (and count) invalid rows instead of failing
-    max_history_turns: int = 8           # keep the last k turns in the prompt
+    # the last k history turns go to the judge and the redundancy check (s_hist); the policy's
+    # prompt is the row's own `messages`
+    max_history_turns: int = 8
     # a text-only policy refuses visual rows at start-up; true trains them on their words alone
     visual_rows_as_text: bool = False
 

@@ -86,8 +86,10 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
                 reasons.update(rep.reasons())
             print(f"[peer-rl] {rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}",
                   file=sys.stderr)
-        files.append([{**row, "history": row["history"][-cfg.data.max_history_turns:]}
-                      for row in res.dataset])
+        # the judge and the redundancy check read the last turns; the prompt is the row's
+        # own messages, built from the whole history (kept for the policy template)
+        files.append([{**row, "history": row["history"][-cfg.data.max_history_turns:],
+                       "prompt_history": row["history"]} for row in res.dataset])
     seen: dict[str, str] = {}
     for rel, f in zip(cfg.data.train_files, files):
         for r in f:

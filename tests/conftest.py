@@ -31,6 +31,7 @@ def trained_judge(tiny_models, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("unifireward")
     cmd = [sys.executable, "-m", "peer_rl.cli", "train-rm", f"trainer.output_dir={out}",
            f"model.path={tiny_models['judge']}", "trainer.total_steps=80", "trainer.save_freq=0",
+           "trainer.max_length=1024",   # the longer chats add time, not parseable verdicts
            "ray.address=local"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

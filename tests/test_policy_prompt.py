@@ -81,3 +81,15 @@ def test_a_policy_that_learned_another_stage_name_is_asked_with_it():
     """The paper's support stages, in the built-in instruction."""
     [_, user] = PolicyTemplate().messages([{"role": "seeker", "content": "hi"}], "en")
     assert "(exploration, reassurance or action)" in user["content"]
+
+
+def test_the_template_is_read_off_the_history_the_prompt_was_built_from():
+    """The training loop cuts `history` to the judge's last turns (data.max_history_turns) but
+    the prompt holds them all: the template is checked against the whole history."""
+    from peer_rl.config import load_config
+    from peer_rl.train import load_prompts
+
+    rows = load_prompts(load_config(["data.max_history_turns=2"]))
+    assert any(len(r["prompt_history"]) > len(r["history"]) == 2 for r in rows)
+    template, line = training_template(rows)
+    assert template == PolicyTemplate() and f"{len(rows)}/{len(rows)} training" in line

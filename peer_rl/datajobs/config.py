@@ -44,6 +44,11 @@ class PreferenceConfig:
     candidates: int = 4                   # counsellor replies per turn, scored and compared
     min_margin: float = 1.0               # chosen - rejected, summed over the 3 perspectives
     test_fraction: float = 0.2            # dialogues whose pairs go to the test split
+    # ESCRAG-R1's stage-wise selection: per stage (context, state, strategy) the counsellor
+    # writes stage_candidates notes and the judge keeps one, then the replies follow the kept
+    # notes; false: each candidate writes all three stages and its reply in one answer
+    stagewise: bool = True
+    stage_candidates: int = 3
 
 
 @dataclass
@@ -76,7 +81,8 @@ class DataJobConfig:
 def check_job(cfg: DictConfig, job: str) -> None:
     roles = ROLES[job]
     check_ranges(cfg, ("batch_cases", "personas.k_max", "rewrite.copies", "preference.turns",
-                       "preference.candidates", "cold_start.count")
+                       "preference.candidates", "preference.stage_candidates",
+                       "cold_start.count")
                  + tuple(f"{r}.{k}" for r in roles for k in ("max_tokens", "max_concurrency",
                                                              "timeout_s")),
                  ("limit", "personas.k", "preference.min_margin")

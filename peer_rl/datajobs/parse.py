@@ -103,3 +103,30 @@ def parse_candidate(text: str) -> dict | None:
     if obj is None or not isinstance(obj.get("reply"), str) or not obj["reply"].strip():
         return None
     return {**{s: str(obj.get(s) or "").strip() for s in STAGES}, "reply": obj["reply"].strip()}
+
+
+def parse_note(text: str) -> str | None:
+    """One stage's note ({"note": ...}), non-empty."""
+    obj = _object(text)
+    note = obj.get("note") if obj else None
+    return note.strip() if isinstance(note, str) and note.strip() else None
+
+
+def parse_reply(text: str) -> str | None:
+    """A reply written after the chosen stage notes ({"reply": ...}), non-empty."""
+    obj = _object(text)
+    reply = obj.get("reply") if obj else None
+    return reply.strip() if isinstance(reply, str) and reply.strip() else None
+
+
+def parse_pick(text: str, n: int) -> int | None:
+    """The judge's choice among n numbered options ({"best": k}, 1-based) -> a 0-based index."""
+    obj = _object(text)
+    best = obj.get("best") if obj else None
+    if isinstance(best, bool) or not isinstance(best, (int, str)):
+        return None
+    try:
+        k = int(best)
+    except ValueError:
+        return None
+    return k - 1 if 1 <= k <= n else None

@@ -1,11 +1,15 @@
 """`peer-rl data preference --out OUT`: ESCRAG-R1's ESC-Preference construction.
 
 From each seed situation (an ESC-Eval-style role card) a client and a counsellor talk for
-`preference.turns` rounds. Each round the client party speaks (the ESC-Eval seeker prompt),
-the counsellor party writes `preference.candidates` replies, each through the three
-counselling stages (context, psychological state, strategy) before the reply, and the judge
-party scores every candidate from the Client, Counselor and Judge perspectives (the CCJ
-evaluation's prompts, 0-10, a perspective's score the mean of its dimensions).
+`preference.turns` rounds. Each round the client party speaks (the ESC-Eval seeker prompt,
+one short sentence per turn as ESCRAG-R1's client), then, as ESCRAG-R1 builds its candidates,
+stage by stage (`preference.stagewise`, default): for each counselling stage (context,
+psychological state, strategy) the counsellor writes `preference.stage_candidates` notes
+given the notes kept so far and the judge keeps the one that fits best; the counsellor then
+writes `preference.candidates` replies that follow the kept notes. (With stagewise=false
+each candidate writes all three stages and its reply in one answer.) The judge party scores
+every reply from the Client, Counselor and Judge perspectives (the CCJ evaluation's prompts,
+0-10, a perspective's score the mean of its dimensions): the final preference filtering.
 Dominance-based selection: candidate a dominates b when a scores at least b from every
 perspective and more from one; the chosen reply is the non-dominated candidate with the
 highest total, the rejected one the lowest-scoring candidate it dominates, kept when the
@@ -23,8 +27,10 @@ from pathlib import Path
 
 from peer_rl.data.escrag import PERSPECTIVES
 from peer_rl.datajobs import job
-from peer_rl.datajobs.parse import parse_candidate
-from peer_rl.datajobs.prompts import CANDIDATE_SCHEMA, counselor_messages
+from peer_rl.datajobs.parse import parse_candidate, parse_note, parse_pick, parse_reply
+from peer_rl.datajobs.prompts import (CANDIDATE_SCHEMA, NOTE_SCHEMA, REPLY_SCHEMA, STAGES,
+                                      counselor_messages, pick_messages, pick_schema,
+                                      reply_messages, stage_messages)
 from peer_rl.evaluation.cases import load_role_cards
 from peer_rl.evaluation.config import SAMPLE_EVAL
 from peer_rl.evaluation.endpoints import Request
@@ -71,7 +77,59 @@ class SeedCase:
     situation: str
 
 
-def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: float):
+def stagewise_candidates(history: list[dict], lang: str, candidates: int, per_stage: int,
+                         counts: Counter, unparsed: list, turn: int):
+    """ESCRAG-R1's stage-wise selection: a note per stage, kept by the judge among
+    `per_stage`, then `candidates` replies following the kept notes. Returns the candidates
+    ({context, state, strategy, reply}), [] when no reply parsed, None when a stage failed
+    (its note or the judge's pick did not parse: counted under that stage)."""
+    notes: dict[str, str] = {}
+    for stage in STAGES:
+        texts = yield "counselor", Request(stage_messages(history, lang, stage, notes),
+                                           n=per_stage, schema=NOTE_SCHEMA)
+        options = [o for o in (parse_note(x) for x in texts) if o is not None]
+        unparsed += [{"turn": turn, "role": "counselor", "stage": stage, "answer": x}
+                     for x in texts if parse_note(x) is None]
+        if not options:
+            counts["rounds without a stage note"] += 1
+            return None
+        if len(options) == 1:
+            notes[stage] = options[0]
+            continue
+        raw = (yield "judge", Request(pick_messages(history, lang, stage, notes, options),
+                                      schema=pick_schema(len(options))))[0]
+        pick = parse_pick(raw, len(options))
+        if pick is None:
+            unparsed.append({"turn": turn, "role": "judge", "stage": stage, "answer": raw})
+            counts["rounds without a stage pick"] += 1
+            return None
+        notes[stage] = options[pick]
+        counts["stage picks"] += 1
+    texts = yield "counselor", Request(reply_messages(history, lang, notes), n=candidates,
+                                       schema=REPLY_SCHEMA)
+    replies = [parse_reply(x) for x in texts]
+    unparsed += [{"turn": turn, "role": "counselor", "answer": x}
+                 for x, r in zip(texts, replies) if r is None]
+    counts["candidates"] += len(texts)
+    counts["candidates_unparsed"] += sum(r is None for r in replies)
+    return [{**notes, "reply": r} for r in replies if r is not None]
+
+
+def oneshot_candidates(history: list[dict], lang: str, candidates: int, counts: Counter,
+                       unparsed: list, turn: int):
+    """Each candidate writes the three stages and its reply in one answer."""
+    texts = yield "counselor", Request(counselor_messages(history, lang), n=candidates,
+                                       schema=CANDIDATE_SCHEMA)
+    cands = [parse_candidate(x) for x in texts]
+    unparsed += [{"turn": turn, "role": "counselor", "answer": x}
+                 for x, c in zip(texts, cands) if c is None]
+    counts["candidates"] += len(cands)
+    counts["candidates_unparsed"] += sum(c is None for c in cands)
+    return [c for c in cands if c is not None]
+
+
+def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: float,
+                    stagewise: bool = True, stage_candidates: int = 3):
     lang, history, rounds = case.language, [], []
     persona = esc_persona(case.situation, lang, length="sentence")   # ESCRAG-R1's client
     counts = Counter()
@@ -82,14 +140,12 @@ def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: flo
             counts["empty client turn"] += 1
             break
         history.append({"role": "seeker", "content": said.strip()})
-        texts = yield "counselor", Request(counselor_messages(history, lang), n=candidates,
-                                           schema=CANDIDATE_SCHEMA)
-        cands = [parse_candidate(x) for x in texts]
-        ok = [c for c in cands if c is not None]
-        unparsed += [{"turn": t + 1, "role": "counselor", "answer": x}
-                     for x, c in zip(texts, cands) if c is None]
-        counts["candidates"] += len(cands)
-        counts["candidates_unparsed"] += len(cands) - len(ok)
+        ok = yield from (
+            stagewise_candidates(history, lang, candidates, stage_candidates, counts, unparsed,
+                                 t + 1) if stagewise
+            else oneshot_candidates(history, lang, candidates, counts, unparsed, t + 1))
+        if ok is None:
+            break
         if not ok:
             counts["rounds without a parsed candidate"] += 1
             break
@@ -135,7 +191,9 @@ def run_preference(out: str | Path, cfg, endpoints=None) -> dict:
     p = cfg.preference
     job.run_job("preference", cfg, cases, partial(preference_case, turns=p.turns,
                                                   candidates=p.candidates,
-                                                  min_margin=p.min_margin), store,
+                                                  min_margin=p.min_margin,
+                                                  stagewise=p.stagewise,
+                                                  stage_candidates=p.stage_candidates), store,
                 endpoints)
     pairs = {"train": [], "test": []}
     exemplars = {"train": [], "test": []}
@@ -185,7 +243,10 @@ def summarise(records: list[dict], pairs: dict, exemplars: dict, skipped) -> dic
             "round_outcomes": {"pair": counts["pairs"],
                                "no dominance": counts["rounds without dominance"],
                                "no parsed candidate": counts["rounds without a parsed candidate"],
-                               "no scored candidate": counts["rounds without a scored candidate"]},
+                               "no scored candidate": counts["rounds without a scored candidate"],
+                               "no stage note": counts["rounds without a stage note"],
+                               "no stage pick": counts["rounds without a stage pick"]},
+            "stage_picks": counts["stage picks"],
             "mean_margin": sum(margins) / len(margins) if margins else None}
 
 

@@ -6,6 +6,7 @@ wording is ours."""
 from __future__ import annotations
 
 from peer_rl.evaluation.prompts import transcript
+from peer_rl.judge_prompt import untrusted
 
 # ---------------------------------------------------------------- filter (PEER's data cleaning)
 CRITERIA = ("semantic_incoherence", "artificial_style", "non_dialogue")
@@ -133,3 +134,83 @@ _COUNSELOR = {
 def counselor_messages(history: list[dict], lang: str) -> list[dict]:
     return [{"role": "user", "content": _COUNSELOR[lang].format(
         dialogue=transcript(history, lang))}]
+
+
+# ---------------------------------------------------------------- stage by stage (ESCRAG-R1)
+NOTE_SCHEMA = {"type": "object", "properties": {"note": {"type": "string", "minLength": 1,
+                                                         "maxLength": 240}},
+               "required": ["note"]}
+REPLY_SCHEMA = {"type": "object", "properties": {"reply": {"type": "string", "minLength": 1,
+                                                           "maxLength": 500}},
+                "required": ["reply"]}
+
+
+def pick_schema(n: int) -> dict:
+    return {"type": "object", "properties": {"best": {"type": "integer", "minimum": 1,
+                                                      "maximum": n}}, "required": ["best"]}
+
+
+_STAGE_WHAT = {
+    "en": {"context": "understand the conversation: the client's problem and the counselling "
+                      "stage (exploration, reassurance or action).",
+           "state": "assess the client's psychological state: feelings and their intensity.",
+           "strategy": "choose one intervention (question, restatement, reflection of feelings, "
+                       "self-disclosure, affirmation and reassurance, suggestion, information) "
+                       "and say why."},
+    "zh": {"context": "理解对话：来访者的问题和当前咨询阶段（探索、安慰或行动）。",
+           "state": "评估来访者的心理状态：情绪及其强度。",
+           "strategy": "选择一种干预方式（提问、复述、情感反映、自我表露、肯定与安慰、建议、信息），并说明原因。"},
+}
+_TEXT = {
+    "en": {"done": "Your analysis so far:\n{notes}\n\n",
+           "stage": ("You are a counselor in an emotional-support conversation. You work "
+                     "through three stages (context, state, strategy) before you reply.\n\n"
+                     "Conversation:\n{dialogue}\n\n{done}Now the {stage} stage: {what} One or "
+                     "two sentences.\n\nAnswer with a JSON object: {{\"note\": \"...\"}}"),
+           "pick": ("You are an expert supervisor of counsellors. Conversation:\n{dialogue}\n\n"
+                    "{done}Candidate notes for the {stage} stage ({what}):\n{options}\n\nWhich "
+                    "note fits the conversation (and the analysis so far) best? Answer with a "
+                    "JSON object: {{\"best\": <its number>}}"),
+           "reply": ("You are a counselor in an emotional-support conversation.\n\nConversation:"
+                     "\n{dialogue}\n\n{done}Now write your reply to the client, following "
+                     "this analysis: warm, specific, two or three sentences.\n\nAnswer with a "
+                     "JSON object: {{\"reply\": \"...\"}}")},
+    "zh": {"done": "目前的分析：\n{notes}\n\n",
+           "stage": ("你是一段情感支持对话中的咨询师。回复之前依次完成三个阶段（context、state、strategy）。\n\n"
+                     "对话：\n{dialogue}\n\n{done}现在完成 {stage} 阶段：{what}一两句话。\n\n"
+                     "用JSON回答：{{\"note\": \"...\"}}"),
+           "pick": ("你是资深的咨询督导。对话：\n{dialogue}\n\n{done}{stage} 阶段（{what}）的候选分析：\n"
+                    "{options}\n\n哪一条最贴合对话（以及目前的分析）？用JSON回答：{{\"best\": <编号>}}"),
+           "reply": ("你是一段情感支持对话中的咨询师。\n\n对话：\n{dialogue}\n\n{done}"
+                     "现在按照这些分析写出给来访者的回复：温暖、具体，两三句话。\n\n"
+                     "用JSON回答：{{\"reply\": \"...\"}}")},
+}
+
+
+def _done(notes: dict, lang: str) -> str:
+    if not notes:
+        return ""
+    return _TEXT[lang]["done"].format(notes="\n".join(f"- {s}: {untrusted(n)}"
+                                                       for s, n in notes.items()))
+
+
+def stage_messages(history: list[dict], lang: str, stage: str, notes: dict) -> list[dict]:
+    """The counsellor's request for one stage's note, given the notes chosen before it."""
+    return [{"role": "user", "content": _TEXT[lang]["stage"].format(
+        dialogue=transcript(history, lang), done=_done(notes, lang), stage=stage,
+        what=_STAGE_WHAT[lang][stage])}]
+
+
+def pick_messages(history: list[dict], lang: str, stage: str, notes: dict,
+                  options: list[str]) -> list[dict]:
+    """The judge's request: which candidate note of a stage to keep."""
+    listed = "\n".join(f"{i + 1}. {untrusted(o)}" for i, o in enumerate(options))
+    return [{"role": "user", "content": _TEXT[lang]["pick"].format(
+        dialogue=transcript(history, lang), done=_done(notes, lang), stage=stage,
+        what=_STAGE_WHAT[lang][stage], options=listed)}]
+
+
+def reply_messages(history: list[dict], lang: str, notes: dict) -> list[dict]:
+    """The counsellor's request for a reply that follows the chosen notes."""
+    return [{"role": "user", "content": _TEXT[lang]["reply"].format(
+        dialogue=transcript(history, lang), done=_done(notes, lang))}]

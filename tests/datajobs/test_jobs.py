@@ -11,7 +11,7 @@ from peer_rl.data.layout import discover
 from peer_rl.data.sample import sample_root
 from peer_rl.data.validate import check_file
 from peer_rl.datajobs.config import load_job_config
-from peer_rl.evaluation.endpoints import EndpointError
+from peer_rl.evaluation.endpoints import EndpointError, Reply
 
 URL = "http://127.0.0.1:9/v1"        # never opened: the tests hand the jobs their parties
 
@@ -274,7 +274,8 @@ def test_preference_pairs_follow_dominance_over_the_three_perspectives(tmp_path)
 
     parties = {"client": Scripted(lambda r: "I feel stuck."),
                "counselor": Scripted(counselor), "judge": Scripted(judge)}
-    rep = run_preference(tmp_path / "out", _cfg("preference", "preference.turns=2",
+    rep = run_preference(tmp_path / "out", _cfg("preference", "preference.stagewise=false",
+                                                "preference.turns=2",
                                                 "preference.candidates=3"), parties)
     s = rep["summary"]
     pairs = [json.loads(x) for split in ("train", "test")
@@ -347,7 +348,8 @@ def test_a_preference_run_stopped_mid_run_ends_as_an_uninterrupted_one(tmp_path)
         return {"client": Scripted(lambda r: "It is hard."), "counselor": counsel,
                 "judge": Scripted(judge)}
 
-    cfg = _cfg("preference", "batch_cases=2", "preference.turns=1", "preference.candidates=2")
+    cfg = _cfg("preference", "batch_cases=2", "preference.turns=1", "preference.candidates=2",
+               "preference.stagewise=false")
     with pytest.raises(EndpointError):
         run_preference(tmp_path / "cut", cfg, parties(Dies(counselor, calls=1)))
     assert len(_lines(tmp_path / "cut/_jobs/preference/cases.jsonl")) == 2
@@ -404,3 +406,52 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
     bigger = run_cold_start(sample_root(), tmp_path / "out",
                             _cfg("cold_start", "cold_start.count=10"), parties)
     assert len(asked) == 10 and bigger["summary"]["asked"] == 10
+
+
+def test_preference_selects_stage_by_stage_before_the_final_filtering(tmp_path):
+    """ESCRAG-R1's construction: per stage the counsellor writes notes and the judge keeps one;
+    each later stage and the replies see the notes kept; the CCJ scores pick the pair."""
+    from peer_rl.datajobs.preference import run_preference
+
+    def counselor(r):
+        text = last_user(r)
+        if '"note"' in text:
+            stage = text.split("Now the ")[1].split(" stage")[0]
+            return Reply(texts=[json.dumps({"note": f"{stage} note {k}"}) for k in range(r.n)])
+        return Reply(texts=[json.dumps({"reply": f"reply {k}"}) for k in range(r.n)])
+
+    def judge(r):
+        text = last_user(r)
+        if '"best"' in text:
+            return json.dumps({"best": 3})                 # keep the third note of each stage
+        value = 9 if "reply 0" in text else (1 if "reply 1" in text else 5)
+        dims = [d for d in ("emotional_impact", "non_lecturing_empathy", "therapeutic_alliance",
+                            "strategic_coherence", "theoretical_application",
+                            "strategy_client_fit", "problem_targeting") if f"- {d} (" in text]
+        return json.dumps({**{d: value for d in dims}, "reason": "r"})
+
+    parties = {"client": Scripted(lambda r: "I feel stuck."),
+               "counselor": Scripted(counselor), "judge": Scripted(judge)}
+    rep = run_preference(tmp_path / "out", _cfg("preference", "preference.turns=1",
+                                                "preference.candidates=2", "limit=2"), parties)
+    s = rep["summary"]
+    assert s["stage_picks"] == 3 * 2 and s["candidates"] == 2 * 2
+    asked = [last_user(req) for batch in parties["counselor"].batches for req in batch]
+    state = next(a for a in asked if "Now the state stage" in a)
+    assert "- context: context note 2" in state and "strategy note" not in state
+    reply = next(a for a in asked if '"reply"' in a)
+    assert all(f"- {st}: {st} note 2" in reply for st in ("context", "state", "strategy"))
+    pairs = [json.loads(x) for split in ("train", "test")
+             for x in _lines(tmp_path / f"out/preference/{split}.jsonl")]
+    assert len(pairs) == 2 and all((p["chosen"], p["rejected"]) == ("reply 0", "reply 1")
+                                   for p in pairs)
+    ex = [json.loads(x) for split in ("train", "test")
+          for x in _lines(tmp_path / f"out/exemplars/{split}.jsonl")]
+    assert all(e["strategy"] == "strategy note 2" for e in ex)
+    # an unparseable pick stops that round: counted, nothing guessed
+    parties["judge"] = Scripted(lambda r: "the second one" if '"best"' in last_user(r)
+                                else judge(r))
+    rep = run_preference(tmp_path / "out2", _cfg("preference", "preference.turns=1",
+                                                 "preference.candidates=2", "limit=2"), parties)
+    assert rep["summary"]["round_outcomes"]["no stage pick"] == 2
+    assert rep["summary"]["pairs"] == {"train": 0, "test": 0}

@@ -89,3 +89,14 @@ def test_round_histogram_by_relative_position():
     assert h["relative_position_histogram"] == [1, 0, 0, 1, 1, 1, 0, 0, 0, 1]
     assert h["round_histogram"] == {1: 1, 2: 1, 5: 1, 6: 1, 10: 1}
     assert abs(h["mean_relative_position"] - (0.05 + 0.45 + 0.55 + 0.95 + 0.375) / 5) < 1e-12
+
+
+def test_stage_notes_picks_and_replies():
+    from peer_rl.datajobs.parse import parse_note, parse_pick, parse_reply
+
+    assert parse_note('{"note": " job loss, exploration "}') == "job loss, exploration"
+    assert parse_note('{"note": ""}') is None and parse_note("a note") is None
+    assert parse_reply('<think>x</think>{"reply": "That sounds hard."}') == "That sounds hard."
+    assert parse_pick('{"best": 2}', 3) == 1 and parse_pick('{"best": "3"}', 3) == 2
+    for bad in ('{"best": 0}', '{"best": 4}', '{"best": true}', '{"best": "two"}', "2"):
+        assert parse_pick(bad, 3) is None, bad

@@ -134,11 +134,13 @@ def test_score_four_batched_rounds(judge, tiny_models, monkeypatch):
     reply, ref = items[0].reply, items[0].reference
     assert pref_first.index(reply) < pref_first.index(ref)
     assert pref_second.index(ref) < pref_second.index(reply)
-    # Item 3 skips step 2: round 3 sees system, (u1, a1), u3; history only in the first turn.
+    # Item 3 skips step 2: round 3 sees system, (u1, a1), u3; the history in each step round
+    # (the data card's layout), not in the preference round
     conv = calls[2][3]
     assert [m["role"] for m in conv] == ["system", "user", "assistant", "user"]
-    assert HISTORY[0]["content"] in conv[1]["content"]
-    # Item 4 has no steps: history goes into its preference turn.
+    assert all(HISTORY[0]["content"] in conv[i]["content"] for i in (1, 3))
+    assert HISTORY[0]["content"] not in calls[3][3][-1]["content"]
+    # Item 4 has no steps: its one turn is the outcome layout, history and both replies
     assert calls[3][4][1]["content"].count(HISTORY[0]["content"]) == 1
 
     # Greedy and deterministic.
