@@ -107,12 +107,8 @@ def stagewise_candidates(history: list[dict], lang: str, candidates: int, per_st
         counts["stage picks"] += 1
     texts = yield "counselor", Request(reply_messages(history, lang, notes), n=candidates,
                                        schema=REPLY_SCHEMA)
-    replies = [parse_reply(x) for x in texts]
-    unparsed += [{"turn": turn, "role": "counselor", "answer": x}
-                 for x, r in zip(texts, replies) if r is None]
-    counts["candidates"] += len(texts)
-    counts["candidates_unparsed"] += sum(r is None for r in replies)
-    return [{**notes, "reply": r} for r in replies if r is not None]
+    replies = _parsed(texts, parse_reply, counts, unparsed, turn)
+    return [{**notes, "reply": r} for r in replies]
 
 
 def oneshot_candidates(history: list[dict], lang: str, candidates: int, counts: Counter,
@@ -120,12 +116,17 @@ def oneshot_candidates(history: list[dict], lang: str, candidates: int, counts: 
     """Each candidate writes the three stages and its reply in one answer."""
     texts = yield "counselor", Request(counselor_messages(history, lang), n=candidates,
                                        schema=CANDIDATE_SCHEMA)
-    cands = [parse_candidate(x) for x in texts]
+    return _parsed(texts, parse_candidate, counts, unparsed, turn)
+
+
+def _parsed(texts: list[str], parse, counts: Counter, unparsed: list, turn: int) -> list:
+    """The counsellor's candidates that parse; the others set aside and counted."""
+    out = [parse(x) for x in texts]
     unparsed += [{"turn": turn, "role": "counselor", "answer": x}
-                 for x, c in zip(texts, cands) if c is None]
-    counts["candidates"] += len(cands)
-    counts["candidates_unparsed"] += sum(c is None for c in cands)
-    return [c for c in cands if c is not None]
+                 for x, c in zip(texts, out) if c is None]
+    counts["candidates"] += len(out)
+    counts["candidates_unparsed"] += sum(c is None for c in out)
+    return [c for c in out if c is not None]
 
 
 def preference_case(case: SeedCase, turns: int, candidates: int, min_margin: float,
