@@ -64,7 +64,7 @@ class Controller:
         self.rollout = group("rollout", on_restart=self._resync_restarted,
                              check=self._check_engine_weights)
         self.reward_model, self.redundancy = group("reward_model"), group("redundancy")
-        self.retrieval = group("retrieval")
+        self.retrieval = group("retrieval", identity=lambda r: r["pid"])
         self.weight_sync = WeightSyncGroup(
             self.policy.call, lambda: self.rollout.handles, self.rollout.wait_alive,
             tensor_parallel_size=cfg.rollout.tensor_model_parallel_size,

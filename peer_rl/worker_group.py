@@ -7,6 +7,8 @@ restarted by Ray (`max_restarts`); the group waits for it, runs its `on_restart`
 rollout pool re-syncs the policy's weights into the new engine) and redoes only that worker's
 chunk, so a retried step counts once. `check` may reject a result that a restarted worker gave
 (an engine restarted while idle answers from the initial checkpoint); it is retried the same way.
+A stateless worker restarted while idle answers correctly; `identity` (its process id, read off
+the result) still lets the group count that restart.
 `PolicyGroup` calls every FSDP rank together: a dead rank cannot be worked around (the
 collective is broken), so the survivors are killed rather than left hanging and the step fails
 with `PolicyGroupFailed`, naming the checkpoint to resume from.
@@ -48,10 +50,12 @@ class WorkerGroup:
                  replace: Callable[[str, int], object] | None = None,
                  on_restart: Callable[[int], None] | None = None,
                  check: Callable[[int, str, object], None] | None = None,
-                 step: Callable[[], int] = lambda: 0):
+                 step: Callable[[], int] = lambda: 0,
+                 identity: Callable[[object], object] | None = None):
         self.name, self.handles = name, handles        # the list Pools holds: kept in sync
         self.max_restarts, self.recovery_timeout_s = max_restarts, recovery_timeout_s
         self.replace, self.on_restart, self.check, self.step = replace, on_restart, check, step
+        self.identity, self.seen = identity, {}        # worker -> the process that answered last
         self.restarts = 0                              # workers recovered, cumulative
 
     def __len__(self) -> int:
@@ -69,6 +73,7 @@ class WorkerGroup:
                     if self.check is not None:
                         self.check(i, method, result)
                     out[i] = result
+                    self._note_identity(i, result, recovered=attempt > 0)
                     break
                 except (ray.exceptions.RayActorError, WorkerRestarted) as exc:
                     if attempt == self.max_restarts:
@@ -84,6 +89,17 @@ class WorkerGroup:
                         self.on_restart(i)
                     ref = getattr(handle, method).remote(chunks[i], *args)
         return [out[i] for i in sorted(out)]
+
+    def _note_identity(self, i: int, result, recovered: bool) -> None:
+        """Count a restart the call did not see (the worker died while idle)."""
+        if self.identity is None:
+            return
+        who = self.identity(result)
+        if not recovered and i in self.seen and self.seen[i] != who:
+            self.restarts += 1
+            print(f"[peer-rl] {self.name} worker {i} was restarted between calls; its answer "
+                  "stands (the worker keeps no state)", file=sys.stderr, flush=True)
+        self.seen[i] = who
 
     def scatter(self, method: str, items: list, *args) -> list:
         """The items split evenly over the workers, `method` on each part, flattened back."""

@@ -30,15 +30,16 @@ class RetrievalWorker:
     def search(self, queries: list[tuple[list[dict], str, str | None]], k: int) -> dict:
         """queries: (history, initial reply, dialogue id) -> {"hits": k exemplars per query as
         {"score", "id", "response", ...}, "excluded": per query, exemplars of its own dialogue
-        passed over, "seconds": the search's wall time}."""
+        passed over, "seconds": the search's wall time, "pid": this process (a restart shows)}."""
         t0 = time.perf_counter()
         if not queries:
-            return {"hits": [], "excluded": [], "seconds": 0.0}
+            return {"hits": [], "excluded": [], "seconds": 0.0, "pid": os.getpid()}
         vecs = self.encoder.encode([exemplar_key(h, r) for h, r, _ in queries])
         res = self.index.search_vectors(vecs, k, [Query(h, d) for h, _, d in queries])
         self.queries += len(queries)
         return {"hits": [[{"score": h.score, **h.exemplar} for h in row] for row in res.hits],
-                "excluded": res.excluded, "seconds": time.perf_counter() - t0}
+                "excluded": res.excluded, "seconds": time.perf_counter() - t0,
+                "pid": os.getpid()}
 
     def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "index": self.index_dir,
