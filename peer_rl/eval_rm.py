@@ -221,14 +221,9 @@ def train_seconds(model) -> float | None:
 
 
 def _readable(template, row: dict) -> bool:
-    from peer_rl.judge_prompt import RowMismatch
-    from peer_rl.multimodal import strip_tags
+    from peer_rl.judge_prompt import check_rows
 
-    try:
-        template.match(strip_tags(row["messages"]), row.get("lang", "en"))
-        return True
-    except RowMismatch:
-        return False
+    return check_rows(template, [("", row)]).mismatched == 0
 
 
 def _template_report(model, rows: list[dict]) -> dict:

@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from peer_rl.reasoning import join_turns
+
 TEMPLATE_FILE = "judge_template.json"
 VERSION = 2
 
@@ -190,8 +192,7 @@ class JudgeTemplate:
     # ------------------------------------------------------------------------- rendering
     def history_text(self, history: list[dict], lang: str) -> str:
         t = self.text[lang]
-        return t["turn_separator"].join(t["roles"].get(turn["role"], f"{turn['role']}: ")
-                                        + self._safe(turn["content"]) for turn in history)
+        return join_turns(history, t["roles"], t["turn_separator"], self._safe)
 
     def system(self, lang: str) -> dict:
         return {"role": "system", "content": self.text[lang]["system"]}

@@ -180,7 +180,11 @@ def fit_template(rows: list[tuple[str, dict]]) -> tuple[JudgeTemplate, dict]:
     for lang, part in sorted(by_lang.items()):
         layout = ["system"] + ["user", "assistant"] * 4
         shaped = [r for _, r in part if [m.get("role") for m in r["messages"]] == layout]
-        text[lang] = fit_language(shaped)
+        try:
+            text[lang] = fit_language(shaped)
+        except ValueError as exc:
+            raise ValueError(f"language {lang!r} ({len(part)} row(s), {len(shaped)} with the "
+                             f"9-message layout; first {part[0][0]}): {exc}") from None
     template = JudgeTemplate(text=text)
     check = check_rows(template, rows, keep=20)
     for lang, part in sorted(by_lang.items()):

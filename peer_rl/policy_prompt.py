@@ -22,7 +22,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peer_rl.reasoning import policy_messages
+from peer_rl.reasoning import join_turns, policy_messages
 
 TEMPLATE_FILE = "policy_template.json"
 VERSION = 1
@@ -75,8 +75,7 @@ class PolicyTemplate:
 
     def history_text(self, history: list[dict], lang: str) -> str:
         t = self.text[lang]
-        return t["turn_separator"].join(t["roles"].get(x["role"], f"{x['role']}: ") + x["content"]
-                                        for x in history)
+        return join_turns(history, t["roles"], t["turn_separator"])
 
     def messages(self, history: list[dict], lang: str, visual: bool = False) -> list[dict]:
         """The chat the policy answers: its system message and one user turn."""
@@ -201,7 +200,8 @@ def fit_policy_template(rows: list[dict]) -> tuple[PolicyTemplate, dict]:
         # a gap is separator + the next utterance's role prefix: the separator is the common
         # start of all gaps, each role's prefix the rest
         all_gaps = prefix_of["seeker"] | prefix_of["supporter"]
-        sep = _common_start(sorted(all_gaps)) if len(all_gaps) > 1 else entry["turn_separator"]
+        sep = os.path.commonprefix(sorted(all_gaps)) if len(all_gaps) > 1 \
+            else entry["turn_separator"]
         sep = sep[:sep.rindex("\n") + 1] if "\n" in sep else sep
         roles = dict(entry["roles"])
         for role, gaps in prefix_of.items():
@@ -228,10 +228,6 @@ def fit_policy_template(rows: list[dict]) -> tuple[PolicyTemplate, dict]:
             if len(report["examples"]) < 5:
                 report["examples"].append(str(r.get("id", "?")))
     return template, report
-
-
-def _common_start(strings: list[str]) -> str:
-    return os.path.commonprefix(strings)
 
 
 

@@ -83,9 +83,16 @@ def format_complete(text: str) -> bool:
     return parse_structured(text).complete
 
 
+def join_turns(history: list[dict], roles: dict[str, str], separator: str = "\n",
+               clean=lambda text: text) -> str:
+    """Utterances as `<role prefix><text>`, joined: the one history layout every prompt and
+    template renders (an unknown role is written `<role>: `; `clean` treats the text)."""
+    return separator.join(roles.get(t["role"], f"{t['role']}: ") + clean(t["content"])
+                          for t in history)
+
+
 def render_history(history: list[dict], lang: str) -> str:
-    names = ROLE_NAMES[lang]
-    return "\n".join(f"{names.get(t['role'], t['role'])}: {t['content']}" for t in history)
+    return join_turns(history, {role: f"{name}: " for role, name in ROLE_NAMES[lang].items()})
 
 
 _SYSTEM = {
