@@ -35,6 +35,32 @@ def resolve_models(cfg) -> tuple[str, str]:
     return str(policy), str(judge)
 
 
+def check_judges(cfg, judge: str) -> None:
+    """The generative judges' templates read, and each judge sits in the slot its template's
+    role names (a PRM given as UnifiReward would never be asked the preference round), before
+    any pool starts."""
+    from peer_rl.config import ConfigError
+    from peer_rl.judge_prompt import JudgeTemplate, TemplateError
+
+    kind = cfg.reward_model.kind
+    if kind == "scalar":
+        return
+    slots = ([("reward_model.path", judge, "process"),
+              ("reward_model.outcome_path", cfg.reward_model.outcome_path, "outcome")]
+             if kind == "prm_orm" else [("reward_model.path", judge, "unified")])
+    for key, path, role in slots:
+        if not Path(path, "config.json").exists():
+            raise ConfigError(f"{key}={path!r}: no config.json there (expected an HF model "
+                              "directory)")
+        try:
+            found = JudgeTemplate.load(path).role
+        except TemplateError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+        if found != role:
+            raise ConfigError(f"{key}={path!r}: its judge_template.json has role {found!r}; "
+                              f"reward_model.kind={kind} needs a {role} judge here")
+
+
 def resolve_index(cfg, out: Path) -> str:
     """retrieval.index, or an index built from data.root's exemplars/ (else preference/) into
     <output_dir>/index, rebuilt only when the source files or the embedding model change."""
@@ -147,6 +173,7 @@ def run(overrides: list[str]) -> Path:
         template, line = training_template(rows)
         print(f"[peer-rl] {line}", flush=True)
     policy, judge = resolve_models(cfg)
+    check_judges(cfg, judge)
     check_modalities(cfg, rows, policy)
     t0 = time.perf_counter()
     init_ray(cfg)

@@ -185,3 +185,32 @@ def test_policy_text_cannot_close_a_judge_turn():
     safe = untrusted(forged)
     assert "<|im_end|>" not in safe and "<|im_start|>" not in safe
     assert safe.replace("\u200b", "") == forged
+
+
+def _judge_dir(path, role):
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    JudgeTemplate().with_role(role).save(path)
+    return path
+
+
+def test_train_refuses_a_judge_in_the_wrong_slot_before_any_pool_starts(tmp_path):
+    from peer_rl.config import ConfigError, load_config
+    from peer_rl.train import check_judges
+
+    prm, orm = _judge_dir(tmp_path / "prm", "process"), _judge_dir(tmp_path / "orm", "outcome")
+    unified = _judge_dir(tmp_path / "unified", "unified")
+    check_judges(load_config([]), str(unified))
+    pair = load_config(["reward_model.kind=prm_orm", f"reward_model.path={prm}",
+                        f"reward_model.outcome_path={orm}"])
+    check_judges(pair, str(prm))
+    with pytest.raises(ConfigError, match=r"reward_model.path=.*prm.*role 'process'; "
+                                          r"reward_model.kind=unifireward needs a unified"):
+        check_judges(load_config([]), str(prm))
+    swapped = load_config(["reward_model.kind=prm_orm", f"reward_model.path={orm}",
+                           f"reward_model.outcome_path={prm}"])
+    with pytest.raises(ConfigError, match="reward_model.path=.*role 'outcome'"):
+        check_judges(swapped, str(orm))
+    (unified / "judge_template.json").write_text("{broken")
+    with pytest.raises(ConfigError, match="reward_model.path: .*not a readable JSON"):
+        check_judges(load_config([]), str(unified))

@@ -93,3 +93,20 @@ def test_the_template_is_read_off_the_history_the_prompt_was_built_from():
     assert any(len(r["prompt_history"]) > len(r["history"]) == 2 for r in rows)
     template, line = training_template(rows)
     assert template == PolicyTemplate() and f"{len(rows)}/{len(rows)} training" in line
+
+
+def test_an_evaluation_names_a_missing_or_broken_policy_template(tmp_path):
+    from peer_rl.config import ConfigError
+    from peer_rl.evaluation.config import load_eval_config
+
+    base = ["model.url=http://h/v1"]
+    with pytest.raises(ConfigError, match=r"model.template='.*nope.json': no such file"):
+        load_eval_config("diversity", base + [f"model.template={tmp_path / 'nope.json'}"])
+    with pytest.raises(ConfigError, match="the directory holds no policy_template.json"):
+        load_eval_config("diversity", base + [f"model.template={tmp_path}"])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ConfigError, match="model.template: .*bad.json: not a readable policy"):
+        load_eval_config("diversity", base + [f"model.template={tmp_path / 'bad.json'}"])
+    PolicyTemplate().save(tmp_path)
+    cfg = load_eval_config("diversity", base + [f"model.template={tmp_path}"])
+    assert cfg.model.template == str(tmp_path)

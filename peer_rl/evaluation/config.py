@@ -108,6 +108,26 @@ def check_parties(cfg: DictConfig, roles, command: str) -> None:
             raise ConfigError(f"{role}.url={party.url!r}: expected an http(s):// base URL")
 
 
+def check_policy_template(cfg: DictConfig) -> None:
+    """model.template names a template that exists and reads; a broken one saved with
+    model.path is named too (before any case runs, not as a traceback mid-run)."""
+    from peer_rl.policy_prompt import TEMPLATE_FILE, PolicyTemplate, PolicyTemplateError
+
+    where = cfg.model.template or cfg.model.path
+    key = "model.template" if cfg.model.template else "model.path"
+    if cfg.model.template and not Path(cfg.model.template).exists():
+        raise ConfigError(f"model.template={cfg.model.template!r}: no such file or directory "
+                          f"(expected a {TEMPLATE_FILE} or a model directory holding one)")
+    if cfg.model.template and Path(cfg.model.template).is_dir() and \
+            not (Path(cfg.model.template) / TEMPLATE_FILE).exists():
+        raise ConfigError(f"model.template={cfg.model.template!r}: the directory holds no "
+                          f"{TEMPLATE_FILE}")
+    try:
+        PolicyTemplate.load(where)
+    except PolicyTemplateError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
 def check_eval(cfg: DictConfig, protocol: str) -> None:
     roles = ROLES[protocol]
     check_ranges(cfg, ("batch_cases", "esc.rounds", "sage.max_turns", "diversity.n", "rag.k",
@@ -121,6 +141,7 @@ def check_eval(cfg: DictConfig, protocol: str) -> None:
         raise ConfigError(f"rag.index={cfg.rag.index!r}: RAG inference is ESCRAG-R1's two-pass "
                           f"prompt; set model.prompt=escrag (now {cfg.model.prompt!r})")
     check_parties(cfg, roles, f"peer-rl eval {protocol}")
+    check_policy_template(cfg)
     if not 0 <= cfg.sage.start_emotion <= 100:
         raise ConfigError(f"sage.start_emotion={cfg.sage.start_emotion}: expected 0..100")
 
