@@ -28,6 +28,7 @@ def main(overrides: list[str]) -> int:
         out = run(list(overrides) + extra + ["trainer.save_freq=0"])
         recs = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
         cfg = OmegaConf.load(Path(out) / "config.yaml")
+        memory = json.loads((Path(out) / "memory.json").read_text())["peak_rss_gib"]
     timed = recs[1:] or recs
     print(f"\nper-stage time of a GRPO step (median over steps {timed[0]['step']}-{timed[-1]['step']}, "
           f"first step excluded as warm-up)")
@@ -37,6 +38,9 @@ def main(overrides: list[str]) -> int:
         sec = float(np.median([r[f"timing/{stage}"] for r in timed]))
         print(f"{stage:12s} {sec:9.3f} {100 * sec / total:6.1f}%")
     print(f"rollout tokens/s (median): {np.median([r['rollout/tokens_per_s'] for r in timed]):.0f}")
+    print("peak resident memory, GiB per worker: "
+          + "; ".join(f"{pool} {peaks}" for pool, peaks in memory.items())
+          + f" (sum {sum(sum(p) for p in memory.values()):.1f})")
     _image_share(timed, total, cfg)
     return 0
 

@@ -82,7 +82,7 @@ def load_pairs(root, train_files, tokenizer, max_length: int, skip_invalid: bool
 
     pairs, summary = [], {"rows": 0, "too_long": 0, "invalid": 0, "files": {}}
     for rel in train_files:
-        _, ds, n_bad = load_rows(root, rel, skip_invalid)
+        _, ds, n_bad, _ = load_rows(root, rel, skip_invalid)
         built, dropped = pair_examples([dict(r) for r in ds], tokenizer, max_length)
         pairs += built
         summary["files"][rel] = len(built)

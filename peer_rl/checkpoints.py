@@ -19,6 +19,22 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
 
 
+def prune_checkpoints(output_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints (keep 0: none deleted); returns
+    what was deleted. Incomplete ones (.tmp, no state) are left to the next save."""
+    import shutil
+
+    if keep <= 0:
+        return []
+    ckpts = sorted((p for p in (Path(output_dir) / "checkpoints").glob("step_*")
+                    if p.is_dir() and not p.name.endswith(".tmp") and (p / STATE_FILE).exists()),
+                   key=lambda p: int(p.name.split("_")[1]))
+    gone = ckpts[:-keep]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
+
+
 def resume_checkpoint(cfg, output_dir: Path) -> Path | None:
     """The checkpoint `resume=` points at: None (disable), the newest complete one (auto), or
     the directory given."""

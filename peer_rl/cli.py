@@ -267,6 +267,7 @@ def _eval_rm(args) -> int:
         report = evaluate_rm(root, args.model or args.prm, args.out, max_tokens=args.max_tokens,
                              kv_cache_gib=args.kv_cache_gib, max_model_len=args.max_model_len,
                              limit=args.limit, images=not args.no_images,
+                             pattern=args.pattern,
                              outcome_model=args.orm or None)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -277,6 +278,11 @@ def _eval_rm(args) -> int:
               f"saved template (the RL-time judge is asked through it), e.g. "
               f"{t['examples'][0]}", file=sys.stderr)
     print(format_table(report["metrics"]))
+    if report["majority_baseline"]["metrics"]:
+        base = report["majority_baseline"]
+        print(f"majority-label baseline (always {base['verdicts']}, from "
+              f"{base['from']}):")
+        print(format_table(base["metrics"]))
     print(f"{report['n_rows'] - report['n_too_long']} SER test chat(s) judged in "
           f"{report['seconds']:.1f} s ({report['n_too_long']} too long for the context); "
           f"{report['note']}")
@@ -373,6 +379,17 @@ def _eval_compare(args) -> int:
     print(md.read_text(encoding="utf-8"))
     print(f"wrote {md.resolve()}")
     return 0
+
+
+def _chain(args) -> int:
+    from peer_rl.chain import run_chain
+    from peer_rl.config import ConfigError
+
+    try:
+        return run_chain(args.name, args.overrides, only=args.only, dry_run=args.dry_run)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _chat(args) -> int:
@@ -482,9 +499,10 @@ def main(argv: list[str] | None = None) -> int:
                            "[key=value ...]; prints the output directory at the end")
         p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
         p.set_defaults(fn=lambda args, kind=kind: _supervised(args, kind))
-    from peer_rl import judge_template_cmd
+    from peer_rl import judge_template_cmd, models_cmd
 
     judge_template_cmd.add_parser(sub)
+    models_cmd.add_parser(sub)
     ev = sub.add_parser("eval", help="evaluations").add_subparsers(dest="eval_cmd", required=True)
     p = ev.add_parser("rm", help="UnifiReward on the SER test splits: step / preference "
                       "accuracy, error recall, consistency, parse failures, per language "
@@ -499,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-cache-gib", type=float, default=1.0)
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--limit", type=int, default=0, help="judge only the first N rows (0: all)")
+    p.add_argument("--pattern", default="*_test", help="which ser/ test files (en/*_test: the "
+                   "English rows); the majority baseline reads their _train twins")
     p.add_argument("--no-images", action="store_true",
                    help="judge visual rows on their words alone (the paper's ablation)")
     p.set_defaults(fn=_eval_rm)
@@ -514,6 +534,14 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_eval_pairs)
     _add_eval_protocols(ev)
     _add_index(sub)
+    p = sub.add_parser("chain", help="a pipeline of stages (fetch, sft, train-rm, eval rm, GRPO "
+                       "per recipe and seed, evaluations), then a comparison report")
+    p.add_argument("name", help="a chain in recipes/chains (e.g. smollm2) or a YAML path")
+    p.add_argument("overrides", nargs="*", help="chain values: out=DIR seeds=[0,1] ...")
+    p.add_argument("--only", nargs="*", help="run just these stages (the report then shows "
+                   "what is on disk)")
+    p.add_argument("--dry-run", action="store_true", help="list what would run")
+    p.set_defaults(fn=_chain)
     p = sub.add_parser("chat", help="talk to a model in the terminal (the reply shown; "
                        "/reasoning toggles the rest)")
     p.add_argument("model", help="a local model directory or an OpenAI-compatible base URL")

@@ -13,6 +13,13 @@ from pathlib import Path
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.ConfigError)
+from peer_rl.pinned_models import pinned_dir
+
+# `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.pinned_models)
+if not OmegaConf.has_resolver("pinned"):
+    OmegaConf.register_resolver("pinned", pinned_dir)
+
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
@@ -26,6 +33,9 @@ class DataConfig:
     shuffle: bool = True
     seed: int = 0
     skip_invalid: bool = False           # drop (and count) invalid rows instead of failing
+    # only rows in these languages (english, chinese; [] = all), the others counted; a model
+    # whose card names its languages refuses rows outside them
+    languages: list[str] = field(default_factory=list)
     # the last k history turns go to the judge and the redundancy check (s_hist); the policy's
     # prompt is the row's own `messages`
     max_history_turns: int = 8
@@ -175,6 +185,8 @@ class TrainerConfig:
     # each checkpoint also holds policy/model/ in HF format (one full gather on rank 0), which
     # `peer-rl eval` / `chat` / vLLM load; resume always reads the sharded policy/dcp/
     save_hf_model: bool = True
+    # keep the newest k checkpoints, delete older ones after each save (verl's name; 0 = all)
+    max_actor_ckpt_to_keep: int = 0
     output_dir: str = "outputs/${experiment_name}"
     seed: int = 0
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
@@ -236,10 +248,6 @@ class PeerRLConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     eval: TrainEvalConfig = field(default_factory=TrainEvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def yaml_by_name(name: str, directory: Path, what: str) -> Path:

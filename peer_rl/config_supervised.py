@@ -31,6 +31,8 @@ class SupervisedDataConfig:
     train_files: list[str] = field(default_factory=lambda: ["ser/*/*_train.jsonl"])
     skip_invalid: bool = False              # drop (and count) invalid rows instead of failing
     max_rows: int = 0                       # 0 = all rows (a cap is handy for smoke runs)
+    # only rows in these languages (english, chinese; [] = all), the others counted
+    languages: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -31,7 +31,8 @@ import ray
 import torch
 
 from peer_rl.algos import get_adv_estimator
-from peer_rl.checkpoints import PROMPTS_FILE, STATE_FILE, latest_checkpoint, resume_checkpoint
+from peer_rl.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, prune_checkpoints,
+                                 resume_checkpoint)
 from peer_rl.dataloader import Cursor, PromptLoader
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.step_batch import ScoredBatch, update_batch
@@ -44,11 +45,13 @@ TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
 
 class Controller:
     def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path,
-                 policy_template=None):
+                 policy_template=None, side_files: dict[str, str] | None = None):
         self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
         # peer_rl.policy_prompt.PolicyTemplate: written beside every exported policy, so an
         # evaluation asks it the way it was trained (None: the method builds its own prompts)
         self.policy_template = policy_template
+        # name -> text written beside every exported policy (the start model's card)
+        self.side_files = dict(side_files or {})
         self.G = cfg.rollout.n
         self.step = 0
         self.scoring_step = 0            # the step (0-based) stages 2-5 are working for
@@ -104,8 +107,8 @@ class Controller:
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "policy").mkdir(parents=True)
         self.policy.call("save_checkpoint", str(tmp / "policy"), self.cfg.trainer.save_hf_model)
-        if self.policy_template is not None and (tmp / "policy" / "model").is_dir():
-            self.policy_template.save(tmp / "policy" / "model")
+        if (tmp / "policy" / "model").is_dir():
+            self._write_side_files(tmp / "policy" / "model")
         cursor = self.resume_cursor or self.loader.cursor.state()
         state = {"step": self.step, "cursor": cursor,
                  "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
@@ -115,7 +118,40 @@ class Controller:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        prune_checkpoints(self.out, self.cfg.trainer.max_actor_ckpt_to_keep)
         return final
+
+    def write_memory(self) -> dict:
+        """memory.json: each pool's peak resident memory per worker (GiB), from the workers'
+        health probes; a worker that does not answer is left out and named."""
+        import ray
+
+        pools = {"rollout": self.pools.rollout, "reward_model": self.pools.reward_model,
+                 "actor": self.pools.actor, "redundancy": self.pools.redundancy,
+                 "retrieval": self.pools.retrieval}
+        out, missing = {}, []
+        for name, handles in pools.items():
+            peaks = []
+            for i, h in enumerate(handles):
+                try:
+                    peaks.append(ray.get(h.health.remote(), timeout=60)["peak_rss_bytes"] / 2**30)
+                except Exception:            # a dead or busy worker: the figure is unknown
+                    missing.append(f"{name}[{i}]")
+            if peaks:
+                out[name] = [round(p, 2) for p in peaks]
+        report = {"peak_rss_gib": out, "unanswered": missing,
+                  "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
+        (self.out / "memory.json").write_text(json.dumps(report, indent=1) + "\n")
+        print("[peer-rl] peak resident memory (GiB per worker): "
+              + "; ".join(f"{k} {v}" for k, v in out.items())
+              + (f"; no answer from {missing}" if missing else ""), flush=True)
+        return report
+
+    def _write_side_files(self, directory: Path) -> None:
+        if self.policy_template is not None:
+            self.policy_template.save(directory)
+        for name, text in self.side_files.items():
+            (directory / name).write_text(text, encoding="utf-8")
 
     def export_final(self) -> Path:
         """<output_dir>/final: the trained policy as a plain Hugging Face model directory
@@ -124,8 +160,7 @@ class Controller:
         final, tmp = self.out / "final", self.out / "final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         self.policy.call("export_hf", str(tmp))
-        if self.policy_template is not None:
-            self.policy_template.save(tmp)
+        self._write_side_files(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -314,10 +349,13 @@ class Controller:
             bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")
             if (save_freq and self.step % save_freq == 0) or self.step == total:
                 ckpt = self.save_checkpoint()
+                if self.step < total:     # a run stopped between checkpoints still has one
+                    self.write_memory()
         bar.close()
         if self.step == total and ckpt is not None:
             self.export_final()
         self.metrics.close()
+        self.write_memory()
         from peer_rl.plot import plot_curves
 
         plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",

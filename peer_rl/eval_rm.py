@@ -118,6 +118,17 @@ def rm_metrics(labels: list[Verdicts], predictions: list[Verdicts]) -> dict:
     }
 
 
+def majority_verdicts(rows: list[dict]) -> Verdicts:
+    """The constant judge: the commoner label of each step and the commonest preference over
+    `rows` (ties to True, then to the preference listed first in rewards.Preference)."""
+    labels = [ser_labels(r) for r in rows]
+    if not labels:
+        raise ValueError("no rows to take a majority label from")
+    steps = tuple(2 * sum(y.steps[k] for y in labels) >= len(labels) for k in range(3))
+    counts = {p: sum(y.preference == p for y in labels) for p in Preference}
+    return Verdicts(steps, max(counts, key=lambda p: counts[p]))
+
+
 def grouped_metrics(rows: list[dict], predictions: list[Verdicts]) -> dict[str, dict]:
     """rm_metrics per '<lang>/<modality>' group (sorted) and over everything ('all')."""
     labels = [ser_labels(r) for r in rows]
@@ -198,6 +209,10 @@ def judge_rows_pair(pair, rows: list[dict], images: bool = True) -> list[list[st
     return [s + [p] for s, p in zip(steps, prefs)]
 
 
+def _verdicts_json(v: Verdicts) -> dict:
+    return {"steps": list(v.steps), "preference": v.preference.name if v.preference else None}
+
+
 def _fits(worker, row: dict) -> bool:
     """The whole chat (with verdict-length answers) fits the judge's context."""
     tok, limit = getattr(worker, "tokenizer", None), getattr(worker, "max_model_len", None)
@@ -249,6 +264,8 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     rows = load_test_rows(root, pattern)
     if limit:
         rows = rows[:limit]
+    train_pattern = pattern.replace("_test", "_train")
+    majority_rows = load_test_rows(root, train_pattern) if train_pattern != pattern else rows
     template = _template_report(model, rows)
     pair = outcome_model is not None
     own = worker is None
@@ -288,6 +305,12 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
                  "judge)"),
         "template": template,
         "metrics": grouped_metrics(kept, predictions) if kept else {},
+        # what a judge that always answers the training split's majority labels scores here
+        "majority_baseline": {
+            "from": train_pattern if train_pattern != pattern else pattern,
+            "verdicts": _verdicts_json(majority_verdicts(majority_rows)),
+            "metrics": (grouped_metrics(kept, [majority_verdicts(majority_rows)] * len(kept))
+                        if kept else {})},
         "seconds": round(seconds, 2),
         "samples": [{"id": r.get("id"), "group": group_key(r), "answers": a}
                     for r, a in zip(kept, answers)],

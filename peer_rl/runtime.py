@@ -45,3 +45,11 @@ def init_ray(cfg, dashboard: bool = False) -> None:
         kwargs |= {"num_cpus": cfg.ray.num_cpus or os.cpu_count(), "include_dashboard": dashboard,
                    "dashboard_host": cfg.ray.dashboard_host}
     ray.init(**kwargs)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB). On CPU a vLLM
+    engine runs inside its worker's process, so a pool's figure includes its engine."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

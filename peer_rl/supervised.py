@@ -189,27 +189,30 @@ def build_examples(rows, subset: str, tokenizer, max_length: int,
     return Examples(out, n, too_long, images)
 
 
-def load_rows(root: str | Path, rel: str, skip_invalid: bool = False):
+def load_rows(root: str | Path, rel: str, skip_invalid: bool = False, languages=()):
     """Validated rows of one `data.train_files` entry (a path under ser/ or sft/, globs allowed
-    in the file part); returns (subset, datasets.Dataset, n_skipped_invalid)."""
+    in the file part); returns (subset, datasets.Dataset, n_skipped_invalid, filtered: rows
+    of other languages, per language)."""
     from peer_rl.data.loading import load_subset
 
     parts = Path(rel).parts
     subset, pattern = parts[0], str(Path(*parts[1:]))
-    res = load_subset(root, subset, pattern, skip_invalid=skip_invalid)
-    return subset, res.dataset, res.n_skipped
+    res = load_subset(root, subset, pattern, skip_invalid=skip_invalid, languages=languages)
+    return subset, res.dataset, res.n_skipped, res.filtered
 
 
 def load_examples(root: str | Path, train_files, tokenizer, max_length: int,
                   skip_invalid: bool = False, max_rows: int = 0,
                   image_tokens=None, view: str = "unified",
-                  template=None) -> tuple[list[dict], dict]:
+                  template=None, languages=()) -> tuple[list[dict], dict]:
     """All examples of data.train_files, in file order, with a summary of what was read;
     SER rows are taken in `view` (ser_view; `template` reads them for the outcome view)."""
     examples, summary = [], {"rows": 0, "too_long": 0, "invalid": 0, "with_images": 0,
-                             "unreadable": 0, "files": {}}
+                             "unreadable": 0, "other_languages": {}, "files": {}}
     for rel in train_files:
-        subset, ds, n_bad = load_rows(root, rel, skip_invalid)
+        subset, ds, n_bad, filtered = load_rows(root, rel, skip_invalid, languages)
+        for lang, n in filtered.items():
+            summary["other_languages"][lang] = summary["other_languages"].get(lang, 0) + n
         if subset == "ser" and view != "unified":
             ds, unread = ser_view(ds, view, template)
             summary["unreadable"] += unread

@@ -28,8 +28,10 @@ def resolve_models(cfg) -> tuple[str, str]:
         else:
             tiny = supervised_trainer.ensure_trained_tiny_models(cache, address)
             policy, judge = policy or tiny["policy"], judge or tiny["judge"]
+    from peer_rl.pinned_models import ensure_model
+
     for key, path in (("model.path", policy), ("reward_model.path", judge)):
-        if not Path(path, "config.json").exists():
+        if not Path(ensure_model(path), "config.json").exists():
             raise FileNotFoundError(f"{key}={path!r}: no config.json there (expected an HF model "
                                     "directory)")
     return str(policy), str(judge)
@@ -48,8 +50,10 @@ def check_judges(cfg, judge: str) -> None:
     slots = ([("reward_model.path", judge, "process"),
               ("reward_model.outcome_path", cfg.reward_model.outcome_path, "outcome")]
              if kind == "prm_orm" else [("reward_model.path", judge, "unified")])
+    from peer_rl.pinned_models import ensure_model
+
     for key, path, role in slots:
-        if not Path(path, "config.json").exists():
+        if not Path(ensure_model(path), "config.json").exists():
             raise ConfigError(f"{key}={path!r}: no config.json there (expected an HF model "
                               "directory)")
         try:
@@ -105,7 +109,11 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
         if not (root / rel).exists():
             raise FileNotFoundError(f"data.train_files: {root / rel} does not exist")
         subset, name = Path(rel).parts[0], Path(rel).name
-        res = load_subset(root, subset, name, skip_invalid=cfg.data.skip_invalid)
+        res = load_subset(root, subset, name, skip_invalid=cfg.data.skip_invalid,
+                          languages=cfg.data.languages)
+        if res.filtered:
+            print(f"[peer-rl] {rel}: data.languages={list(cfg.data.languages)}: left out "
+                  f"{res.n_filtered} row(s) ({res.filtered})", file=sys.stderr)
         if res.n_skipped:
             reasons = Counter()
             for rep in res.reports:
@@ -157,6 +165,7 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
 def run(overrides: list[str]) -> Path:
     from peer_rl.checkpoints import resume_checkpoint, saved_prompt_selection
     from peer_rl.controller import Controller
+    from peer_rl.pinned_models import card_files, check_languages
     from peer_rl.placement import PoolFactory
 
     cfg = load_config(overrides)
@@ -175,6 +184,7 @@ def run(overrides: list[str]) -> Path:
     policy, judge = resolve_models(cfg)
     check_judges(cfg, judge)
     check_modalities(cfg, rows, policy)
+    check_languages(Counter(r["language"] for r in rows), policy, "model.path")
     t0 = time.perf_counter()
     init_ray(cfg)
     index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
@@ -186,7 +196,8 @@ def run(overrides: list[str]) -> Path:
               f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
               f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
               + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""), flush=True)
-        steps = Controller(cfg, pools, rows, out, policy_template=template).fit()
+        steps = Controller(cfg, pools, rows, out, policy_template=template,
+                           side_files=card_files(policy)).fit()
     finally:
         factory.shutdown(pools)
         import ray

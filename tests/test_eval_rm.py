@@ -4,8 +4,8 @@ import json
 import pytest
 from PIL import Image
 
-from peer_rl.eval_rm import (Verdicts, evaluate_rm, format_table, grouped_metrics, rm_metrics,
-                             ser_labels)
+from peer_rl.eval_rm import (Verdicts, evaluate_rm, format_table, grouped_metrics,
+                             majority_verdicts, rm_metrics, ser_labels)
 from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS, JudgeTemplate
 from peer_rl.rewards import Preference
 
@@ -239,3 +239,25 @@ def test_eval_rm_cli_refuses_a_directory_without_a_model(tmp_path, capsys):
 
     assert main(["eval", "rm", "--model", str(tmp_path), "--out", str(tmp_path / "x.json")]) == 2
     assert "no config.json there" in capsys.readouterr().err
+
+
+def test_the_majority_baseline_answers_the_train_splits_commonest_labels(ser_root):
+    """The one train row (T, T, T / TIE) is the majority; on the six test rows that constant
+    judge gets step 1 4/6, step 2 3/6, step 3 4/6, the preference 2/6 (en-4 and zh-2), the
+    whole pattern 1/6 (en-4), and recalls no error."""
+    report = evaluate_rm(ser_root, "scripted", worker=ScriptedJudge())
+    base = report["majority_baseline"]
+    assert base["from"] == "*_train"
+    assert base["verdicts"] == {"steps": [True, True, True], "preference": "TIE"}
+    m = base["metrics"]["all"]
+    assert m["step_accuracy"] == pytest.approx({"step1": 4 / 6, "step2": 3 / 6, "step3": 4 / 6})
+    assert m["preference_accuracy"] == pytest.approx(2 / 6)
+    assert m["consistency"] == pytest.approx(1 / 6)
+    assert m["error_recall"] == {"step1": 0.0, "step2": 0.0, "step3": 0.0}
+    assert m["parse_failure_rate"] == 0.0
+
+
+def test_majority_ties_go_to_true_and_the_first_preference():
+    rows = [ser_row(("a", "en", False, (T, F, T), SECOND, None)),
+            ser_row(("b", "en", False, (F, T, F), FIRST, None))]
+    assert majority_verdicts(rows) == Verdicts((True, True, True), FIRST)

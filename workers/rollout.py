@@ -12,6 +12,7 @@ import time
 
 from peer_rl.multimodal import attach_images, for_vllm, strip_tags
 from peer_rl.protocol import Prompt, Sample, SamplingConfig
+from peer_rl.runtime import peak_rss_bytes
 from workers.vllm_engine import make_llm, on_cpu
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,8 @@ class RolloutWorker:
                 "multimodal": self.multimodal, "weight_syncs": self.weight_syncs,
                 "policy_version": self.policy_version,
                 "start_seconds": round(self.start_seconds, 2),
-                "probe_seconds": round(time.perf_counter() - t0, 4)}
+                "probe_seconds": round(time.perf_counter() - t0, 4),
+                "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
         """Stop the engine's processes now rather than at interpreter exit."""

@@ -12,6 +12,7 @@ import os
 import time
 
 from peer_rl.bradley_terry import rm_messages
+from peer_rl.runtime import peak_rss_bytes
 from workers.vllm_engine import make_llm, on_cpu
 
 
@@ -53,7 +54,7 @@ class ScalarRewardWorker:
     def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "model": self.model_path, "scored": self.scored,
                 "device": "cpu" if on_cpu() else "cuda",
-                "start_seconds": round(self.start_seconds, 2)}
+                "start_seconds": round(self.start_seconds, 2), "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
         core = getattr(self.llm.llm_engine, "engine_core", None)

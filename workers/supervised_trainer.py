@@ -143,6 +143,7 @@ def train_loop(config: dict) -> None:
         examples, _ = load_examples(config["data_root"], config["train_files"], tokenizer,
                                     config["max_length"], config["skip_invalid"],
                                     config["max_rows"], image_tokens=image_token_counter(vision),
+                                    languages=config["languages"],
                                     **_view(config["kind"], config["extra_files"]))
     n, bs, micro, total = len(examples), config["batch_size"], config["micro_batch_size"], config["total_steps"]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -282,10 +283,27 @@ def resolve_model(cfg, kind: str) -> str:
             path = ensure_tiny_reward_model(cache)
         else:
             path = ensure_tiny_models(cache)["policy" if kind == "sft" else "judge"]
-    if not Path(path, "config.json").exists():
+    from peer_rl.pinned_models import ensure_model
+
+    if not Path(ensure_model(path), "config.json").exists():
         raise FileNotFoundError(f"model.path={path!r}: no config.json there (expected an HF "
                                 "model directory)")
     return str(Path(path).resolve())
+
+
+def check_row_languages(cfg, model_path: str, root: Path) -> None:
+    """peer_rl.train.check_languages on the rows this stage would train on."""
+    from collections import Counter
+
+    from peer_rl.data.loading import row_language
+    from peer_rl.pinned_models import check_languages
+    from peer_rl.supervised import load_rows
+
+    found = Counter()
+    for rel in cfg.data.train_files:
+        _, ds, _, _ = load_rows(root, rel, cfg.data.skip_invalid, cfg.data.languages)
+        found.update(row_language(r) for r in ds)
+    check_languages(found, model_path, "model.path")
 
 
 def judge_template_text(cfg, model_path: str, examples_root: Path) -> str:
@@ -348,7 +366,7 @@ def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
     for rel in cfg.data.train_files:
         if Path(rel).parts[0] != "sft":
             continue                    # cold_start/: the ESCRAG-R1 prompt, not this template
-        _, ds, _ = load_rows(root, rel, cfg.data.skip_invalid)
+        _, ds, _, _ = load_rows(root, rel, cfg.data.skip_invalid, cfg.data.languages)
         for row in ds:
             checked += 1
             differ += not template.reads(row["messages"], row["language"],
@@ -415,6 +433,10 @@ def run_supervised(cfg, kind: str) -> Path:
         extra[TEMPLATE_FILE] = judge_template_text(cfg, model_path, root)
     elif kind == "sft":
         extra.update(sft_policy_template(cfg, model_path, root))
+    from peer_rl.pinned_models import card_files
+
+    check_row_languages(cfg, model_path, root)
+    extra.update(card_files(model_path))
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -432,7 +454,7 @@ def run_supervised(cfg, kind: str) -> Path:
                                           cfg.trainer.max_length, cfg.data.skip_invalid,
                                           cfg.data.max_rows,
                                           image_tokens=image_token_counter(vision),
-                                          **_view(kind, extra))
+                                          languages=cfg.data.languages, **_view(kind, extra))
         what = f"example(s) ({summary['target_tokens']} target tokens)"
         if summary["unreadable"]:
             what += (f"; {summary['unreadable']} SER row(s) skipped: the template cannot read "
@@ -441,7 +463,10 @@ def run_supervised(cfg, kind: str) -> Path:
                                                                             cfg.trainer.batch_size)
     _log(f"model {model_path}; data {root}: {summary['examples']} {what}; "
          f"{summary['too_long']} dropped as longer than max_length={cfg.trainer.max_length}; "
-         f"{summary['invalid']} invalid skipped; read in {time.perf_counter() - t0:.1f} s; "
+         f"{summary['invalid']} invalid skipped; "
+         + (f"left out by data.languages: {summary['other_languages']}; "
+            if summary.get("other_languages") else "")
+         + f"read in {time.perf_counter() - t0:.1f} s; "
          f"{total} step(s) of {cfg.trainer.batch_size}")
     if summary.get("with_images"):
         _log(f"{summary['with_images']} row(s) have images: " + (
@@ -452,6 +477,7 @@ def run_supervised(cfg, kind: str) -> Path:
         "kind": kind, "model_path": model_path, "data_root": str(root),
         "train_files": list(cfg.data.train_files), "skip_invalid": cfg.data.skip_invalid,
         "max_rows": cfg.data.max_rows, "max_length": cfg.trainer.max_length,
+        "languages": list(cfg.data.languages),
         "batch_size": cfg.trainer.batch_size, "micro_batch_size": cfg.trainer.micro_batch_size,
         "total_steps": int(total), "lr": cfg.trainer.lr, "lr_scheduler": cfg.trainer.lr_scheduler,
         "warmup_steps": cfg.trainer.warmup_steps, "min_lr_ratio": cfg.trainer.min_lr_ratio,

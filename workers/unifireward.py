@@ -11,14 +11,18 @@ A plain class, no Ray import: the placement layer makes it an actor.
 from __future__ import annotations
 
 import os
-
 import time
 
 from peer_rl.judge_prompt import JudgeTemplate
 from peer_rl.multimodal import attach_images, for_vllm
 from peer_rl.protocol import JudgeItem, JudgeResult
-from peer_rl.rewards import (candidate_preference_ok, parse_preference, parse_step_verdict,
-                             peer_reward)
+from peer_rl.rewards import (
+    candidate_preference_ok,
+    parse_preference,
+    parse_step_verdict,
+    peer_reward,
+)
+from peer_rl.runtime import peak_rss_bytes
 from workers.vllm_engine import make_llm
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
@@ -148,7 +152,7 @@ class UnifiRewardWorker:
         return {"ok": True, "pid": os.getpid(), "model": self.model_path,
                 "template_version": self.template.version, "role": self.template.role,
                 "multimodal": self.multimodal,
-                "max_model_len": self.max_model_len, "start_seconds": round(self.start_seconds, 2)}
+                "max_model_len": self.max_model_len, "start_seconds": round(self.start_seconds, 2), "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
         core = getattr(self.llm.llm_engine, "engine_core", None)

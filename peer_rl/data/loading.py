@@ -5,7 +5,8 @@ then are rows handed to `datasets`, whose Features enforce the column types.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -52,10 +53,25 @@ class InvalidDataError(ValueError):
                          "(pass skip_invalid=True / --skip-invalid to drop invalid rows and count them)")
 
 
+LANGUAGE_NAMES = {"en": "english", "zh": "chinese"}   # SER rows spell `lang` short
+
+
+def row_language(row: dict) -> str:
+    """The row's language in the data card's long spelling (SER rows carry `lang`: en, zh)."""
+    lang = row.get("language") or row.get("lang") or ""
+    return LANGUAGE_NAMES.get(lang, lang)
+
+
 @dataclass
 class LoadResult:
     dataset: datasets.Dataset
     reports: list[FileReport]
+    # rows of a language outside `languages`, per language: filtered on purpose, not invalid
+    filtered: dict = field(default_factory=dict)
+
+    @property
+    def n_filtered(self) -> int:
+        return sum(self.filtered.values())
 
     @property
     def n_skipped(self) -> int:
@@ -69,11 +85,14 @@ def _to_dataset(subset: str, rows: list[dict]) -> datasets.Dataset:
 
 
 def load_subset(root: str | Path, subset: str, pattern: str = "*", skip_invalid: bool = False,
-                ) -> LoadResult:
-    """All files of one subset whose name matches `pattern`, validated, as one Dataset.
+                languages=()) -> LoadResult:
+    """All files of one subset whose name matches `pattern`, validated, as one Dataset; with
+    `languages` (the card's spellings: english, chinese), only rows in one of them, the others
+    counted per language in `filtered`.
 
     Image paths are made absolute (they are relative to the subset directory on disk).
     """
+    wanted = {LANGUAGE_NAMES.get(x, x) for x in languages}
     if subset not in FEATURES:
         raise ValueError(f"unknown subset {subset!r}; expected one of {sorted(FEATURES)}")
     files: list[DataFile] = [f for f in discover(root) if f.subset == subset
@@ -84,9 +103,13 @@ def load_subset(root: str | Path, subset: str, pattern: str = "*", skip_invalid:
     if not skip_invalid and any(r.problems for r in reports):
         raise InvalidDataError(reports)
     rows: list[dict] = []
+    filtered: Counter = Counter()
     for rep in reports:
         for row in rep.rows:
+            if wanted and row_language(row) not in wanted:
+                filtered[row_language(row) or "?"] += 1
+                continue
             if row.get("images"):
                 row = {**row, "images": [str(rep.file.subset_dir / p) for p in row["images"]]}
             rows.append(row)
-    return LoadResult(_to_dataset(subset, rows), reports)
+    return LoadResult(_to_dataset(subset, rows), reports, dict(filtered))

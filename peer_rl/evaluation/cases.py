@@ -68,6 +68,7 @@ class DiversityPrompt:
     messages: tuple          # the policy prompt (peer style)
     history: tuple           # role/content turns (chat style)
     images: tuple[str, ...] = ()
+    solution: str = ""       # the reference reply (what the PEER reward compares against)
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,8 @@ def load_diversity_prompts(root, pattern: str = "*_test", skip_invalid: bool = F
     """The GRPO test prompts (`grpo/*_test.jsonl`): the policy prompt, history and frames."""
     res = _peer_rows(root, "grpo", pattern, skip_invalid)
     res.items = [DiversityPrompt(r["id"], r["language"], tuple(r["messages"]),
-                                 tuple(r["history"]), tuple(r.get("images") or ()))
+                                 tuple(r["history"]), tuple(r.get("images") or ()),
+                                 r.get("solution") or "")
                  for r in res.items]
     return res
 

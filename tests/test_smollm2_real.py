@@ -1,0 +1,55 @@
+"""The real pinned SmolLM2-135M-Instruct (slow: fetched once, 93 MB, when not cached; run with
+`pytest -m slow tests/test_smollm2_real.py`): the cached conversion is the GGUF transformers
+reads, vLLM decodes it greedily as transformers does, and it writes a supportive reply."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from peer_rl.pinned_models import extract_gguf, fetch, read_card, wheel_path
+
+NAME = "smollm2-135m-instruct"
+PROMPTS = ["I lost my job today and I feel like a failure.",
+           "My best friend stopped talking to me and I don't know why."]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return fetch(NAME)
+
+
+@pytest.mark.slow
+def test_the_conversion_is_the_gguf_transformers_reads(smollm2, tmp_path):
+    assert read_card(smollm2)["languages"] == ["english"]
+    gguf = extract_gguf(NAME, wheel_path(NAME), tmp_path)
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    ids = tok.apply_chat_template([{"role": "user", "content": PROMPTS[0]}],
+                                  add_generation_prompt=True, return_tensors="pt",
+                                  return_dict=True)["input_ids"]
+    ours = AutoModelForCausalLM.from_pretrained(smollm2).eval()
+    theirs = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                  dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.equal(ours(ids).logits, theirs(ids).logits)
+    assert sum(p.numel() for p in ours.parameters()) == 134_515_008
+
+
+@pytest.mark.slow
+def test_vllm_decodes_it_greedily_as_transformers_does(smollm2):
+    from vllm import SamplingParams
+
+    from workers.vllm_engine import make_llm
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    model = AutoModelForCausalLM.from_pretrained(smollm2).eval()
+    prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                       add_generation_prompt=True) for p in PROMPTS]
+    expected = []
+    for text in prompts:
+        ids = tok(text, return_tensors="pt").input_ids
+        out = model.generate(ids, max_new_tokens=32, do_sample=False)
+        expected.append(out[0, ids.shape[1]:].tolist())
+    llm = make_llm(smollm2, kv_cache_gib=1, max_model_len=2048)
+    got = [list(o.outputs[0].token_ids) for o in
+           llm.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0), use_tqdm=False)]
+    assert got == expected
+    assert tok.decode(got[0]).startswith("I'm sorry to hear that you're going through")
