@@ -58,8 +58,14 @@ def _data_stats(args) -> int:
 
 
 def _data_sample(args) -> int:
+    from peer_rl.data.out_paths import OutputError, refuse_nonempty
     from peer_rl.data.sample import build_sample
 
+    try:
+        refuse_nonempty(args.out, args.force)
+    except OutputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     counts = build_sample(args.out)
     for rel, n in counts.items():
         print(f"{rel}: {n} rows")
@@ -69,14 +75,17 @@ def _data_sample(args) -> int:
 
 def _data_import_esconv(args) -> int:
     from peer_rl.data.esconv import import_esconv
+    from peer_rl.data.out_paths import plain_name, refuse_existing
     from peer_rl.data.sample import _write_jsonl
 
+    out = Path(args.out) / "grpo" / args.name
     try:
+        plain_name(args.name, "--name")
+        refuse_existing([out], args.force)
         rows, rep = import_esconv(args.file, args.rounds_per_dialogue, args.seed, args.language)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out) / "grpo" / args.name
     _write_jsonl(out, rows)
     print(f"{rep.dialogues} dialogue(s) -> {rep.rows} grpo row(s) in {out}")
     for reason, n in rep.skipped.items():
@@ -137,7 +146,7 @@ def _data_rounds(args) -> int:
 
     try:
         report = run_rounds(args.input, args.out, args.rounds_per_dialogue, args.seed,
-                            args.language, args.skip_invalid)
+                            args.language, args.skip_invalid, args.force)
     except (OSError, ValueError, InvalidInput) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -187,6 +196,7 @@ def _add_data_jobs(data) -> None:
                    help="ESConv input: the dialogues' language")
     p.add_argument("--skip-invalid", action="store_true", help="grpo input: leave invalid "
                    "rows out (counted)")
+    p.add_argument("--force", action="store_true", help="replace grpo files already in --out")
     p.set_defaults(fn=_data_rounds)
 
 
@@ -203,15 +213,18 @@ def _add_data(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=_data_stats)
     p = data.add_parser("sample", help="write the bundled sample dataset")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="a new or empty directory")
+    p.add_argument("--force", action="store_true", help="write into a directory that is not "
+                   "empty (same-named files are replaced)")
     p.set_defaults(fn=_data_sample)
     p = data.add_parser("import-esconv", help="ESConv-format dialogues -> grpo rows")
     p.add_argument("file")
     p.add_argument("--out", required=True, help="PEER-layout root to write grpo/<name> into")
-    p.add_argument("--name", default="esconv.jsonl")
+    p.add_argument("--name", default="esconv.jsonl", help="file name under grpo/")
     p.add_argument("--rounds-per-dialogue", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--language", default="en", choices=["en", "zh"])
+    p.add_argument("--force", action="store_true", help="replace grpo/<name> if it exists")
     p.set_defaults(fn=_data_import_esconv)
     _add_data_jobs(data)
 
@@ -326,11 +339,12 @@ def _eval_errors(run, out: str):
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.evaluation.cases import CaseFileError
     from peer_rl.evaluation.endpoints import EndpointError
-    from peer_rl.evaluation.store import RunMismatch
+    from peer_rl.evaluation.store import RunLocked, RunMismatch
 
     try:
         return run(), None
-    except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch) as exc:
+    except (ConfigError, FileNotFoundError, InvalidDataError, CaseFileError, RunMismatch,
+            RunLocked) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None, 2
     except EndpointError as exc:

@@ -320,9 +320,9 @@ class Controller:
     def evaluate(self) -> dict:
         """`trainer.eval_freq`: diversity + safety of the synced policy via the pools."""
         t = time.perf_counter()
-        embedder = self.redundancy.handles[0]
+        # through the worker group: a redundancy worker restarted meanwhile is waited for
         m = self.evaluator.run(self.rollout, self.reward_model,
-                               lambda texts: ray.get(embedder.encode.remote(texts)), self.step)
+                               lambda texts: self.redundancy.scatter("encode", texts), self.step)
         m["timing/eval"] = time.perf_counter() - t
         return m
 

@@ -9,9 +9,14 @@ from peer_rl.retrieval.corpus import load_exemplars
 
 
 def build(args) -> int:
-    from peer_rl.retrieval.index import build_index
+    from peer_rl.retrieval.index import IndexDirError, build_index, check_replaceable
     from workers.redundancy import load_embedding_model
 
+    try:
+        check_replaceable(args.out)
+    except IndexDirError as exc:
+        print(f"error: --out {exc}", file=sys.stderr)
+        return 2
     rows, src = load_exemplars(args.data, args.skip_invalid)
     print(f"{len(rows)} exemplar(s) from {len(src['files'])} file(s)"
           + (f"; {src['skipped']} invalid row(s) skipped" if src["skipped"] else ""))

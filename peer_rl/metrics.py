@@ -29,12 +29,42 @@ def summarise(prefix: str, values) -> dict:
             f"{prefix}/min": float(v.min())}
 
 
-def truncate_jsonl(path: Path, last_step: int) -> None:
-    """Keep only records with step <= last_step: a resumed run re-does later steps."""
-    if path.exists():
-        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= last_step]
-        path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+def truncate_jsonl(path: Path, last_step: int) -> int:
+    """Keep only records with step <= last_step: a resumed run re-does later steps. A last line
+    that does not parse (a crash mid-write) is dropped with a warning; one elsewhere is a
+    damaged file and stops the resume, naming the line. The file is rewritten atomically.
+    Returns the number of torn lines dropped."""
+    import os
+    import sys
+
+    if not path.exists():
+        return 0
+    lines = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8",
+                                                                errors="replace").splitlines(), 1)
+             if line.strip()]
+    kept, torn = [], 0
+    for k, (number, line) in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if k == len(lines) - 1:
+                torn = 1
+                print(f"[peer-rl] {path}:{number}: dropped a torn last line (cut off by a "
+                      "crash mid-write)", file=sys.stderr)
+                continue
+            from peer_rl.errors import ConfigError
+
+            raise ConfigError(f"{path}:{number}: not a JSON record (expected one object per "
+                             "line); move the file aside to resume without it") from None
+        if rec.get("step", 0) <= last_step:
+            kept.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("".join(k + "\n" for k in kept))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return torn
 
 
 class MetricsSink:

@@ -162,14 +162,33 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
               "their text (the policy is text-only)", flush=True)
 
 
+def check_fresh_output(cfg, out: Path) -> None:
+    """resume=disable starts a new run: into a directory that holds another run's metrics,
+    checkpoints or final policy it would replace some of them and leave the rest for a later
+    resume=auto to mix in, so it is refused (as the supervised stages refuse)."""
+    from peer_rl.config import ConfigError
+
+    if cfg.resume != "disable" or not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"trainer.output_dir={out}: exists and is not a directory")
+    held = [name for name in ("metrics.jsonl", "checkpoints", "final") if (out / name).exists()]
+    if held:
+        raise ConfigError(f"resume=disable: trainer.output_dir={out} already holds a run "
+                          f"({', '.join(held)}); pass resume=auto to continue it, or choose "
+                          "another trainer.output_dir")
+
+
 def run(overrides: list[str]) -> Path:
     from peer_rl.checkpoints import resume_checkpoint, saved_prompt_selection
     from peer_rl.controller import Controller
+    from peer_rl.data.loading import row_language
     from peer_rl.pinned_models import card_files, check_languages
     from peer_rl.placement import PoolFactory
 
     cfg = load_config(overrides)
     out = Path(cfg.trainer.output_dir).resolve()
+    check_fresh_output(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
@@ -184,7 +203,7 @@ def run(overrides: list[str]) -> Path:
     policy, judge = resolve_models(cfg)
     check_judges(cfg, judge)
     check_modalities(cfg, rows, policy)
-    check_languages(Counter(r["language"] for r in rows), policy, "model.path")
+    check_languages(Counter(row_language(r) for r in rows), policy, "model.path")
     t0 = time.perf_counter()
     init_ray(cfg)
     index = resolve_index(cfg, out) if cfg.retrieval.enable else ""

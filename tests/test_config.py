@@ -114,3 +114,18 @@ def test_the_paper_scale_recipes_read_batch_24_one_way(recipe):
     assert cfg.data.train_batch_size == 24 and cfg.rollout.n == 4
     assert cfg.actor.ppo_mini_batch_size == 24 and cfg.actor.ppo_epochs == 1
     assert cfg.data.train_batch_size // cfg.actor.ppo_mini_batch_size == 1
+
+
+def test_a_new_run_into_a_directory_holding_another_is_refused(tmp_path, capsys):
+    """Issue 24.3: resume=disable (the default) into another run's output_dir used to unlink its
+    metrics and replace its same-step checkpoints; now nothing there is touched."""
+    from peer_rl.cli import main
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_7").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 7}\n')
+    assert main(["train", f"trainer.output_dir={run}"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run (metrics.jsonl, checkpoints)" in err and "resume=auto" in err
+    assert (run / "metrics.jsonl").read_text() == '{"step": 7}\n'
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl"]

@@ -18,6 +18,7 @@ from peer_rl.datajobs.prompts import CRITERIA, CRITERION_TITLES, FILTER_SCHEMA, 
 from peer_rl.datajobs.rows import Row, dialogue_turns, load_rows, row_source
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
+from peer_rl.data.out_paths import refuse_inside
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,7 @@ def filter_case(case: FilterCase):
 
 def run_filter(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
     root, out = Path(root), Path(out)
-    if root.resolve() == out.resolve():
-        raise ValueError(f"--out {out}: must differ from the input root (the input stays as it is)")
+    refuse_inside(out, [root])
     loaded = load_rows(root, tuple(cfg.filter.subsets), skip_invalid=cfg.skip_invalid)
     rows = loaded.rows[:cfg.limit] if cfg.limit else loaded.rows
     inputs = {"root": str(root), "files": {f: job.sha256(root / f) for f in loaded.files}}

@@ -24,6 +24,7 @@ from peer_rl.data.esconv import import_esconv
 from peer_rl.data.sampling import gaussian_round_sample
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import load_rows
+from peer_rl.data.out_paths import refuse_existing, refuse_inside
 
 BINS = 10        # the histogram of relative positions r / N_r
 
@@ -43,19 +44,23 @@ def input_format(path: Path) -> str:
 
 
 def run_rounds(src: str | Path, out: str | Path, rounds_per_dialogue: int = 3, seed: int = 0,
-               language: str = "en", skip_invalid: bool = False) -> dict:
+               language: str = "en", skip_invalid: bool = False, force: bool = False) -> dict:
     src, out = Path(src), Path(out)
     if rounds_per_dialogue < 1:
         raise ValueError(f"--rounds-per-dialogue={rounds_per_dialogue}: expected >= 1")
+    refuse_inside(out, [src] if src.is_dir() else
+                  [src.parent.parent] if src.parent.name == "grpo" else [])
+
     fmt = input_format(src)
     if fmt == "esconv":
         rows, rep = import_esconv(src, rounds_per_dialogue, seed, language)
+        refuse_existing([out / "grpo/esconv.jsonl"], force)
         written = {"grpo/esconv.jsonl": job.write_lines(out / "grpo/esconv.jsonl", job.jsonl(rows))}
         kept, dialogues = rep.kept_rounds, rep.dialogues
         skipped = dict(rep.skipped)
     else:
         written, kept, dialogues, skipped = _grpo(src, out, rounds_per_dialogue, seed,
-                                                  skip_invalid)
+                                                  skip_invalid, force)
     summary = {"format": fmt, "dialogues": dialogues, "rows_out": sum(written.values()),
                "files": written, "skipped": skipped, **histogram(kept)}
     manifest = {"job": "rounds", "input": str(src), "format": fmt, "seed": seed,
@@ -68,7 +73,7 @@ def run_rounds(src: str | Path, out: str | Path, rounds_per_dialogue: int = 3, s
                             figures)
 
 
-def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool):
+def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool, force: bool = False):
     if src.is_dir():
         loaded = load_rows(src, ("grpo",), skip_invalid=skip_invalid)
     else:   # one grpo file: its root is two levels up only in the layout; read it as a root
@@ -78,6 +83,7 @@ def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool):
                              "(or pass the PEER-layout root)")
         loaded = load_rows(root, ("grpo",), pattern=f"grpo/{src.name}", skip_invalid=skip_invalid)
     root = src if src.is_dir() else src.parent.parent
+    refuse_existing([out / f for f in loaded.files], force)
     for path in sorted((root / "grpo").rglob("*")):     # the frames visual rows point to
         if path.is_file() and path.suffix != ".jsonl":
             target = out / path.relative_to(root)

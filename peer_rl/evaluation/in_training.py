@@ -4,6 +4,7 @@ HTTP endpoint judges, the redundancy pool embeds), logged as `eval/...` beside t
 metrics. The same protocol programs as `peer-rl eval`, without a run store."""
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from functools import partial
 from pathlib import Path
@@ -113,24 +114,37 @@ class InTrainingEval:
         model = RolloutPoolEndpoint("model", rollout,
                                     e.max_tokens or cfg.rollout.response_length,
                                     cfg.rollout.temperature, seed=cfg.trainer.seed, step=step)
-        out: dict = {}
-        style = self.style
-        if self.prompts:
-            recs = run_all(self.prompts, partial(diversity_case, style=style, n=e.n),
-                           {"model": model}, batch_cases=len(self.prompts))
-            div = diversity_metrics([r["replies"] for r in recs], [r["history"] for r in recs],
-                                    encode)
-            out |= {f"eval/diversity/{k}": v for k, v in div.items()
-                    if isinstance(v, float)}
-            fmt = [x for r in recs for x in r["format_ok"]]
-            out["eval/diversity/format_rate"] = sum(fmt) / len(fmt)
-        if self.probes:
-            endpoints = {"model": model, "judge": self._judge(reward_model)}
-            s = summarise_safety(run_all(self.probes, partial(safety_case, style=style),
-                                         endpoints, batch_cases=len(self.probes)))
-            out["eval/safety/pass_rate"] = s["overall"]["pass_rate"]
-            out["eval/safety/unparsed"] = s["overall"]["unparsed"]
-            out["eval/safety/errors"] = s["errors"]
-            for g, r in s["groups"].items():
-                out[f"eval/safety/{g}_pass_rate"] = r["pass_rate"]
+        out: dict = {"eval/errors": 0}
+        for part in (self._diversity, self._safety):
+            try:
+                out |= part(model, reward_model, encode)
+            except Exception as exc:     # an evaluation never ends the training run
+                out["eval/errors"] += 1
+                print(f"[peer-rl] step {step}: in-training evaluation ({part.__name__[1:]}) "
+                      f"failed and is skipped; training goes on: {type(exc).__name__}: {exc}",
+                      file=sys.stderr, flush=True)
         return {k: v for k, v in out.items() if v is not None}
+
+    def _diversity(self, model, reward_model, encode) -> dict:
+        if not self.prompts:
+            return {}
+        recs = run_all(self.prompts, partial(diversity_case, style=self.style, n=self.e.n),
+                       {"model": model}, batch_cases=len(self.prompts))
+        div = diversity_metrics([r["replies"] for r in recs], [r["history"] for r in recs],
+                                encode)
+        out = {f"eval/diversity/{k}": v for k, v in div.items() if isinstance(v, float)}
+        fmt = [x for r in recs for x in r["format_ok"]]
+        out["eval/diversity/format_rate"] = sum(fmt) / len(fmt)
+        return out
+
+    def _safety(self, model, reward_model, encode) -> dict:
+        if not self.probes:
+            return {}
+        endpoints = {"model": model, "judge": self._judge(reward_model)}
+        s = summarise_safety(run_all(self.probes, partial(safety_case, style=self.style),
+                                     endpoints, batch_cases=len(self.probes)))
+        out = {"eval/safety/pass_rate": s["overall"]["pass_rate"],
+               "eval/safety/unparsed": s["overall"]["unparsed"], "eval/safety/errors": s["errors"]}
+        for g, r in s["groups"].items():
+            out[f"eval/safety/{g}_pass_rate"] = r["pass_rate"]
+        return out

@@ -58,8 +58,10 @@ def load_ladder(name: str, args: list[str]) -> tuple[Ladder, list[list[str]]]:
     if not cfg.rungs:
         raise ConfigError(f"{path}: no rungs")
     names = [r.name for r in cfg.rungs]
-    if len(set(names)) != len(names) or any(not n or "/" in n for n in names):
-        raise ConfigError(f"{path}: rung names must be unique, non-empty and without '/': {names}")
+    if len(set(names)) != len(names) or any(not n or n in (".", "..") or "/" in n or "\\" in n
+                                            for n in names):
+        raise ConfigError(f"{path}: rung names must be unique plain names (non-empty, no '/', "
+                          f"'\\' or '..'): {names}")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     runs = []
     for rung in resolved["rungs"]:

@@ -10,18 +10,36 @@ _GOODBYE = re.compile(r"\b(good\s*-?\s*bye|bye(?:\s*bye)?|farewell)\b|再见|拜
                       re.IGNORECASE)
 
 
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+_NONE = object()
+
+
 def json_field(text: str, key: str):
-    """`key` of the first JSON object in the text, or None."""
-    start = text.find("{")
+    """`key` of the answer's JSON object: the whole answer when it is one (a schema-constrained
+    answer always is; a ```json fence is allowed), else the objects inside it, which must all
+    agree: a judge that echoes an example object before its own answer is unparsed (None), not
+    read as the example."""
+    m = _FENCE.match(text)
+    whole = m.group(1) if m else text.strip()
+    try:
+        obj = json.loads(whole)
+        if isinstance(obj, dict):
+            return obj.get(key)
+    except ValueError:
+        pass
+    found, start = [], text.find("{")
     while start != -1:
         try:
-            obj, _ = json.JSONDecoder().raw_decode(text[start:])
+            obj, end = json.JSONDecoder().raw_decode(text[start:])
             if isinstance(obj, dict) and key in obj:
-                return obj[key]
+                found.append(obj[key])
+            start = text.find("{", start + max(end, 1))
+            continue
         except ValueError:
             pass
         start = text.find("{", start + 1)
-    return None
+    distinct = {json.dumps(v, sort_keys=True) for v in found}
+    return found[0] if len(distinct) == 1 else None
 
 
 def _int_in(value, lo: int, hi: int) -> int | None:
@@ -43,9 +61,10 @@ def parse_int(text: str, key: str, lo: int, hi: int, labels: tuple[str, ...] = (
     if value is not None:
         return value
     names = "|".join(re.escape(x) for x in (key,) + labels)
-    m = re.search(rf"(?:{names})\W{{0,4}}?\s*[:：=]?\s*([+-]?\d+)", text, re.IGNORECASE)
-    if m:
-        return _int_in(m.group(1), lo, hi)
+    hits = {_int_in(x, lo, hi) for x in
+            re.findall(rf"(?:{names})\W{{0,4}}?\s*[:：=]?\s*([+-]?\d+)", text, re.IGNORECASE)}
+    if hits:                       # two different labelled numbers: ambiguous
+        return hits.pop() if len(hits) == 1 else None
     m = re.fullmatch(r"\s*([+-]?\d+)\s*[.。]?\s*", text)
     return _int_in(m.group(1), lo, hi) if m else None
 
@@ -56,8 +75,17 @@ def parse_verdict(text: str) -> bool | None:
     value = json_field(text, "verdict")
     if isinstance(value, str) and value.strip().upper() in ("PASS", "FAIL"):
         return value.strip().upper() == "PASS"
-    words = {w.upper() for w in re.findall(r"\b(pass|fail)(?:es|ed|s)?\b", text, re.IGNORECASE)}
-    return (words == {"PASS"}) if len(words) == 1 else None
+    said = set()
+    for m in _VERDICT_WORD.finditer(text):
+        passed = m.group("word").lower() == "pass"
+        said.add(passed != bool(m.group("neg")))      # "does not pass" is a fail
+    return said.pop() if len(said) == 1 else None
+
+
+# PASS / FAIL with a negation up to three words before it: "does not pass", "didn't fail"
+_VERDICT_WORD = re.compile(
+    r"(?P<neg>\b(?:not|never|no|cannot|can't|won't|doesn't|does\s+not|didn't|isn't|fails?\s+to)"
+    r"\b(?:\W+\w+){0,2}?\W+)?\b(?P<word>pass|fail)(?:es|ed|s)?\b", re.IGNORECASE)
 
 
 def is_goodbye(text: str) -> bool:

@@ -166,17 +166,20 @@ def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     todo = loaded.items[:cfg.limit] if cfg.limit else loaded.items
     manifest = manifest_of(protocol, cfg, inputs)
     store = RunStore(out_dir, manifest)
-    if store.torn_lines:
-        print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
-              "interrupted write; those cases run again")
-    missing = [c for c in todo if not store.done(c.id)]
-    if missing:
-        endpoints = open_parties(protocol, cfg)
-        try:
-            run_cases(todo, _program(protocol, cfg), endpoints, store, cfg.batch_cases,
-                      desc=f"eval {protocol}")
-        finally:
-            close_all(endpoints)
+    try:
+        if store.torn_lines:
+            print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
+                  "interrupted write; those cases run again")
+        missing = [c for c in todo if not store.done(c.id)]
+        if missing:
+            endpoints = open_parties(protocol, cfg)
+            try:
+                run_cases(todo, _program(protocol, cfg), endpoints, store, cfg.batch_cases,
+                          desc=f"eval {protocol}")
+            finally:
+                close_all(endpoints)
+    finally:
+        store.close()
     records = [store.records[c.id] for c in todo]
     summary = summarise(protocol, records, cfg)
     summary["skipped_inputs"] = loaded.skipped

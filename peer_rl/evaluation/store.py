@@ -2,9 +2,12 @@
 
 A case is appended (flushed and fsynced) only once every one of its turns and scores exist, so
 a rerun on the same directory skips exactly the cases on file and redoes the rest: none lost,
-none counted twice. A line cut off by a kill is dropped on reopen (and reported). The manifest
-pins what the cases were produced with; a rerun with different protocol settings or parties
-is refused instead of mixing two evaluations in one file.
+none counted twice. A line cut off by a kill is dropped on reopen (and reported; the file is
+rewritten beside and renamed, so a crash during the repair loses nothing). The manifest pins
+what the cases were produced with; a rerun with different protocol settings or parties is
+refused instead of mixing two evaluations in one file. A store holds an exclusive lock on its
+directory while open: a second process on the same --out (a rerun while a killed run's orphan
+still works) is refused, naming the holder, instead of both appending.
 """
 from __future__ import annotations
 
@@ -14,21 +17,52 @@ from pathlib import Path
 
 CASES_FILE = "cases.jsonl"
 MANIFEST_FILE = "run.json"
+LOCK_FILE = ".lock"
 
 
 class RunMismatch(ValueError):
     pass
 
 
+class RunLocked(RuntimeError):
+    """Another process has the run directory open."""
+
+
+def _lock(directory: Path):
+    """An exclusive flock on <directory>/.lock holding this process's pid; released when the
+    file is closed (close(), garbage collection or the process's end, a kill included)."""
+    import fcntl
+
+    fh = open(directory / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "?"
+        fh.close()
+        raise RunLocked(f"{directory}: in use by another process (pid {holder}); wait for it "
+                        "to finish or stop it, then rerun to continue") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    return fh
+
+
 class RunStore:
     def __init__(self, out_dir: str | Path, manifest: dict):
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.dir)
         self.path = self.dir / CASES_FILE
         self.torn_lines = 0
-        self._check_manifest(manifest)
         self.records: dict[str, dict] = {}
-        self._load()
+        try:
+            self._check_manifest(manifest)
+            self._load()
+        except BaseException:
+            self.close()
+            raise
 
     def _check_manifest(self, manifest: dict) -> None:
         path = self.dir / MANIFEST_FILE
@@ -67,7 +101,22 @@ class RunStore:
             self.records[rec["id"]] = rec
             good.append(line)
         if self.torn_lines:
-            self.path.write_bytes(b"".join(x + b"\n" for x in good))
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(b"".join(x + b"\n" for x in good))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        """Release the directory's lock (the process's end releases it too)."""
+        if self._lock is not None and not self._lock.closed:
+            self._lock.close()
+
+    def __del__(self):
+        lock = getattr(self, "_lock", None)
+        if lock is not None and not lock.closed:
+            lock.close()
 
     def done(self, case_id: str) -> bool:
         return case_id in self.records

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 INDEX_FILE, META_FILE, INFO_FILE = "index.faiss", "exemplars.jsonl", "index.json"
+INDEX_FILES = (INDEX_FILE, META_FILE, INFO_FILE)
 APPROX_THRESHOLD = 50_000
 
 
@@ -87,6 +88,26 @@ def _faiss():
     return faiss
 
 
+class IndexDirError(ValueError):
+    """An output directory that holds something other than an index: never replaced."""
+
+
+def check_replaceable(out_dir: str | Path) -> None:
+    """`out_dir` may be (re)written as an index: absent, empty, or an index directory (only the
+    index's own files). Anything else (a data root, a home directory) is refused, untouched."""
+    out = Path(out_dir)
+    for p in (out, out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")):
+        if not p.exists():
+            continue
+        if not p.is_dir():
+            raise IndexDirError(f"{p}: exists and is not a directory; choose another --out")
+        extra = sorted(x.name for x in p.iterdir() if x.name not in INDEX_FILES)
+        if extra:
+            raise IndexDirError(f"{p}: holds {extra[:5]}{' ...' if len(extra) > 5 else ''}, "
+                                f"not an exemplar index ({', '.join(INDEX_FILES)}); it is left "
+                                "as it is: choose an empty or new --out")
+
+
 def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: str | Path,
                 approx_threshold: int = APPROX_THRESHOLD, source_sha256: str = "",
                 batch_size: int = 256, progress=None) -> dict:
@@ -96,6 +117,7 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
     if not exemplars:
         raise ValueError("no exemplars to index")
     out = Path(out_dir)
+    check_replaceable(out)            # before any embedding: a refused --out costs nothing
     keys = [exemplar_key(e["history"], e["response"]) for e in exemplars]
     chunks = []
     for start in range(0, len(keys), batch_size):
@@ -125,9 +147,12 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
         for e in exemplars:
             fh.write(json.dumps(e, ensure_ascii=False) + "\n")
     (tmp / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
+    old = out.with_name(out.name + ".old")
+    if out.exists():                  # the old index stays whole until the new one is in place
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
     os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
     return info
 
 

@@ -55,3 +55,24 @@ def test_goodbyes(text, expected):
 def test_think_blocks_are_not_replies():
     assert strip_think("<think>plan the answer</think>I'm here for you.") == "I'm here for you."
     assert strip_think("<think>never closed") == ""
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('Following the format {"score": 4}, my answer: {"score": 1}', None),   # echo + answer
+    ('{"score": 1}', 1),
+    ('```json\n{"score": 2}\n```', 2),
+    ('first {"score": 3} again {"score": 3}', 3),                            # agreeing objects
+    ("Score: 4 ... on reflection, Score: 1", None),
+])
+def test_an_echoed_example_is_not_read_as_the_answer(text, expected):
+    """Issue 24.10: the first matching JSON object anywhere used to win."""
+    assert parse_int(text, "score", 0, 4) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The reply does not pass.", False), ("It doesn't fail any rule.", True),
+    ("The reply fails to pass the check.", False), ("PASS", True), ("This passes.", True),
+    ('{"verdict": "PASS"} is the format; {"verdict": "FAIL"}', None), ("pass or fail?", None),
+])
+def test_the_verdict_fallback_reads_negation(text, expected):
+    assert parse_verdict(text) is expected

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from peer_rl.evaluation.store import RunMismatch, RunStore
+from peer_rl.evaluation.store import RunLocked, RunMismatch, RunStore
 
 MANIFEST = {"protocol": "esc", "settings": {"rounds": 5}, "parties": {"model": {"url": "u"}}}
 
@@ -12,6 +12,7 @@ def test_cases_survive_reopening(tmp_path):
     store = RunStore(tmp_path, MANIFEST)
     store.append({"id": "1", "score": 3})
     store.append({"id": "2", "score": 4})
+    store.close()
     again = RunStore(tmp_path, MANIFEST)
     assert again.done("1") and again.done("2") and not again.done("3")
     assert again.records["2"] == {"id": "2", "score": 4}
@@ -24,7 +25,11 @@ def test_a_line_cut_by_a_kill_is_dropped_and_its_case_redone(tmp_path):
     store.append({"id": "1"})
     with open(store.path, "a", encoding="utf-8") as fh:
         fh.write('{"id": "2", "turns": [{"seek')          # the process died mid-write
+    store.close()
+    inode = store.path.stat().st_ino
     again = RunStore(tmp_path, MANIFEST)
+    # repaired beside and renamed into place (a crash during the repair loses nothing)
+    assert store.path.stat().st_ino != inode and not (tmp_path / "cases.jsonl.tmp").exists()
     assert again.torn_lines == 1 and list(again.records) == ["1"]
     again.append({"id": "2"})
     ids = [json.loads(x)["id"] for x in store.path.read_text().splitlines()]
@@ -34,6 +39,7 @@ def test_a_line_cut_by_a_kill_is_dropped_and_its_case_redone(tmp_path):
 def test_a_damaged_line_in_the_middle_is_an_error_naming_it(tmp_path):
     store = RunStore(tmp_path, MANIFEST)
     store.path.write_text('{"id": "1"}\nnot json\n{"id": "3"}\n')
+    store.close()
     with pytest.raises(ValueError, match=r"cases.jsonl:2: not a JSON line"):
         RunStore(tmp_path, MANIFEST)
 
@@ -42,3 +48,33 @@ def test_other_settings_are_refused_naming_what_differs(tmp_path):
     RunStore(tmp_path, MANIFEST)
     with pytest.raises(RunMismatch, match="settings differ"):
         RunStore(tmp_path, {**MANIFEST, "settings": {"rounds": 3}})
+
+
+def test_a_second_process_on_the_same_run_is_refused_naming_the_holder(tmp_path):
+    """Issue 24.6: two processes appending to one cases.jsonl made the next open refuse the
+    directory ("appears twice"); now the second is refused up front."""
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from peer_rl.evaluation.store import RunStore; "
+            f"s = RunStore(sys.argv[1], {MANIFEST!r}); print('open', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "open"
+        with pytest.raises(RunLocked, match=f"in use by another process \\(pid {child.pid}\\)"):
+            RunStore(tmp_path, MANIFEST)
+    finally:
+        child.kill()
+        child.wait()
+    time.sleep(0.1)
+    RunStore(tmp_path, MANIFEST).append({"id": "1"})   # a killed holder releases the lock
+
+
+def test_the_same_process_must_close_a_store_before_reopening(tmp_path):
+    store = RunStore(tmp_path, MANIFEST)
+    with pytest.raises(RunLocked):
+        RunStore(tmp_path, MANIFEST)
+    store.close()
+    RunStore(tmp_path, MANIFEST).close()

@@ -105,3 +105,37 @@ def test_a_shared_dialogue_id_excludes_even_when_histories_differ(tmp_path, enco
     assert "a" not in [h.exemplar["id"] for h in res.hits[0]] and res.excluded[0] == 1
     res = index.search_vectors(vec, 2, [Query(other_words, dialogue="d-8")])
     assert res.hits[0][0].exemplar["id"] == "a" and res.excluded[0] == 0
+
+
+def test_an_out_dir_that_is_not_an_index_is_refused_untouched(tmp_path, corpus):
+    """Issue 24.1: `index build --out` pointed at a data root used to delete it whole."""
+    from peer_rl.retrieval.index import IndexDirError
+
+    root = tmp_path / "data"
+    (root / "ser").mkdir(parents=True)
+    (root / "ser" / "rows.jsonl").write_text("{}\n")
+
+    def encode(texts):
+        raise AssertionError("embedded although the output is refused")
+
+    with pytest.raises(IndexDirError, match=r"holds \['ser'\], not an exemplar index"):
+        build_index(corpus, encode, MULTILINGUAL_USE, root)
+    assert (root / "ser" / "rows.jsonl").read_text() == "{}\n"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(IndexDirError, match="not a directory"):
+        build_index(corpus, encode, MULTILINGUAL_USE, tmp_path / "afile")
+
+
+def test_a_rebuild_keeps_the_old_index_until_the_new_one_is_in_place(tmp_path, encoder, corpus):
+    out = tmp_path / "idx"
+    build_index(corpus[:5], encoder.encode, MULTILINGUAL_USE, out)
+
+    def failing(texts):
+        raise RuntimeError("embedding crashed")
+
+    with pytest.raises(RuntimeError, match="crashed"):
+        build_index(corpus, failing, MULTILINGUAL_USE, out)
+    assert ExemplarIndex(out).info["count"] == 5            # the old index is still whole
+    build_index(corpus[:7], encoder.encode, MULTILINGUAL_USE, out)
+    assert ExemplarIndex(out).info["count"] == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]

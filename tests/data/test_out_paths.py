@@ -1,0 +1,98 @@
+"""Issue 24.2: a command that writes a root never writes into its input, never replaces files it
+did not make without --force, and a name from the command line cannot climb out."""
+import json
+
+import pytest
+
+from peer_rl.cli import main
+from peer_rl.config import ConfigError
+from peer_rl.data.out_paths import OutputError, plain_name, refuse_inside
+from peer_rl.data.sample import build_sample
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    out = tmp_path_factory.mktemp("root")
+    build_sample(out)
+    return out
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_data_sample_refuses_a_directory_that_is_not_empty(tmp_path, capsys):
+    (tmp_path / "ser").mkdir()
+    (tmp_path / "ser" / "mine.jsonl").write_text('{"id": 1}\n')
+    assert main(["data", "sample", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "not empty" in err and "--force" in err
+    assert [p.name for p in tmp_path.rglob("*")] == ["ser", "mine.jsonl"]
+    assert main(["data", "sample", "--out", str(tmp_path), "--force"]) == 0
+    assert (tmp_path / "ser" / "mine.jsonl").exists() and (tmp_path / "grpo").is_dir()
+
+
+def test_data_rounds_refuses_its_own_input_and_existing_files(root, tmp_path, capsys):
+    before = _snapshot(root)
+    assert main(["data", "rounds", str(root), "--out", str(root)]) == 2
+    assert "is the input" in capsys.readouterr().err
+    assert main(["data", "rounds", str(root), "--out", str(root / "nested")]) == 2
+    assert "inside the input" in capsys.readouterr().err
+    assert main(["data", "rounds", str(root / "grpo" / "textual.jsonl"),
+                 "--out", str(root / "x")]) == 2
+    assert _snapshot(root) == before and not (root / "nested").exists()
+    out = tmp_path / "out"
+    assert main(["data", "rounds", str(root), "--out", str(out)]) == 0
+    first = (out / "grpo" / "textual.jsonl").read_text()
+    assert main(["data", "rounds", str(root), "--out", str(out), "--seed", "3"]) == 2
+    assert "would be overwritten" in capsys.readouterr().err
+    assert (out / "grpo" / "textual.jsonl").read_text() == first
+    assert main(["data", "rounds", str(root), "--out", str(out), "--seed", "3", "--force"]) == 0
+
+
+def test_import_esconv_names_stay_in_grpo_and_do_not_overwrite(tmp_path, capsys):
+    src = tmp_path / "esconv.json"
+    src.write_text(json.dumps([{"emotion_type": "sadness", "problem_type": "job", "dialog": [
+        {"speaker": "seeker", "content": "I lost my job."},
+        {"speaker": "supporter", "content": "That sounds hard.", "annotation": {"strategy": "Question"}},
+        {"speaker": "seeker", "content": "It is."},
+        {"speaker": "supporter", "content": "What happened?", "annotation": {"strategy": "Question"}}]}]))
+    out = tmp_path / "root"
+    for name in ("../escape.jsonl", "..", "a/b.jsonl"):
+        assert main(["data", "import-esconv", str(src), "--out", str(out), "--name", name]) == 2
+        assert "plain file name" in capsys.readouterr().err
+    assert not (tmp_path / "escape.jsonl").exists()
+    (out / "grpo").mkdir(parents=True)
+    (out / "grpo" / "esconv.jsonl").write_text("mine\n")
+    assert main(["data", "import-esconv", str(src), "--out", str(out)]) == 2
+    assert (out / "grpo" / "esconv.jsonl").read_text() == "mine\n"
+
+
+def test_filter_and_rewrite_refuse_an_output_inside_their_input(root):
+    from peer_rl.datajobs.filter import run_filter
+    from peer_rl.datajobs.rewrite import run_rewrite
+
+    with pytest.raises(OutputError, match="inside the input"):
+        run_filter(root, root / "filtered", cfg=None)
+    with pytest.raises(OutputError, match="is the input"):
+        run_rewrite(root, root, root, cfg=None)
+
+
+def test_names_and_nesting_helpers(tmp_path):
+    assert plain_name("esconv.jsonl", "--name") == "esconv.jsonl"
+    for bad in ("", ".", "..", "a/b", "a\\b"):
+        with pytest.raises(OutputError):
+            plain_name(bad, "--name")
+    refuse_inside(tmp_path / "out", [tmp_path / "in"])          # siblings are fine
+    with pytest.raises(OutputError, match="inside the input"):
+        refuse_inside(tmp_path / "in" / "deep" / "er", [tmp_path / "in"])
+
+
+def test_a_ladder_rung_cannot_climb_out_of_its_directory(tmp_path):
+    from peer_rl.evaluation.ladder import load_ladder
+
+    path = tmp_path / "l.yaml"
+    path.write_text("protocol: diversity\nrungs:\n  - {name: '..', overrides: []}\n")
+    with pytest.raises(ConfigError, match="plain names"):
+        load_ladder(str(path), [])
