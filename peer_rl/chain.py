@@ -22,7 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from peer_rl.config import RECIPES_DIR, ConfigError, yaml_by_name
+from peer_rl.config import RECIPES_DIR, ConfigError, load_yaml, yaml_by_name
 
 CHAINS_DIR = RECIPES_DIR / "chains"
 
@@ -37,7 +37,7 @@ class Stage:
 def load_chain(name: str, overrides=()) -> tuple[dict, list[Stage]]:
     """The chain's values (out, seeds, ...) and its stages, seeds expanded, paths resolved."""
     path = yaml_by_name(name, CHAINS_DIR, "chain")
-    raw = OmegaConf.load(path)
+    raw = load_yaml(path)
     for key in ("out", "stages"):
         if key not in raw:
             raise ConfigError(f"{path}: no `{key}:` (a chain needs out and stages)")

@@ -8,6 +8,7 @@ starts a new conversation, `/quit` (or end of input) leaves.
 """
 from __future__ import annotations
 
+import re
 import sys
 from typing import NamedTuple
 
@@ -16,6 +17,15 @@ from peer_rl.evaluation.runner import run_all
 from peer_rl.evaluation.supporter import supporter_turn
 
 HELP = "/reasoning: show or hide the reasoning | /reset: new conversation | /quit: leave"
+# ANSI/VT escape sequences (CSI, OSC, single-character escapes) and other C0/C1 controls but
+# tab and newline: a model's text must not move the cursor, retitle the terminal or hide lines
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|"
+                      r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Model output as plain text for the terminal."""
+    return _CONTROL.sub("", text)
 
 
 class _Case(NamedTuple):
@@ -85,14 +95,14 @@ def chat_loop(args, stdin=None, stdout=None) -> int:
             history.append({"role": "supporter", "content": turn.shown})
             if show and style != "chat":
                 if turn.initial_raw is not None:
-                    print(f"[initial]\n{turn.initial_raw.strip()}\n[/initial]", file=stdout)
+                    print(f"[initial]\n{printable(turn.initial_raw.strip())}\n[/initial]", file=stdout)
                     for i, ex in enumerate(turn.exemplars, 1):
-                        print(f"[exemplar {i}] {ex}", file=stdout)
-                print(f"[reasoning]\n{turn.raw.strip()}\n[/reasoning]", file=stdout)
+                        print(f"[exemplar {i}] {printable(str(ex))}", file=stdout)
+                print(f"[reasoning]\n{printable(turn.raw.strip())}\n[/reasoning]", file=stdout)
             if turn.format_ok is False:
                 print("(the answer is not in the prompt's format: showing what it wrote)",
                       file=stdout)
-            print(f"supporter> {turn.shown}", file=stdout, flush=True)
+            print(f"supporter> {printable(turn.shown)}", file=stdout, flush=True)
     finally:
         close_all(endpoints)
     return 0

@@ -52,3 +52,25 @@ def saved_prompt_selection(checkpoint: Path | None) -> list[str] | None:
     if path is None or not path.exists():
         return None
     return json.loads(path.read_text(encoding="utf-8"))["ids"]
+
+
+def unseen_files(root: Path, reports: list[dict]) -> list[str]:
+    """Files the ranks wrote under `root` (reports: {"rank", "host", "files": {rel: size}})
+    that this process does not see at the same size: shards left on another node's disk."""
+    out = []
+    for rep in reports:
+        for rel, size in (rep.get("files") or {}).items():
+            p = Path(root) / rel
+            if not p.is_file() or p.stat().st_size != size:
+                out.append(f"rank {rep['rank']} on {rep['host']}: {rel}")
+    return out
+
+
+def not_shared_error(key: str, path: Path, unseen: list[str]):
+    from peer_rl.errors import ConfigError
+
+    return ConfigError(
+        f"{key}={path}: {len(unseen)} file(s) the policy ranks wrote there are not visible to "
+        f"the controller (e.g. {unseen[0]}): the directory is on a disk of its own on each "
+        "node. Use an absolute path on storage every node mounts (NFS, Lustre, a cloud "
+        "bucket mount) for trainer.output_dir.")

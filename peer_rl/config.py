@@ -225,7 +225,9 @@ class LoggingConfig:
 
 @dataclass
 class RayConfig:
-    address: str = ""                    # "" = connect to a running cluster or start a local one
+    # "" = RAY_ADDRESS (set inside `ray job submit`) or else a new local cluster; "auto" = a
+    # cluster started with `ray start` on this machine; or a cluster's address
+    address: str = ""
     num_cpus: int = 0                    # for a local cluster; 0 = all cores
     dashboard_host: str = "127.0.0.1"
     placement_timeout_s: float = 120.0   # how long a pool's placement group may wait
@@ -263,6 +265,24 @@ def yaml_by_name(name: str, directory: Path, what: str) -> Path:
     return p
 
 
+def load_yaml(path: Path) -> DictConfig:
+    """A YAML file as omegaconf; a syntax error names the file and line, not a traceback."""
+    import yaml
+
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") \
+            from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    return cfg
+
+
 def _recipe_path(name: str) -> Path:
     return yaml_by_name(name, RECIPES_DIR, "recipe")
 
@@ -272,7 +292,7 @@ def _load_recipe(name: str, seen: tuple = ()) -> DictConfig:
     if name in seen:
         raise ConfigError(f"recipe {name!r}: circular base chain {' -> '.join(seen + (name,))}")
     path = _recipe_path(name)
-    cfg = OmegaConf.load(path)
+    cfg = load_yaml(path)
     base = cfg.pop("base", None)
     if base:
         cfg = OmegaConf.merge(_load_recipe(base, seen + (name,)), cfg)
@@ -372,6 +392,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
         cfg = OmegaConf.merge(base, {"recipe": recipe, "experiment_name": Path(recipe).stem},
                               _load_recipe(recipe))
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+        from_env = _env_interpolations(OmegaConf.to_container(cfg, resolve=False))
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or ""
@@ -380,8 +401,30 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
     if check is not None:
         check(cfg)
     OmegaConf.set_readonly(cfg, True)
+    _FROM_ENV[id(cfg)] = from_env
     return cfg
 
 
 def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
-    Path(path).write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+    """The resolved config, except values read from the environment (`${oc.env:...}`: keys,
+    tokens), which are written as the interpolation, never as the secret."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    for keys, raw in _FROM_ENV.get(id(cfg), {}).items():
+        node = data
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = raw
+    Path(path).write_text(OmegaConf.to_yaml(OmegaConf.create(data)), encoding="utf-8")
+
+
+_FROM_ENV: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: "${oc.env:...}"}
+
+
+def _env_interpolations(node, path: tuple = ()) -> dict[tuple, str]:
+    if isinstance(node, dict):
+        return {k: v for key, val in node.items()
+                for k, v in _env_interpolations(val, path + (key,)).items()}
+    if isinstance(node, list):
+        return {k: v for i, val in enumerate(node)
+                for k, v in _env_interpolations(val, path + (i,)).items()}
+    return {path: node} if isinstance(node, str) and "${oc.env:" in node else {}

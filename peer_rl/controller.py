@@ -31,8 +31,9 @@ import ray
 import torch
 
 from peer_rl.algos import get_adv_estimator
-from peer_rl.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, prune_checkpoints,
-                                 resume_checkpoint)
+from peer_rl.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
+                                 prune_checkpoints, resume_checkpoint, unseen_files)
+from peer_rl.runtime import fsync_dir, fsync_tree
 from peer_rl.dataloader import Cursor, PromptLoader
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.step_batch import ScoredBatch, update_batch
@@ -106,7 +107,13 @@ class Controller:
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "policy").mkdir(parents=True)
-        self.policy.call("save_checkpoint", str(tmp / "policy"), self.cfg.trainer.save_hf_model)
+        reports = self.policy.call("save_checkpoint", str(tmp / "policy"),
+                                   self.cfg.trainer.save_hf_model)
+        # every rank's shards must be where the controller (and a resume) reads them, and on
+        # disk, before the state file marks the checkpoint complete
+        unseen = unseen_files(tmp / "policy", [r for r in reports if r])
+        if unseen:
+            raise not_shared_error("trainer.output_dir", self.out, unseen)
         if (tmp / "policy" / "model").is_dir():
             self._write_side_files(tmp / "policy" / "model")
         cursor = self.resume_cursor or self.loader.cursor.state()
@@ -114,10 +121,13 @@ class Controller:
                  "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
         (tmp / PROMPTS_FILE).write_text(json.dumps({"ids": [r["id"] for r in self.loader.rows]}),
                                         encoding="utf-8")
+        fsync_tree(tmp)
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+        fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        fsync_dir(final.parent)
         prune_checkpoints(self.out, self.cfg.trainer.max_actor_ckpt_to_keep)
         return final
 

@@ -32,19 +32,22 @@ def init_ray(cfg, dashboard: bool = False) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    # "" = RAY_ADDRESS or a `ray start` cluster if one runs here, else a new local one;
-    # "local" = always a new local cluster; anything else = that cluster's address
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+    # "" = RAY_ADDRESS (set by `ray job submit`) if given, else a new local cluster of this
+    # run's own: never a cluster someone else started here (Ray's address=None would join a
+    # `ray start` cluster found on the machine); "auto" = that one; anything else = its address
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or "local"
     env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     verbose = bool(getattr(getattr(cfg, "logging", None), "verbose", True))
     if not verbose:   # a key the job's own runtime env sets is left to it (Ray refuses both)
         env |= {k: v for k, v in QUIET_ENV.items() if k not in os.environ}
         _quiet_this_process()
     kwargs = {"address": address, "log_to_driver": True, "runtime_env": {"env_vars": env}}
-    if address in (None, "local"):
+    if address == "local":
         kwargs |= {"num_cpus": cfg.ray.num_cpus or os.cpu_count(), "include_dashboard": dashboard,
                    "dashboard_host": cfg.ray.dashboard_host}
-    ray.init(**kwargs)
+    ctx = ray.init(**kwargs)
+    how = "started a local Ray cluster" if address == "local" else f"joined Ray at {address}"
+    print(f"[peer-rl] {how} (GCS {ctx.address_info.get('gcs_address', '?')})", flush=True)
 
 
 def peak_rss_bytes() -> int:
@@ -53,3 +56,27 @@ def peak_rss_bytes() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def fsync_tree(directory: str | Path) -> dict[str, int]:
+    """fsync every file under `directory` and the directories themselves (a checkpoint must be
+    on disk before the file that marks it complete); returns {relative path: size}."""
+    root = Path(directory)
+    seen: dict[str, int] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+            seen[str(path.relative_to(root))] = path.stat().st_size
+    for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        fsync_dir(d)
+    return seen
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """A directory's entries (a rename into it) on disk."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -193,8 +193,9 @@ def load_rows(root: str | Path, rel: str, skip_invalid: bool = False, languages=
     """Validated rows of one `data.train_files` entry (a path under ser/ or sft/, globs allowed
     in the file part); returns (subset, datasets.Dataset, n_skipped_invalid, filtered: rows
     of other languages, per language)."""
-    from peer_rl.data.loading import load_subset
+    from peer_rl.data.loading import check_in_root, load_subset
 
+    check_in_root(root, rel, "data.train_files")
     parts = Path(rel).parts
     subset, pattern = parts[0], str(Path(*parts[1:]))
     res = load_subset(root, subset, pattern, skip_invalid=skip_invalid, languages=languages)

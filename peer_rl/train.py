@@ -105,7 +105,10 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
 
     root = Path(cfg.data.root) if cfg.data.root else sample_root()
     files: list[list[dict]] = []
+    from peer_rl.data.loading import check_in_root
+
     for rel in cfg.data.train_files:
+        check_in_root(root, rel, "data.train_files")
         if not (root / rel).exists():
             raise FileNotFoundError(f"data.train_files: {root / rel} does not exist")
         subset, name = Path(rel).parts[0], Path(rel).name
@@ -168,6 +171,12 @@ def check_fresh_output(cfg, out: Path) -> None:
     resume=auto to mix in, so it is refused (as the supervised stages refuse)."""
     from peer_rl.config import ConfigError
 
+    if cfg.resume not in ("disable", "auto"):
+        from peer_rl.checkpoints import STATE_FILE
+
+        if not (Path(cfg.resume) / STATE_FILE).exists():
+            raise ConfigError(f"resume={cfg.resume}: not a complete checkpoint (no "
+                              f"{STATE_FILE}); expected <output_dir>/checkpoints/step_N")
     if cfg.resume != "disable" or not out.exists():
         return
     if not out.is_dir():
@@ -177,6 +186,27 @@ def check_fresh_output(cfg, out: Path) -> None:
         raise ConfigError(f"resume=disable: trainer.output_dir={out} already holds a run "
                           f"({', '.join(held)}); pass resume=auto to continue it, or choose "
                           "another trainer.output_dir")
+
+
+def check_shared_output(actor_handles: list, out: Path) -> None:
+    """Each policy rank writes a probe file into the output directory, which the controller
+    must see: a relative or node-local trainer.output_dir on a multi-node cluster would leave
+    checkpoint shards on the GPU nodes and a complete-looking checkpoint on the head."""
+    import shutil
+
+    import ray
+
+    from peer_rl.checkpoints import not_shared_error
+
+    probe = out / ".shared-probe"
+    try:
+        found = ray.get([h.write_probe.remote(str(probe)) for h in actor_handles])
+        unseen = [f"rank {r['rank']} on {r['host']}: {Path(r['path']).name}" for r in found
+                  if not Path(r["path"]).exists()]
+        if unseen:
+            raise not_shared_error("trainer.output_dir", out, unseen)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
 
 
 def run(overrides: list[str]) -> Path:
@@ -215,6 +245,7 @@ def run(overrides: list[str]) -> Path:
               f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
               f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
               + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""), flush=True)
+        check_shared_output(pools.actor, out)
         steps = Controller(cfg, pools, rows, out, policy_template=template,
                            side_files=card_files(policy)).fit()
     finally:

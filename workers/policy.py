@@ -43,7 +43,7 @@ from peer_rl.algos import (
 from peer_rl.config import ActorConfig as _A
 from peer_rl.config import RolloutConfig
 from peer_rl.micro_batches import by_count, by_token_budget
-from peer_rl.runtime import peak_rss_bytes
+from peer_rl.runtime import fsync_tree, peak_rss_bytes
 from workers import fsdp
 
 
@@ -99,8 +99,12 @@ class PolicyWorker:
             self.device = torch.device("cuda", local)
         else:
             self.device = torch.device("cpu")
-        dist.init_process_group(self.backend, init_method=f"tcp://{master_addr}:{master_port}",
-                                rank=rank, world_size=world_size,
+        from workers import weight_sync
+
+        # the FSDP group's rendezvous, bound to the node's address (weight_sync.make_store)
+        store = weight_sync.make_store(master_addr, master_port, world_size, rank,
+                                       timeout_s=30 * 60)
+        dist.init_process_group(self.backend, store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(minutes=30))
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         torch.manual_seed(seed)
@@ -434,6 +438,16 @@ class PolicyWorker:
         if hf_model:
             self.export_hf(str(d / "model"))
         dist.barrier()
+        return {"rank": self.rank, "host": socket.gethostname(), "files": fsync_tree(d)}
+
+    def write_probe(self, directory: str) -> dict:
+        """A file in `directory` the controller must be able to see: trainer.output_dir on
+        node-local disk would leave each node's shards where no other node can read them."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"rank{self.rank}-{socket.gethostname()}"
+        path.write_text(str(os.getpid()))
+        return {"rank": self.rank, "host": socket.gethostname(), "path": str(path)}
 
     def export_hf(self, directory: str) -> None:
         """The policy as a plain Hugging Face model directory (rank 0 writes). Collective."""

@@ -72,9 +72,22 @@ def _offsets(metas: list[TensorMeta], idx: list[int]) -> tuple[list[int], int]:
 
 def make_store(addr: str, port: int, world_size: int, rank: int, timeout_s: float = 600.0):
     """The group's rendezvous: rank 0 hosts it (port 0: any free port, read back from
-    `store.port`, so there is no race for a port), the others connect to it."""
-    return dist.TCPStore(addr, port, world_size, is_master=rank == 0,
-                         timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    `store.port`, so there is no race for a port), the others connect to it. The host listens
+    on `addr` only (the node's own address), not on every interface as TCPStore does when it
+    opens the socket itself: its socket is bound here and handed over."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if rank != 0:
+        return dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout)
+    import socket
+
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((addr, port))
+    sock.listen()
+    port = sock.getsockname()[1]
+    return dist.TCPStore(addr, port, world_size, is_master=True, timeout=timeout,
+                         wait_for_workers=False, master_listen_fd=sock.detach())
 
 
 def open_group(store, rank: int, world_size: int, backend: str, timeout_s: float = 600.0):

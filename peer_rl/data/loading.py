@@ -56,6 +56,18 @@ class InvalidDataError(ValueError):
 LANGUAGE_NAMES = {"en": "english", "zh": "chinese"}   # SER rows spell `lang` short
 
 
+def check_in_root(root: str | Path, rel: str, key: str) -> Path:
+    """root / rel, which must stay inside root (a `../` path or an absolute one would read
+    files from anywhere)."""
+    from peer_rl.errors import ConfigError
+
+    path = Path(root) / rel
+    if Path(rel).is_absolute() or not path.resolve().is_relative_to(Path(root).resolve()):
+        raise ConfigError(f"{key}: {rel!r} leaves the data root {root}; name files relative "
+                          "to it (e.g. grpo/textual.jsonl)")
+    return path
+
+
 def row_language(row: dict) -> str:
     """The row's language in the data card's long spelling (SER rows carry `lang`: en, zh)."""
     lang = row.get("language") or row.get("lang") or ""

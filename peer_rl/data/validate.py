@@ -419,6 +419,11 @@ def check_file(df: DataFile) -> FileReport:
                                            f"a complete JSON object; {exc.msg} at column {exc.colno}",
                                            "invalid json"))
             continue
+        except RecursionError:
+            report.problems.append(Problem(where, lineno, "<line>",
+                                           "a JSON object of ordinary depth; found one nested "
+                                           "too deep to read", "nested too deep"))
+            continue
         if not isinstance(row, dict):
             report.problems.append(Problem(where, lineno, "<line>",
                                            f"a JSON object, found {type(row).__name__}", "not an object"))

@@ -19,6 +19,7 @@ from peer_rl.datajobs.config import ROLES
 from peer_rl.evaluation.endpoints import close_all, open_endpoints
 from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.store import RunStore
+from peer_rl.evaluation.endpoints import party_record
 
 JOBS_DIR = "_jobs"
 # what identifies a party's answers (concurrency and rate limits may change on rerun)
@@ -35,7 +36,7 @@ def sha256(path: str | Path) -> str:
 
 def manifest(job: str, cfg, inputs: dict, settings: dict) -> dict:
     return {"job": job, "inputs": inputs, "settings": settings, "seed": cfg.seed,
-            "parties": {r: {k: cfg[r][k] for k in _PARTY_KEYS} for r in ROLES[job]}}
+            "parties": {r: party_record(cfg[r], _PARTY_KEYS) for r in ROLES[job]}}
 
 
 def section(cfg, name: str) -> dict:

@@ -86,10 +86,17 @@ class Loaded:
 
 def _read_items(path: Path) -> list[tuple[str, object]]:
     """(where, item) pairs from a JSON list or JSON Lines file."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise CaseFileError(path, [f"{path}:{line}: not UTF-8 (invalid byte at offset "
+                                   f"{exc.start}); case files are UTF-8 JSON"]) from None
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise CaseFileError(path, [f"{path}: JSON nested too deep to read"]) from None
         except ValueError as exc:
             raise CaseFileError(path, [f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"]) \
                 from None
@@ -102,6 +109,8 @@ def _read_items(path: Path) -> list[tuple[str, object]]:
             out.append((f"{path}:{n}", json.loads(line)))
         except ValueError as exc:
             out.append((f"{path}:{n}", ValueError(f"not valid JSON ({exc.msg})")))
+        except RecursionError:
+            out.append((f"{path}:{n}", ValueError("JSON nested too deep to read")))
     return out
 
 

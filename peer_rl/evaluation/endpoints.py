@@ -16,6 +16,7 @@ import asyncio
 import base64
 import mimetypes
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ class EndpointConfig:
     path: str = ""
     model: str = ""                 # served model name ("" = the only one the server lists)
     api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key; unset -> "EMPTY"
+    # a key is never sent over plain http:// to another host unless this says so
+    allow_insecure_http: bool = False
     prompt: str = "peer"            # the model under test: peer (Steps 1-4) | chat (as it is)
     # peer prompt's wording: a policy_template.json or a model directory holding one; "" = the
     # one saved in `path` (what the policy was trained on), else the built-in one
@@ -108,15 +111,57 @@ def _openai_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
+def redact_url(url: str) -> str:
+    """The URL without the credentials it may carry (https://user:secret@host/v1)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def party_record(party, keys) -> dict:
+    """What a run's manifest keeps of a party: `keys`, with credentials cut out of the URL."""
+    out = {k: party[k] for k in keys}
+    if out.get("url"):
+        out["url"] = redact_url(out["url"])
+    return out
+
+
+def check_key_transport(role: str, url: str, has_key: bool, allowed: bool) -> None:
+    """An API key goes over https, or plain http to this machine only, unless allowed."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not has_key or allowed:
+        return
+    host = parts.hostname or ""
+    try:
+        local = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = host == "localhost"
+    if not local:
+        raise EndpointError(f"{role}.url={redact_url(url)}: the API key would be sent in the "
+                            f"clear to {host}; use https, unset the key variable, or set "
+                            f"{role}.allow_insecure_http=true")
+
+
 class HttpEndpoint(Endpoint):
     def __init__(self, role: str, cfg: EndpointConfig):
         import openai
 
         self.cfg, self.role = cfg, role
         self._openai = openai
-        self._key = os.environ.get(cfg.api_key_env, "") or "EMPTY"
+        key = os.environ.get(cfg.api_key_env, "")
+        check_key_transport(role, cfg.url, bool(key), cfg.allow_insecure_http)
+        if key and cfg.url.startswith("http://"):
+            print(f"[peer-rl] warning: {role}: the key in ${cfg.api_key_env} goes over plain "
+                  f"http to {redact_url(cfg.url)}", file=sys.stderr)
+        self._key = key or "EMPTY"
         self.model = cfg.model or self._only_model()
-        self.name = f"{role} ({cfg.url}, model {self.model})"
+        self.name = f"{role} ({redact_url(cfg.url)}, model {self.model})"
         self._next_start = 0.0      # monotonic time the next request may start (rate limit)
 
     def _client(self):
@@ -131,11 +176,11 @@ class HttpEndpoint(Endpoint):
         try:
             models = asyncio.run(ask())
         except self._openai.APIError as exc:
-            raise EndpointError(f"{self.role} ({self.cfg.url}): cannot list models "
+            raise EndpointError(f"{self.role} ({redact_url(self.cfg.url)}): cannot list models "
                                 f"({type(exc).__name__}: {exc}); is the server up, and is the "
                                 f"URL the /v1 base?") from None
         if len(models) != 1:
-            raise EndpointError(f"{self.role} ({self.cfg.url}) serves {len(models)} models "
+            raise EndpointError(f"{self.role} ({redact_url(self.cfg.url)}) serves {len(models)} models "
                                 f"({', '.join(models[:8])}): set {self.role}.model")
         return models[0]
 

@@ -19,6 +19,7 @@ from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.evaluation.sage import sage_case, summarise_sage
 from peer_rl.evaluation.store import RunStore
+from peer_rl.evaluation.endpoints import party_record
 
 # what identifies a party's answers (operational knobs such as concurrency may change on rerun)
 _PARTY_KEYS = ("url", "path", "model", "prompt", "template", "temperature", "top_p",
@@ -75,7 +76,7 @@ def _rag(cfg) -> dict | None:
 def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
     section = OmegaConf.to_container(cfg[protocol]) if protocol in cfg else {}
     manifest = {"protocol": protocol, "settings": section, "inputs": inputs,
-                "parties": {r: {k: cfg[r][k] for k in _PARTY_KEYS} for r in ROLES[protocol]}}
+                "parties": {r: party_record(cfg[r], _PARTY_KEYS) for r in ROLES[protocol]}}
     rag = _rag(cfg)
     if rag:
         manifest["rag"] = rag

@@ -52,7 +52,12 @@ def _lock(directory: Path):
 class RunStore:
     def __init__(self, out_dir: str | Path, manifest: dict):
         self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise RunMismatch(f"{self.dir}: exists and is not a directory; --out names the run "
+                              "directory")
+        if not self.dir.exists():     # dialogues of a sensitive kind: the user's eyes only
+            self.dir.mkdir(parents=True, mode=0o700)
+            os.chmod(self.dir, 0o700)
         self._lock = _lock(self.dir)
         self.path = self.dir / CASES_FILE
         self.torn_lines = 0
@@ -102,7 +107,7 @@ class RunStore:
             good.append(line)
         if self.torn_lines:
             tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "wb") as fh:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
                 fh.write(b"".join(x + b"\n" for x in good))
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -124,7 +129,8 @@ class RunStore:
     def append(self, record: dict) -> None:
         if record["id"] in self.records:
             raise ValueError(f"case {record['id']!r} is already recorded in {self.path}")
-        with open(self.path, "a", encoding="utf-8") as fh:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())

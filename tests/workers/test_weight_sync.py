@@ -48,3 +48,33 @@ def test_broadcast_round_trip_exact():
 def test_a_shape_that_disagrees_with_the_plan_is_refused():
     with pytest.raises(ValueError, match="weight sync: w has shape \\(3,\\), the plan says \\(4,\\)"):
         send(None, [torch.zeros(3)], [TensorMeta("w", (4,), "float32")], 1024, torch.device("cpu"))
+
+
+def _listeners(port: int) -> list[str]:
+    """Local addresses listening on `port`, from the kernel's socket tables."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, hexport = local.split(":")
+                if state == "0A" and int(hexport, 16) == port:        # 0A: LISTEN
+                    out.append(addr)
+    return out
+
+
+def test_the_rendezvous_listens_on_the_nodes_address_only():
+    """Issue 24.14: TCPStore opening its own socket listens on every interface; the store
+    made here listens on the address it is given (127.0.0.1 is 0100007F in the table)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    default = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False,
+                            timeout=datetime.timedelta(seconds=10))
+    assert _listeners(default.port) != ["0100007F"]          # the wildcard, as the issue says
+    store = make_store("127.0.0.1", 0, 1, 0)
+    assert _listeners(store.port) == ["0100007F"]
+    client = make_store("127.0.0.1", int(store.port), 1, 1)
+    client.set("k", "v")
+    assert store.get("k") == b"v"

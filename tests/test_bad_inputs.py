@@ -1,0 +1,64 @@
+"""Issue 24.12: bad inputs that used to end in tracebacks get one line naming the file, key or
+line, and a non-zero exit, before anything starts."""
+import json
+
+import pytest
+
+from peer_rl.cli import main
+from peer_rl.config import ConfigError, load_config
+
+
+def test_a_recipe_with_a_yaml_syntax_error_names_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data:\n  train_batch_size: 4\n rollout: [\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:3: not valid YAML"):
+        load_config([f"recipe={bad}"])
+    assert main(["train", f"recipe={bad}"]) == 2
+    assert "bad.yaml:3: not valid YAML" in capsys.readouterr().err
+
+
+def test_a_line_nested_too_deep_is_a_counted_problem(tmp_path, capsys):
+    (tmp_path / "grpo").mkdir()
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "grpo" / "textual.jsonl").write_text('{"history": ' + deep + "}\n")
+    assert main(["data", "check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "textual.jsonl: 0/1 valid rows" in out and "nested too deep" in out
+
+
+def test_train_files_may_not_leave_the_data_root(tmp_path, capsys):
+    from peer_rl.data.sample import build_sample
+
+    build_sample(tmp_path / "root")
+    (tmp_path / "outside.jsonl").write_text("{}\n")
+    assert main(["train", f"data.root={tmp_path / 'root'}", "data.train_files=[../outside.jsonl]",
+                 f"trainer.output_dir={tmp_path / 'run'}"]) == 2
+    assert "data.train_files: '../outside.jsonl' leaves the data root" in capsys.readouterr().err
+    assert main(["sft", f"data.root={tmp_path / 'root'}", "data.train_files=[sft/../../outside.jsonl]",
+                 f"trainer.output_dir={tmp_path / 'sft'}"]) == 2
+    assert "leaves the data root" in capsys.readouterr().err
+
+
+def test_resume_from_a_directory_that_is_not_a_checkpoint_fails_before_the_pools(tmp_path,
+                                                                                  capsys):
+    (tmp_path / "ckpt").mkdir()
+    assert main(["train", f"resume={tmp_path / 'ckpt'}",
+                 f"trainer.output_dir={tmp_path / 'run'}"]) == 2
+    assert "not a complete checkpoint (no trainer_state.json)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_eval_case_file_that_is_not_utf8_and_an_out_that_is_a_file(tmp_path, capsys):
+    cards = tmp_path / "cards.json"
+    cards.write_bytes(b'[{"id": "1",\n "name": "\xff\xfe"}]')
+    assert main(["eval", "esc", "--out", str(tmp_path / "run"), f"esc.cards={cards}",
+                 "model.url=http://127.0.0.1:9/v1", "seeker.url=http://127.0.0.1:9/v1",
+                 "judge.url=http://127.0.0.1:9/v1"]) == 2
+    assert "cards.json:2: not UTF-8" in capsys.readouterr().err
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([]))
+    (tmp_path / "afile").write_text("x")
+    from peer_rl.evaluation.store import RunMismatch, RunStore
+
+    with pytest.raises(RunMismatch, match="exists and is not a directory"):
+        RunStore(tmp_path / "afile", {})
