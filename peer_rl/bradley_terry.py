@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from peer_rl.judge_prompt import untrusted
 from peer_rl.reasoning import render_history
 
 _INSTRUCTION = {
@@ -23,15 +24,24 @@ _INSTRUCTION = {
 }
 
 
-def rm_messages(history: list[dict], reply: str, lang: str) -> list[dict]:
-    """The chat the reward model scores (one user turn: the paper's reward-model prompt)."""
+def rm_messages(history: list[dict], reply: str, lang: str, specials=()) -> list[dict]:
+    """The chat the reward model scores (one user turn: the paper's reward-model prompt). The
+    dialogue and the reply are untrusted text: a reply spelling the tokenizer's `<|im_end|>`
+    (`specials`) must not become that control token."""
+    safe = [{**t, "content": untrusted(t["content"], specials)} for t in history]
     return [{"role": "user", "content": _INSTRUCTION[lang].format(
-        history=render_history(history, lang), reply=reply)}]
+        history=render_history(safe, lang), reply=untrusted(reply, specials))}]
+
+
+def tokenizer_specials(tokenizer) -> tuple[str, ...]:
+    return tuple(getattr(tokenizer, "all_special_tokens", ()) or ()) + \
+        tuple(getattr(tokenizer, "get_added_vocab", dict)())
 
 
 def rm_text(tokenizer, history: list[dict], reply: str, lang: str) -> str:
-    return tokenizer.apply_chat_template(rm_messages(history, reply, lang), tokenize=False,
-                                         add_generation_prompt=False)
+    return tokenizer.apply_chat_template(
+        rm_messages(history, reply, lang, tokenizer_specials(tokenizer)), tokenize=False,
+        add_generation_prompt=False)
 
 
 def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,10 @@ VERSION = 2
 # `<|im_end|>`, `<|im_start|>`, `<|vision_start|>`, `<|endoftext|>` ...: Qwen-style control tokens
 _CONTROL = re.compile(r"<\|([^<>|\s]{1,40})\|>")
 _ZWSP = "\u200b"
+# other families' turn markers, neutralised for every party (an HTTP party's tokenizer is not
+# known here): Gemma, Llama 2 / Mistral, DeepSeek (full-width bars), generic BOS/EOS
+FOREIGN_CONTROL = ("<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]", "<<SYS>>",
+                   "<</SYS>>", "<s>", "</s>", "<｜", "｜>")
 
 
 def untrusted(text: str, specials: tuple[str, ...] | list[str] = ()) -> str:
@@ -51,10 +55,33 @@ def untrusted(text: str, specials: tuple[str, ...] | list[str] = ()) -> str:
     the user turn; it cannot end the turn or add one.
     """
     text = _CONTROL.sub(lambda m: f"<{_ZWSP}|{m.group(1)}|{_ZWSP}>", text)
-    for tok in sorted((t for t in specials if len(t) > 1), key=len, reverse=True):
+    for tok in sorted((t for t in (*specials, *FOREIGN_CONTROL) if len(t) > 1), key=len,
+                      reverse=True):
         if tok in text:
             text = text.replace(tok, tok[0] + _ZWSP + tok[1:])
     return text
+
+
+def quote_labels(text: str, starts=(), verdicts=()) -> str:
+    """Untrusted text that starts a line with one of the template's labels ("Second:", "Is
+    this step correct? ...", a role prefix) or is a verdict on a line of its own ("True") has a
+    zero-width space put after that line's first character: the judge still reads the words,
+    but the turn holds exactly the labels and layout the template wrote, so a reply cannot
+    forge a second candidate, an answered question or a seeker turn. Ordinary text (which
+    starts no line with a label) is unchanged, so a trained judge sees what it was trained on."""
+    if not starts and not verdicts:
+        return text
+    starts = [s.lower() for s in starts]
+    verdicts = {v.lower() for v in verdicts}
+    out = []
+    for line in text.split("\n"):
+        body = line.lstrip()
+        low = body.lower()
+        if any(low.startswith(s) for s in starts) or low.rstrip(" .。!！") in verdicts:
+            pad = line[:len(line) - len(body)]
+            line = pad + body[0] + _ZWSP + body[1:]
+        out.append(line)
+    return "\n".join(out)
 
 
 STEP_VERDICTS = {"en": ("True", "False"), "zh": ("正确", "错误")}
@@ -178,8 +205,23 @@ class JudgeTemplate:
     # special token strings of the judge's tokenizer, neutralised in untrusted text (not saved)
     specials: tuple = field(default=(), compare=False, repr=False)
 
-    def _safe(self, text: str) -> str:
-        return untrusted(text, self.specials)
+    def _safe(self, text: str, lang: str) -> str:
+        return quote_labels(untrusted(text, self.specials), *self.labels(lang))
+
+    def labels(self, lang: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What untrusted text must not reproduce: the template's own line starts (its fixed
+        lines and field labels, the role prefixes), and the verdicts as lines of their own."""
+        t = self.text[lang]
+        starts = set()
+        for fmt in list(t["steps"]) + [t["preference"], t.get("outcome", "")]:
+            for chunk in re.split(r"\{[a-z]+\}", fmt):
+                starts.update(line.strip() for line in chunk.split("\n"))
+        starts.update(p.strip() for p in t["roles"].values())
+        # a label is recognised by its first clause ("Which reply is better?"), so a forged
+        # line that copies only the start of a long fixed line is caught too
+        starts = {re.match(r"[^?:？：]*[?:？：]?", x).group(0) for x in starts}
+        verdicts = STEP_VERDICTS.get(lang, ()) + PREFERENCE_VERDICTS.get(lang, ())
+        return tuple(sorted(x for x in starts if len(x) > 1)), tuple(verdicts)
 
     def language(self, lang: str) -> str:
         """The template language for a row's language; one the template lacks is an error, not
@@ -192,7 +234,8 @@ class JudgeTemplate:
     # ------------------------------------------------------------------------- rendering
     def history_text(self, history: list[dict], lang: str) -> str:
         t = self.text[lang]
-        return join_turns(history, t["roles"], t["turn_separator"], self._safe)
+        return join_turns(history, t["roles"], t["turn_separator"],
+                          lambda text: self._safe(text, lang))
 
     def system(self, lang: str) -> dict:
         return {"role": "system", "content": self.text[lang]["system"]}
@@ -200,11 +243,11 @@ class JudgeTemplate:
     def step_turn(self, k: int, step: str, history: list[dict], lang: str) -> dict:
         """User turn of round k (1-3): the history (where the format shows it) and step k."""
         return {"role": "user", "content": self.text[lang]["steps"][k - 1].format(
-            history=self.history_text(history, lang), step=self._safe(step))}
+            history=self.history_text(history, lang), step=self._safe(step, lang))}
 
     def preference_turn(self, first: str, second: str, lang: str) -> dict:
         return {"role": "user", "content": self.text[lang]["preference"].format(
-            first=self._safe(first), second=self._safe(second))}
+            first=self._safe(first, lang), second=self._safe(second, lang))}
 
     def outcome_format(self, lang: str) -> str:
         t = self.text[lang]
@@ -216,8 +259,8 @@ class JudgeTemplate:
     def outcome_turn(self, first: str, second: str, history: list[dict], lang: str) -> dict:
         """The one user turn of a separate outcome model: the history and the two replies."""
         return {"role": "user", "content": self.outcome_format(lang).format(
-            history=self.history_text(history, lang), first=self._safe(first),
-            second=self._safe(second))}
+            history=self.history_text(history, lang), first=self._safe(first, lang),
+            second=self._safe(second, lang))}
 
     def outcome_chat(self, parts: "SerParts", lang: str) -> list[dict]:
         """A SER row as an ORM's training chat: system, the outcome turn, the preference."""

@@ -80,8 +80,6 @@ def image_paths(messages: list[dict]) -> list[str]:
 
 def for_vllm(messages: list[dict]) -> list[dict]:
     """Image parts as loaded PIL images (`image_pil`), which vLLM's `LLM.chat` takes directly."""
-    from PIL import Image
-
     out = []
     for m in messages:
         if not isinstance(m["content"], list):
@@ -90,8 +88,7 @@ def for_vllm(messages: list[dict]) -> list[dict]:
         parts = []
         for p in m["content"]:
             if p.get("type") == "image":
-                with Image.open(p["image"]) as im:
-                    parts.append({"type": "image_pil", "image_pil": im.convert("RGB")})
+                parts.append({"type": "image_pil", "image_pil": open_image(p["image"])})
             else:
                 parts.append(p)
         out.append({**m, "content": parts})
@@ -102,3 +99,28 @@ def is_vision_language(model_path: str) -> bool:
     """A checkpoint with a vision encoder: its config.json has a `vision_config`."""
     path = Path(model_path) / "config.json"
     return path.exists() and "vision_config" in json.loads(path.read_text(encoding="utf-8"))
+
+
+# images a dataset may hold: the formats Pillow decodes in Python (EPS would run Ghostscript),
+# and a pixel cap far above any frame the models take (a decompression bomb stops here)
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
+MAX_IMAGE_PIXELS = 40_000_000
+
+
+class ImageRefused(ValueError):
+    pass
+
+
+def open_image(path):
+    """A dataset image as RGB: PNG, JPEG or WebP only, at most MAX_IMAGE_PIXELS pixels."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        im = Image.open(path, formats=IMAGE_FORMATS)
+    except UnidentifiedImageError:
+        raise ImageRefused(f"{path}: not a {'/'.join(IMAGE_FORMATS)} image") from None
+    with im:
+        w, h = im.size
+        if w * h > MAX_IMAGE_PIXELS:
+            raise ImageRefused(f"{path}: {w}x{h} pixels, over the {MAX_IMAGE_PIXELS:,} cap")
+        return im.convert("RGB")

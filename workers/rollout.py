@@ -138,8 +138,9 @@ class RolloutWorker:
                         images: list[list[str]] | None = None) -> list[list[float]]:
         """log p(x_t | x_<t) for t >= 1 of each given sequence (len(seq) - 1 values each);
         `images` (per sequence) for sequences whose ids hold expanded image tokens."""
-        from PIL import Image
         from vllm import SamplingParams
+
+        from peer_rl.multimodal import open_image
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         prompts = []
@@ -148,8 +149,7 @@ class RolloutWorker:
             if images and images[i]:
                 # vLLM expands one image token per image itself: send the runs collapsed
                 prompt = {"prompt_token_ids": _collapse_runs(list(ids), self._image_token_id()),
-                          "multi_modal_data": {"image": [Image.open(p).convert("RGB")
-                                                         for p in images[i]]}}
+                          "multi_modal_data": {"image": [open_image(p) for p in images[i]]}}
             prompts.append(prompt)
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         for ids, out in zip(prompt_ids, outs):

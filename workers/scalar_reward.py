@@ -11,7 +11,7 @@ import math
 import os
 import time
 
-from peer_rl.bradley_terry import rm_messages
+from peer_rl.bradley_terry import rm_messages, tokenizer_specials
 from peer_rl.runtime import peak_rss_bytes
 from workers.vllm_engine import make_llm, on_cpu
 
@@ -44,8 +44,9 @@ class ScalarRewardWorker:
 
     def _prompt(self, history: list[dict], reply: str, lang: str) -> dict:
         for start in range(len(history)):
-            text = self.tokenizer.apply_chat_template(rm_messages(history[start:], reply, lang),
-                                                      tokenize=False)
+            text = self.tokenizer.apply_chat_template(
+                rm_messages(history[start:], reply, lang, tokenizer_specials(self.tokenizer)),
+                tokenize=False)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) <= self.max_len:
                 return {"prompt_token_ids": ids}

@@ -40,11 +40,10 @@ class VisionInputs:
             return hit
         import time
 
-        from PIL import Image
+        from peer_rl.multimodal import open_image
 
         t0 = time.perf_counter()
-        with Image.open(path) as im:
-            out = self.image_processor(images=[im.convert("RGB")], return_tensors="pt")
+        out = self.image_processor(images=[open_image(path)], return_tensors="pt")
         value = (out["pixel_values"], out["image_grid_thw"][0])
         self.seconds += time.perf_counter() - t0
         if len(self._cache) >= self.cache_size:

@@ -9,17 +9,18 @@ ids, seeker turns as plain strings) and peer-rl's own (`en`, `text`, string ids)
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
-
-from PIL import Image
+from pathlib import Path
 
 from peer_rl.data.escrag import PASSES, PERSPECTIVES
 from peer_rl.data.layout import DataFile
 from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
                                 language_of, modality_of, role_of, split_role_lines)
 from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS
-from peer_rl.multimodal import IMAGE_TAG, count_tags
+from peer_rl.multimodal import (IMAGE_FORMATS, IMAGE_TAG, MAX_IMAGE_PIXELS, ImageRefused,
+                                 count_tags, open_image)
 from peer_rl.escrag_prompt import parse_reasoned
 from peer_rl.reasoning import parse_structured
 
@@ -56,6 +57,13 @@ class FileReport:
 
     def reasons(self) -> Counter:
         return Counter(p.reason for p in self.problems)
+
+
+ALLOW_OUTSIDE_ENV = "PEER_RL_ALLOW_IMAGES_OUTSIDE_ROOT"
+
+
+def _images_may_leave_root() -> bool:
+    return os.environ.get(ALLOW_OUTSIDE_ENV) == "1"
 
 
 class _Row:
@@ -185,12 +193,20 @@ class _Row:
                 self.bad(f"images[{i}]", "expected a path string", "wrong type")
                 continue
             path = self.df.subset_dir / rel
+            root = self.df.subset_dir.parent
+            if not _images_may_leave_root() and (
+                    Path(rel).is_absolute() or not path.resolve().is_relative_to(root.resolve())):
+                self.bad(f"images[{i}]", f"a path inside the data root {root}; {rel!r} leaves it "
+                         f"(set {ALLOW_OUTSIDE_ENV}=1 to allow)", "image outside root")
+                continue
             if not path.is_file():
                 self.bad(f"images[{i}]", f"image file {path} does not exist", "missing image")
                 continue
             try:
-                with Image.open(path) as im:
-                    im.load()
+                open_image(path)
+            except ImageRefused as exc:
+                self.bad(f"images[{i}]", f"a {'/'.join(IMAGE_FORMATS)} image of at most "
+                         f"{MAX_IMAGE_PIXELS:,} pixels; {exc}", "refused image")
             except Exception as exc:  # PIL raises many types for undecodable files
                 self.bad(f"images[{i}]", f"a decodable image; {path}: {exc}", "undecodable image")
         self.out["images"] = list(imgs)

@@ -83,10 +83,12 @@ def seeker_messages(persona: str, history: list[dict], lang: str, opener: str | 
     msgs.append({"role": "user", "content": opener or _OPEN[lang]})
     for t in history:
         role = "assistant" if t["role"] == "seeker" else "user"
+        # the model's reply is untrusted: it must not close its turn and forge a seeker's
+        content = t["content"] if role == "assistant" else untrusted(t["content"])
         if msgs[-1]["role"] == role:    # keep strict alternation for strict chat templates
-            msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + "\n" + t["content"]}
+            msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + "\n" + content}
         else:
-            msgs.append({"role": role, "content": t["content"]})
+            msgs.append({"role": role, "content": content})
     return msgs
 
 

@@ -117,7 +117,7 @@ def test_missing_image(root, capsys):
 def test_undecodable_image(root, capsys):
     (root / "ser" / "images" / "face_happy_1.png").write_bytes(b"not a png")
     code, _, err = _check(root, capsys)
-    assert code == 1 and "images[0]: a decodable image" in err
+    assert code == 1 and "images[0]: a PNG/JPEG/WEBP image" in err and "not a PNG" in err
 
 
 def test_invalid_utf8(root, capsys):
@@ -170,3 +170,39 @@ def test_console_script_exit_codes(root):
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert "safety/test.jsonl:2: history" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _visual_row_image(root, value):
+    _corrupt_line(root, "ser/en/visual_train.jsonl", 1, lambda r: {**r, "images": [value]})
+
+
+def test_images_must_stay_inside_the_data_root(root, capsys, monkeypatch, tmp_path):
+    """Issue 24.11: image paths could be absolute or climb out of the root with `..`."""
+    from PIL import Image
+
+    outside = tmp_path / "outside.png"
+    Image.new("RGB", (8, 8)).save(outside)
+    _visual_row_image(root, "../../outside.png")
+    code, _, err = _check(root, capsys)
+    assert code == 1 and "images[0]: a path inside the data root" in err and "leaves it" in err
+    _visual_row_image(root, str(outside))
+    code, _, err = _check(root, capsys)
+    assert code == 1 and "leaves it" in err
+    monkeypatch.setenv("PEER_RL_ALLOW_IMAGES_OUTSIDE_ROOT", "1")
+    assert _check(root, capsys)[0] == 0
+
+
+def test_only_png_jpeg_webp_under_the_pixel_cap_are_opened(root, capsys):
+    from PIL import Image
+
+    from peer_rl.multimodal import MAX_IMAGE_PIXELS
+
+    images = root / "ser" / "images"
+    Image.new("RGB", (8, 8)).save(images / "face.bmp")
+    _visual_row_image(root, "images/face.bmp")
+    code, _, err = _check(root, capsys)
+    assert code == 1 and "not a PNG/JPEG/WEBP image" in err
+    Image.new("1", (8000, MAX_IMAGE_PIXELS // 8000 + 1)).save(images / "huge.png")
+    _visual_row_image(root, "images/huge.png")
+    code, _, err = _check(root, capsys)
+    assert code == 1 and "over the 40,000,000 cap" in err
