@@ -474,7 +474,8 @@ def _add_index(sub) -> None:
     p = ix.add_parser("build", help="embed ESC-Preference exemplars into a faiss index")
     p.add_argument("data", help="a root with exemplars/ (or preference/: the chosen replies), "
                    "or one such .jsonl file")
-    p.add_argument("--out", required=True, help="index directory (replaced whole)")
+    p.add_argument("--out", required=True, help="index directory: new, empty or an index "
+                   "(replaced once the new one is built); anything else is refused")
     p.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL,
                    help="as algorithm.rur.embedding_model; queries must use the same")
     p.add_argument("--approx-threshold", type=int, default=50_000,
