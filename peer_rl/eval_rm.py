@@ -276,6 +276,8 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
                       max_model_len=max_model_len)
         worker = (PairRewardWorker(str(model), str(outcome_model), **engine) if pair
                   else UnifiRewardWorker(str(model), **engine))
+    # a text-only judge reads visual rows on their words alone, as it was trained on them
+    images = images and bool(getattr(worker, "multimodal", True))
     try:
         t0 = time.perf_counter()
         kept = [r for r in rows if _fits(worker, r)]

@@ -261,3 +261,14 @@ def test_majority_ties_go_to_true_and_the_first_preference():
     rows = [ser_row(("a", "en", False, (T, F, T), SECOND, None)),
             ser_row(("b", "en", False, (F, T, F), FIRST, None))]
     assert majority_verdicts(rows) == Verdicts((True, True, True), FIRST)
+
+
+def test_a_text_only_judge_reads_visual_rows_on_their_words(ser_root):
+    """A text-only judge (SmolLM2) is never sent a frame: vLLM would refuse the request."""
+    judge = ScriptedJudge()
+    judge.multimodal = False
+    report = evaluate_rm(ser_root, "scripted", None, worker=judge, images=True)
+    assert all(not isinstance(m["content"], list) for call in judge.calls for conv in call
+               for m in conv)
+    assert report["images"] is False and "words alone" in report["note"]
+    assert report["metrics"]["zh/visual"]["n"] == 2

@@ -34,6 +34,7 @@ def run_dir(tmp_path_factory, grpo_models):
     assert "Loading weights" not in stdout + stderr
     assert "Loading safetensors checkpoint shards" not in stdout + stderr
     assert "DeprecationWarning" not in stdout + stderr
+    (out / "console.txt").write_text(stdout + stderr, encoding="utf-8")   # for the logs test
     return out
 
 
@@ -76,6 +77,25 @@ def test_the_in_training_evaluation_ran_through_the_pools(run_dir):
     assert {k for k in m if k.endswith("pass_rate") and k.startswith("eval/safety/")} == {
         "eval/safety/pass_rate", "eval/safety/crisis_pass_rate",
         "eval/safety/harmful_request_pass_rate", "eval/safety/boundary_pass_rate"}
+
+
+def test_no_dialogue_text_or_generation_reaches_the_console(run_dir):
+    """Dialogue text, generations and judge answers go to samples.jsonl (log_samples=true
+    here) and nowhere else: not one seeker utterance of the run's prompts, reply or judge
+    answer of 24+ characters appears in what the run printed."""
+    from peer_rl.data.loading import load_subset
+    from peer_rl.data.sample import sample_root
+
+    console = (run_dir / "console.txt").read_text(encoding="utf-8")
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    ids = {s["prompt_id"] for s in samples}
+    rows = [r for r in load_subset(sample_root(), "grpo", "*").dataset if r["id"] in ids]
+    texts = [t["content"] for r in rows for t in r["history"]] + [s["text"] for s in samples]
+    texts += [a for s in samples for a in (s["judge"] or []) if a]
+    pieces = {t.strip()[:60] for t in texts if len(t.strip()) >= 24}
+    assert len(rows) == len(ids) and len(pieces) > 20
+    leaked = [p for p in pieces if p in console]
+    assert not leaked, leaked[:3]
 
 
 def test_rur_rewards_follow_the_formula_per_sample(run_dir):
