@@ -180,9 +180,11 @@ def write_chain_report(values: dict) -> Path:
     out = Path(values["out"])
     runs = _curves(out)
     png = plot_runs(runs, out / "curves.png")
+    found = sorted({int(m.group("seed")) for m in map(RUN.match, runs) if m})
     lines = ["# Chain report", "",
-             f"Output: `{out}`; seeds {values.get('seeds')}. Cells are mean +- sample standard "
-             "deviation over the seeds (one value when one run).", "",
+             f"Output: `{out}`; the chain's seeds {values.get('seeds')}, GRPO runs found for "
+             f"seeds {found or 'none'}. Cells are mean +- sample standard deviation over the "
+             "runs found (one value when one run).", "",
              "## UnifiReward judge on the held-out SER rows (`eval rm`)", "",
              *judge_table(out), "",
              "## GRPO training", "", *training_table(runs), ""]
