@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from peer_rl.judge_prompt import untrusted
+from peer_rl.judge_prompt import tokenizer_specials, untrusted
 from peer_rl.reasoning import render_history
 
 _INSTRUCTION = {
@@ -31,11 +31,6 @@ def rm_messages(history: list[dict], reply: str, lang: str, specials=()) -> list
     safe = [{**t, "content": untrusted(t["content"], specials)} for t in history]
     return [{"role": "user", "content": _INSTRUCTION[lang].format(
         history=render_history(safe, lang), reply=untrusted(reply, specials))}]
-
-
-def tokenizer_specials(tokenizer) -> tuple[str, ...]:
-    return tuple(getattr(tokenizer, "all_special_tokens", ()) or ()) + \
-        tuple(getattr(tokenizer, "get_added_vocab", dict)())
 
 
 def rm_text(tokenizer, history: list[dict], reply: str, lang: str) -> str:

@@ -62,6 +62,12 @@ def untrusted(text: str, specials: tuple[str, ...] | list[str] = ()) -> str:
     return text
 
 
+def tokenizer_specials(tokenizer) -> tuple[str, ...]:
+    """A tokenizer's special and added token strings: what `untrusted` must break."""
+    return tuple(getattr(tokenizer, "all_special_tokens", ()) or ()) + \
+        tuple(getattr(tokenizer, "get_added_vocab", dict)())
+
+
 def quote_labels(text: str, starts=(), verdicts=()) -> str:
     """Untrusted text that starts a line with one of the template's labels ("Second:", "Is
     this step correct? ...", a role prefix) or is a verdict on a line of its own ("True") has a

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from peer_rl.judge_prompt import JudgeTemplate
+from peer_rl.judge_prompt import JudgeTemplate, tokenizer_specials
 from peer_rl.multimodal import attach_images, for_vllm
 from peer_rl.protocol import JudgeItem, JudgeResult
 from peer_rl.rewards import (
@@ -52,8 +52,7 @@ class UnifiRewardWorker:
         self.tokenizer = self.llm.get_tokenizer()
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
         # the policy's text must not be able to close a judge turn (judge_prompt.untrusted)
-        self.template.specials = tuple(getattr(self.tokenizer, "all_special_tokens", ()) or ()) \
-            + tuple(getattr(self.tokenizer, "get_added_vocab", dict)())
+        self.template.specials = tokenizer_specials(self.tokenizer)
         self.start_seconds = time.perf_counter() - t0
 
     def answer(self, conversations: list[list[dict]]) -> list[str]:
