@@ -20,7 +20,8 @@
 # Settings (environment): PEER_RL_CLUSTER_DIR (logs, pid files and the nodes' Ray temp dirs;
 # default /tmp/peer-rl-cluster, keep it short: Ray's socket paths must stay under 108 bytes),
 # RAY_PORT (GCS, 6380), DASHBOARD_PORT (8265), HEAD_CPUS / WORKER_CPUS (1 each: the tiny recipe's
-# 1.75 CPUs then span both nodes).
+# 1.75 CPUs then span both nodes), OBJECT_STORE_BYTES (per node; default: Ray's, 30% of memory),
+# RAY_AUTH_TOKEN_PATH (the token file; default ~/.ray/auth_token).
 # Never `ray stop` here: it stops every Ray cluster of this user on the machine.
 set -euo pipefail
 
@@ -33,6 +34,8 @@ RAY_PORT="${RAY_PORT:-6380}"
 DASHBOARD_PORT="${DASHBOARD_PORT:-8265}"
 HEAD_CPUS="${HEAD_CPUS:-1}"
 WORKER_CPUS="${WORKER_CPUS:-1}"
+OBJECT_STORE=()
+if [[ -n "${OBJECT_STORE_BYTES:-}" ]]; then OBJECT_STORE=(--object-store-memory="$OBJECT_STORE_BYTES"); fi
 HEAD_IP=127.0.0.2
 WORKER_IP=127.0.0.3
 export RAY_AUTH_MODE=token
@@ -56,7 +59,7 @@ start_node() {  # name, node ip, ray start args...: `ray start --block` in its o
   local name=$1 ip=$2; shift 2
   mkdir -p "$DIR/$name"
   setsid ray start --block --node-ip-address="$ip" --temp-dir="$DIR/$name" \
-    --disable-usage-stats "$@" >"$DIR/$name.log" 2>&1 </dev/null &
+    --disable-usage-stats ${OBJECT_STORE[@]+"${OBJECT_STORE[@]}"} "$@" >"$DIR/$name.log" 2>&1 </dev/null &
   echo $! >"$DIR/$name.pid"
 }
 

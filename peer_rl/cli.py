@@ -231,7 +231,7 @@ def _add_data(sub) -> None:
 
 def _train(args) -> int:
     from peer_rl.config import ConfigError
-    from peer_rl.worker_group import PolicyGroupFailed
+    from peer_rl.worker_group import PoolFailed
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.dataloader import PromptPoolError
     from peer_rl.train import run
@@ -241,7 +241,7 @@ def _train(args) -> int:
     except (ConfigError, FileNotFoundError, InvalidDataError, PromptPoolError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except PolicyGroupFailed as exc:
+    except PoolFailed as exc:        # a policy rank died, or a worker past its restarts
         print(f"error: {exc}", file=sys.stderr)
         return 3
     return 0

@@ -64,7 +64,8 @@ class Controller:
         def group(name: str, **hooks) -> WorkerGroup:
             return WorkerGroup(name, getattr(pools, name), t.max_actor_restarts,
                                t.recovery_timeout_s, pools.restart,
-                               step=lambda: self.scoring_step + 1, **hooks)
+                               step=lambda: self.scoring_step + 1,
+                               last_checkpoint=lambda: latest_checkpoint(self.out), **hooks)
         self.rollout = group("rollout", on_restart=self._resync_restarted,
                              check=self._check_engine_weights)
         self.reward_model, self.redundancy = group("reward_model"), group("redundancy")

@@ -13,6 +13,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from peer_rl.faults import with_faults
 from peer_rl.worker_group import Pools
 
 def engine_env() -> dict:
@@ -71,7 +72,7 @@ class PoolFactory:
         from workers.rollout import RolloutWorker
 
         c, res = self.cfg.rollout, self.cfg.resources.rollout
-        cls = ray.remote(RolloutWorker).options(
+        cls = ray.remote(with_faults(RolloutWorker)).options(
             **_opts(self.pgs["rollout"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.policy_path, seed=self.cfg.trainer.seed + i,
@@ -86,14 +87,14 @@ class PoolFactory:
 
         c, res = self.cfg.reward_model, self.cfg.resources.reward_model
         if c.kind == "scalar":
-            cls = ray.remote(ScalarRewardWorker).options(
+            cls = ray.remote(with_faults(ScalarRewardWorker)).options(
                 **_opts(self.pgs["reward_model"], i, res, engine_env(),
                         self.cfg.trainer.max_actor_restarts))
             return cls.remote(self.judge_path, seed=self.cfg.trainer.seed,
                               kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
                               gpu_memory_utilization=c.gpu_memory_utilization)
         pair = c.kind == "prm_orm"      # two engines in one actor: they score every item
-        cls = ray.remote(PairRewardWorker if pair else UnifiRewardWorker).options(
+        cls = ray.remote(with_faults(PairRewardWorker if pair else UnifiRewardWorker)).options(
             **_opts(self.pgs["reward_model"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
         engine = dict(seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
@@ -108,7 +109,7 @@ class PoolFactory:
         from workers.redundancy import RedundancyWorker
 
         r, res = self.cfg.algorithm.rur, self.cfg.resources.redundancy
-        cls = ray.remote(RedundancyWorker).options(
+        cls = ray.remote(with_faults(RedundancyWorker)).options(
             **_opts(self.pgs["redundancy"], i, res, {"HF_HUB_OFFLINE": "1",
                                                      "TOKENIZERS_PARALLELISM": "false"},
                     self.cfg.trainer.max_actor_restarts))
@@ -120,7 +121,7 @@ class PoolFactory:
         from workers.retrieval import RetrievalWorker
 
         r, res = self.cfg.retrieval, self.cfg.resources.retrieval
-        cls = ray.remote(RetrievalWorker).options(
+        cls = ray.remote(with_faults(RetrievalWorker)).options(
             **_opts(self.pgs["retrieval"], i, res, {"HF_HUB_OFFLINE": "1",
                                                     "TOKENIZERS_PARALLELISM": "false"},
                     self.cfg.trainer.max_actor_restarts))
@@ -134,7 +135,7 @@ class PoolFactory:
         addr, port = ray.get(_node_address.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             pg, placement_group_bundle_index=0)).remote())
         env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-        return [ray.remote(PolicyWorker).options(**_opts(pg, r, res, env)).remote(
+        return [ray.remote(with_faults(PolicyWorker)).options(**_opts(pg, r, res, env)).remote(
             rank=r, world_size=a.world_size, master_addr=addr, master_port=port,
             model_path=self.policy_path, lr=a.lr, weight_decay=a.weight_decay,
             grad_clip=a.grad_clip, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,

@@ -13,6 +13,8 @@ from typing import Callable
 
 import ray
 
+from peer_rl.worker_group import WorkerGroupFailed
+
 
 class WeightSyncGroup:
     """`sync()` after every update; `invalidate()` whenever an engine may have restarted."""
@@ -60,7 +62,10 @@ class WeightSyncGroup:
                 return sent
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                 if attempt == self.max_retries:
-                    raise RuntimeError(f"weight sync failed {attempt + 1} time(s): {exc}") from None
+                    raise WorkerGroupFailed(
+                        f"weight sync failed {attempt + 1} time(s) "
+                        f"(trainer.max_actor_restarts={self.max_retries}): {exc}. The last "
+                        "complete checkpoint stands; rerun with resume=auto") from None
                 print(f"[peer-rl] weight sync interrupted ({type(exc).__name__}); waiting for the "
                       "rollout engines, forming the group again", file=sys.stderr, flush=True)
                 self.formed = False

@@ -37,8 +37,22 @@ class Pools:
     restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
 
 
-class PolicyGroupFailed(RuntimeError):
+class PoolFailed(RuntimeError):
+    """A pool cannot go on: the run stops, its last complete checkpoint stands."""
+
+
+class PolicyGroupFailed(PoolFailed):
     """A policy rank died: the FSDP group cannot continue; resume from the last checkpoint."""
+
+
+class WorkerGroupFailed(PoolFailed):
+    """A worker died more often than trainer.max_actor_restarts allows, or did not come back."""
+
+
+def _resume_hint(last_checkpoint: Callable[[], Path | None] | None) -> str:
+    ckpt = last_checkpoint() if last_checkpoint is not None else None
+    return (f"Last complete checkpoint: {ckpt if ckpt else 'none'}. "
+            "Rerun with resume=auto to continue from it.")
 
 
 class WorkerRestarted(RuntimeError):
@@ -51,8 +65,10 @@ class WorkerGroup:
                  on_restart: Callable[[int], None] | None = None,
                  check: Callable[[int, str, object], None] | None = None,
                  step: Callable[[], int] = lambda: 0,
-                 identity: Callable[[object], object] | None = None):
+                 identity: Callable[[object], object] | None = None,
+                 last_checkpoint: Callable[[], Path | None] | None = None):
         self.name, self.handles = name, handles        # the list Pools holds: kept in sync
+        self.last_checkpoint = last_checkpoint
         self.max_restarts, self.recovery_timeout_s = max_restarts, recovery_timeout_s
         self.replace, self.on_restart, self.check, self.step = replace, on_restart, check, step
         self.identity, self.seen = identity, {}        # worker -> the process that answered last
@@ -77,8 +93,11 @@ class WorkerGroup:
                     break
                 except (ray.exceptions.RayActorError, WorkerRestarted) as exc:
                     if attempt == self.max_restarts:
-                        raise RuntimeError(f"{self.name} worker {i} failed {attempt + 1} time(s) "
-                                           f"in step {self.step()}; giving up: {exc}") from None
+                        raise WorkerGroupFailed(
+                            f"{self.name} worker {i} failed {attempt + 1} time(s) in step "
+                            f"{self.step()} (trainer.max_actor_restarts={self.max_restarts}); "
+                            f"giving up ({type(exc).__name__}). "
+                            + _resume_hint(self.last_checkpoint)) from None
                     what = ("was restarted between calls" if isinstance(exc, WorkerRestarted)
                             else f"died during step {self.step()}")
                     print(f"[peer-rl] {self.name} worker {i} {what} ({type(exc).__name__}); "
@@ -116,15 +135,17 @@ class WorkerGroup:
                 return handle
             except ray.exceptions.ActorDiedError as exc:
                 if self.replace is None:
-                    raise RuntimeError(f"{self.name} worker {i} died and cannot be restarted: "
-                                       f"{exc}") from None
+                    raise WorkerGroupFailed(f"{self.name} worker {i} died and cannot be "
+                                            f"restarted: {exc}. "
+                                            + _resume_hint(self.last_checkpoint)) from None
                 self.handles[i] = self.replace(self.name, i)
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} worker {i} did not come back within "
-                                   f"{self.recovery_timeout_s:.0f} s "
-                                   "(trainer.recovery_timeout_s)")
+                raise WorkerGroupFailed(f"{self.name} worker {i} did not come back within "
+                                        f"{self.recovery_timeout_s:.0f} s "
+                                        "(trainer.recovery_timeout_s). "
+                                        + _resume_hint(self.last_checkpoint))
             time.sleep(2.0)
 
     def health(self) -> list[dict]:
@@ -157,9 +178,7 @@ class PolicyGroup:
         except ray.exceptions.RayActorError as exc:
             for a in self.handles:
                 ray.kill(a, no_restart=True)
-            ckpt = self.last_checkpoint()
             raise PolicyGroupFailed(
                 f"a policy rank died during step {self.step()} ({type(exc).__name__}); the "
-                f"FSDP group cannot continue. Last complete checkpoint: "
-                f"{ckpt if ckpt else 'none'}. Rerun with resume=auto to continue from it.") from None
+                "FSDP group cannot continue. " + _resume_hint(self.last_checkpoint)) from None
         return [results[r] for r in refs]

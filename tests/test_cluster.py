@@ -16,12 +16,10 @@ import re
 import secrets
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -195,48 +193,16 @@ def _tail(path: Path, n: int = 4000) -> str:
         return ""
 
 
-def _ours(ray_tmp: Path, sessions: set[int], known: set[int]) -> list[psutil.Process]:
-    """Live processes of this cluster: started in its sessions, seen as its descendants, or
-    naming its temp dir on their command line (raylet, gcs_server, agents)."""
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if p.pid == os.getpid() or p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if (os.getsid(p.pid) in sessions or p.pid in known
-                    or str(ray_tmp) in " ".join(p.info["cmdline"] or ())):
-                found.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 class LocalCluster:
-    def __init__(self, ray_tmp: Path, ports: dict[str, int], env: dict[str, str]):
-        self.ray_tmp, self.ports, self.env = ray_tmp, ports, env
-        self.procs: list[subprocess.Popen] = []
-        self.logs: list[Path] = []
-        self.dashboard = f"http://127.0.0.1:{ports['dashboard']}"
+    """The two-node cluster of cluster/start-local-cluster.sh, driven as its header says."""
 
-    def start_node(self, name: str, ip: str, args: list[str]):
-        # one temp dir per node, as on separate machines: nodes sharing one would share
-        # session_*/runtime_resources, and one node's runtime-env agent deletes the job's
-        # working_dir under the other's driver (os.getcwd() -> FileNotFoundError: [Errno 2])
-        log = self.ray_tmp / f"{name}.log"
-        (self.ray_tmp / name).mkdir()
-        with open(log, "wb") as f:
-            self.procs.append(subprocess.Popen(
-                [str(RAY), "start", "--block", f"--node-ip-address={ip}",
-                 f"--temp-dir={self.ray_tmp / name}", "--min-worker-port=0", "--max-worker-port=0",
-                 "--object-store-memory=200000000", "--disable-usage-stats", *args],
-                env=self.env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True))
-        self.logs.append(log)
+    def __init__(self, cluster_dir: Path, env: dict[str, str]):
+        self.dir, self.env = cluster_dir, env
+        self.dashboard = f"http://127.0.0.1:{env['DASHBOARD_PORT']}"
 
-    def check_running(self):
-        for p, log in zip(self.procs, self.logs):
-            if p.poll() is not None:
-                raise AssertionError(f"`ray start` exited with {p.returncode}:\n{_tail(log)}")
+    def script(self, command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(CLUSTER / "start-local-cluster.sh"), command],
+                              env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def cli(self, *args: str, timeout: float = 60,
             check: bool = True) -> subprocess.CompletedProcess:
@@ -257,50 +223,44 @@ class LocalCluster:
         except json.JSONDecodeError:
             return []
 
-    def wait_for_nodes(self, n: int, timeout: float = 120) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_running()
-            alive = [x for x in self.nodes() if x.get("state") == "ALIVE"]
-            if len(alive) >= n:
-                return alive
-            time.sleep(1)
-        raise AssertionError(f"fewer than {n} alive node(s) after {timeout:.0f} s: {self.nodes()}"
-                             + "".join(f"\n--- {log.name}\n{_tail(log)}" for log in self.logs))
+    def leftovers(self) -> list[psutil.Process]:
+        """Live processes naming the cluster's directory (raylets, GCS, agents, workers)."""
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if p.pid != os.getpid() and str(self.dir) in " ".join(p.info["cmdline"] or ()):
+                    if p.status() != psutil.STATUS_ZOMBIE:
+                        found.append(p)
+            except (psutil.Error, OSError):
+                continue
+        return found
 
-    def stop(self, grace_s: float = 30) -> list[str]:
-        """Stop exactly what this cluster started; returns what was still alive after the
-        `ray start --block` processes had exited (and had to be killed)."""
-        sessions = {p.pid for p in self.procs}
-        known: set[int] = set()
-        for p in self.procs:
-            try:
-                known |= {c.pid for c in psutil.Process(p.pid).children(recursive=True)}
-            except psutil.Error:
-                pass
-        # SIGTERM to `ray start --block` alone: it stops its raylet, GCS, agents and workers in
-        # order (~5 s). SIGTERM to the whole group at once took ~40 s to unwind.
-        for p in reversed(self.procs):  # worker node first
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # then the rest of each session
-            for p in self.procs:
-                try:
-                    os.killpg(p.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            for p in self.procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-        left = _ours(self.ray_tmp, sessions, known)
+
+@pytest.fixture
+def local_cluster():
+    """cluster/start-local-cluster.sh start ... stop, exactly as a user runs it: free ports, a
+    short directory of its own (Unix socket paths must stay under 108 bytes) and a token of its
+    own (the test neither needs nor touches ~/.ray/auth_token)."""
+    cluster_dir = Path(tempfile.mkdtemp(prefix="prl-ray-", dir="/tmp"))
+    token = cluster_dir / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    gcs, dashboard = _free_ports(2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PEER_RL_"))}
+    env |= {"PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",  # the job's `python`
+            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "PYTHONUNBUFFERED": "1",
+            "PEER_RL_CLUSTER_DIR": str(cluster_dir), "RAY_PORT": str(gcs),
+            "DASHBOARD_PORT": str(dashboard), "OBJECT_STORE_BYTES": "200000000"}
+    cluster = LocalCluster(cluster_dir, env)
+    try:
+        started = cluster.script("start")
+        logs = "".join(f"\n--- {n}.log\n{_tail(cluster_dir / (n + '.log'))}"
+                       for n in ("head", "worker"))
+        assert started.returncode == 0, started.stdout + started.stderr + logs
+        assert f"dashboard / job server: {cluster.dashboard}" in started.stdout
+        yield cluster
+    finally:
+        stopped = cluster.script("stop", timeout=120)
+        left = cluster.leftovers()
         _, left = psutil.wait_procs(left, timeout=5)
         report = []
         for p in left:
@@ -310,49 +270,12 @@ class LocalCluster:
             except psutil.Error:
                 pass
         psutil.wait_procs(left, timeout=10)
-        return report
-
-
-@pytest.fixture
-def local_cluster():
-    # Unix socket paths must stay under 108 bytes: a short dir in /tmp, not pytest's tmp_path
-    ray_tmp = Path(tempfile.mkdtemp(prefix="prl-ray-", dir="/tmp"))
-    names = ["gcs", "dashboard", "client", "h_agent_http", "h_agent_grpc", "h_env_agent",
-             "h_metrics", "h_node_mgr", "h_obj_mgr", "w_agent_http", "w_agent_grpc", "w_env_agent",
-             "w_metrics", "w_node_mgr", "w_obj_mgr"]
-    ports = dict(zip(names, _free_ports(len(names))))
-    # A token of our own, in our temp dir: the test neither needs nor touches ~/.ray/auth_token
-    token = ray_tmp / "auth_token"
-    token.write_text(secrets.token_hex(32))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PEER_RL_"))}
-    env |= {"PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",  # the job's `python`
-            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "PYTHONUNBUFFERED": "1"}
-    cluster = LocalCluster(ray_tmp, ports, env)
-
-    def node_ports(prefix: str) -> list[str]:
-        return [f"--dashboard-agent-listen-port={ports[prefix + 'agent_http']}",
-                f"--dashboard-agent-grpc-port={ports[prefix + 'agent_grpc']}",
-                f"--runtime-env-agent-port={ports[prefix + 'env_agent']}",
-                f"--metrics-export-port={ports[prefix + 'metrics']}",
-                f"--node-manager-port={ports[prefix + 'node_mgr']}",
-                f"--object-manager-port={ports[prefix + 'obj_mgr']}"]
-
-    leftovers: list[str] = []
-    try:
-        cluster.start_node("head", HEAD_IP, [
-            "--head", f"--port={ports['gcs']}", "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={ports['dashboard']}", f"--ray-client-server-port={ports['client']}",
-            "--num-cpus=1", "--num-gpus=0", *node_ports("h_")])
-        cluster.wait_for_nodes(1)
-        cluster.start_node("worker", WORKER_IP, [
-            f"--address={HEAD_IP}:{ports['gcs']}", "--num-cpus=1", "--num-gpus=0",
-            '--resources={"node2": 1}', *node_ports("w_")])
-        cluster.wait_for_nodes(2)
-        yield cluster
-    finally:
-        leftovers = cluster.stop()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert not leftovers, f"processes left after `ray start --block` got SIGTERM: {leftovers}"
+        status = cluster.script("status").stdout
+        shutil.rmtree(cluster_dir, ignore_errors=True)
+    assert stopped.returncode == 0 and "stopped the local cluster" in stopped.stdout, (
+        stopped.stdout + stopped.stderr)
+    assert status == "head: stopped\nworker: stopped\n", status
+    assert not report, f"processes left after `start-local-cluster.sh stop`: {report}"
 
 
 @pytest.mark.e2e

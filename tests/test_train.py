@@ -1,5 +1,7 @@
 """`peer-rl train` as a user runs it: a fresh process with two rollout engines and the in-training
-evaluation, a policy rank killed during step 3, then `resume=auto` to step 3."""
+evaluation, the judge and the redundancy actor killed inside their step-2 calls, a policy rank
+killed during step 3, then `resume=auto` to step 3; and a worker that dies more often than
+trainer.max_actor_restarts allows."""
 import json
 
 import pytest
@@ -20,11 +22,20 @@ SCALED = ["trainer.total_steps=3", "rollout.num_workers=2", "resources.rollout.c
           "eval.max_tokens=24"]
 
 
+# the judge's and the redundancy actor's processes SIGKILL themselves inside their second call
+# (step 2's scoring; peer_rl.faults): Ray restarts them, the step redoes only their chunks
+MID_STEP_KILLS = "UnifiRewardWorker.score@2,RedundancyWorker.similarities@2"
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, grpo_models):
-    """A 3-step run whose policy group loses a rank (SIGKILL) during step 3."""
+    """A 3-step run whose judge and redundancy actors die inside step 2 and whose policy group
+    loses a rank (SIGKILL) during step 3."""
     out = tmp_path_factory.mktemp("train")
-    code, stdout, stderr = train_and_kill_a_policy_rank_after(out, grpo_models, 2, *SCALED)
+    faults = {"PEER_RL_FAULTS": MID_STEP_KILLS,
+              "PEER_RL_FAULTS_DIR": str(tmp_path_factory.mktemp("faults"))}
+    code, stdout, stderr = train_and_kill_a_policy_rank_after(out, grpo_models, 2, *SCALED,
+                                                              env=faults)
     assert code == 3, stdout[-2000:] + stderr[-4000:]
     assert "a policy rank died during step 3" in stderr and "resume=auto" in stderr
     assert "Traceback" not in stderr.split("a policy rank died")[-1]
@@ -63,6 +74,37 @@ def test_killed_run_kept_complete_steps_metrics_and_checkpoints(run_dir):
         assert (ck / "policy" / "model" / "model.safetensors").exists()
     assert not (run_dir / "checkpoints" / "step_3").exists()
     assert not (run_dir / "final").exists()          # exported only when the run completes
+
+
+def test_judge_and_redundancy_actors_killed_mid_step_are_restarted_and_the_step_counts_once(
+        run_dir):
+    console = (run_dir / "console.txt").read_text(encoding="utf-8")
+    # inside the call (the actor died under it), not between calls
+    assert "reward_model worker 0 died during step 2" in console
+    assert "redundancy worker 0 died during step 2" in console
+    recs = _metrics(run_dir)
+    assert [r["faults/actor_restarts"] for r in recs] == [0, 2]
+    # step 2 is whole: every sample judged and reweighted once (B x G rows, none twice)
+    samples = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    step2 = [s for s in samples if s["step"] == 2]
+    assert len(step2) == len([s for s in samples if s["step"] == 1]) == 4 * 4
+    assert recs[1]["reward/mean"] == pytest.approx(sum(s["reward"] for s in step2) / 16)
+
+
+def test_a_worker_dying_past_max_actor_restarts_ends_the_run_keeping_the_last_checkpoint(
+        tmp_path, grpo_models):
+    out = tmp_path / "run"
+    proc = _train(out, grpo_models, "trainer.total_steps=3", "trainer.max_actor_restarts=1",
+                  env={"PEER_RL_FAULTS": "RedundancyWorker.similarities@2x9",
+                       "PEER_RL_FAULTS_DIR": str(tmp_path / "faults")}, expect=3)
+    err = proc.stderr
+    assert ("error: redundancy worker 0 failed 2 time(s) in step 2 "
+            "(trainer.max_actor_restarts=1); giving up") in err, err[-3000:]
+    assert f"Last complete checkpoint: {out / 'checkpoints' / 'step_1'}" in err
+    assert "resume=auto" in err and "Traceback" not in err
+    assert [r["step"] for r in _metrics(out)] == [1]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_1"]
+    assert (out / "checkpoints" / "step_1" / "trainer_state.json").exists()
 
 
 def test_the_in_training_evaluation_ran_through_the_pools(run_dir):

@@ -16,18 +16,19 @@ def cmd(out, tiny, *extra):
             *extra]
 
 
-def train(out, tiny, *extra, timeout=900):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def train(out, tiny, *extra, timeout=900, env=None, expect=0):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run(cmd(out, tiny, *extra), capture_output=True, text=True,
                           timeout=timeout, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 
 
-def run_and_kill_an_actor(command, when, actor: str, timeout=900):
+def run_and_kill_an_actor(command, when, actor: str, timeout=900, env=None):
     """Start `command`; once the path `when` exists, SIGKILL the (last) process of the Ray
-    actor class `actor` (e.g. "PolicyWorker"). Returns (returncode, stdout, stderr)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    actor class `actor` (e.g. "PolicyWorker"). Returns (returncode, stdout, stderr). `env`:
+    more environment (PEER_RL_FAULTS: workers that die inside chosen calls)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -49,10 +50,10 @@ def run_and_kill_an_actor(command, when, actor: str, timeout=900):
     return proc.returncode, stdout, stderr
 
 
-def train_and_kill_a_policy_rank_after(out, tiny, step, *extra, timeout=900):
+def train_and_kill_a_policy_rank_after(out, tiny, step, *extra, timeout=900, env=None):
     """Start a run; once checkpoint step_<step> is complete, SIGKILL one policy rank process."""
     return run_and_kill_an_actor(cmd(out, tiny, *extra), out / "checkpoints" / f"step_{step}",
-                                 "PolicyWorker", timeout)
+                                 "PolicyWorker", timeout, env)
 
 
 def metrics(out):
