@@ -16,7 +16,7 @@ def _median_seconds(fn, repeats: int = 5) -> float:
 
 
 def bench_rewards(n_groups: int = 10_000, group_size: int = 4, dim: int = 384) -> list[tuple]:
-    from peer_rl.algos import compute_grpo_outcome_advantage
+    from peer_rl.algos import sequence_advantages
     from peer_rl.rewards import group_similarity, length_coefficient, rur_reweight
     import torch
 
@@ -32,8 +32,8 @@ def bench_rewards(n_groups: int = 10_000, group_size: int = 4, dim: int = 384) -
         ("rur_reweight", n, _median_seconds(lambda: rur_reweight(rewards, s_hist, s_group,
                                                          length_coefficient(words)))),
         ("group_similarity (d=384)", n, _median_seconds(lambda: group_similarity(emb, group_size))),
-        ("grpo advantages", n, _median_seconds(lambda: compute_grpo_outcome_advantage(
-            torch.as_tensor(rewards), index), repeats=1)),
+        ("grpo advantages", n, _median_seconds(lambda: sequence_advantages(
+            "grpo", rewards, index), repeats=1)),
     ]
     return rows
 

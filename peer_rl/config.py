@@ -50,12 +50,28 @@ class ModelConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    # peer_rl.algos.losses registry (verl's names): vanilla (PPO clip, decoupled bounds, dual
+    # clip), gspo (sequence-level ratio)
+    loss_mode: str = "vanilla"
+
+
+@dataclass
 class ActorConfig:
     world_size: int = 1                  # FSDP2 ranks of the policy group
     lr: float = 1e-6
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     clip_ratio: float = 0.2
+    # the ratio's bounds [1 - low, 1 + high] (DAPO's clip-higher: high 0.28); null = clip_ratio
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0            # dual clip: for A < 0 the loss is capped at -A * c
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    # token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_agg_mode: str = "token-mean"
+    # seq-mean-token-sum-norm's constant divisor (Dr. GRPO); null = rollout.response_length
+    loss_scale_factor: float | None = None
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     entropy_coeff: float = 0.0
@@ -148,10 +164,25 @@ class RetrievalConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """Dynamic sampling (DAPO; verl's algorithm.filter_groups): a group whose `metric` is the
+    same for all its samples has zero advantage and teaches nothing; drop it and draw more
+    prompts until the batch holds data.train_batch_size groups, at most max_num_gen_batches
+    draws per step (0 = no limit; at the limit the step trains on what it has and says so)."""
+    enable: bool = False
+    # reward: the reward model's r_i; final: what the advantages are computed from (r~_i
+    # after RUR, r_i without); format: Step 1-4 complete (0/1)
+    metric: str = "final"
+    max_num_gen_batches: int = 10
+
+
+@dataclass
 class AlgorithmConfig:
+    # peer_rl.algos.advantages registry (verl's names): grpo, rloo, reinforce_plus_plus_baseline
     adv_estimator: str = "grpo"
-    norm_adv_by_std_in_grpo: bool = True
+    norm_adv_by_std_in_grpo: bool = True     # false: Dr. GRPO's r - mean, no std
     rur: RURConfig = field(default_factory=RURConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
 
 
 @dataclass
@@ -310,9 +341,14 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
                  "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
                  "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
-                 "actor.behavior_weight_cap")
+                 "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
-            "actor.kl_loss_type": ("low_var_kl", "kl"), "algorithm.adv_estimator": ("grpo",),
+            "actor.kl_loss_type": ("low_var_kl", "kl"),
+            "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
+            "actor.policy_loss.loss_mode": ("vanilla", "gspo"),
+            "actor.loss_agg_mode": ("token-mean", "token-sum", "seq-mean-token-sum",
+                                    "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+            "algorithm.filter_groups.metric": ("final", "reward", "format"),
             "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
             "trainer.async_training.staleness": (0, 1)}
 
@@ -334,6 +370,17 @@ def _check_values(cfg: DictConfig) -> None:
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
+    a = cfg.actor
+    for key in ("clip_ratio_low", "clip_ratio_high", "loss_scale_factor"):
+        if a[key] is not None and a[key] <= (0 if key == "loss_scale_factor" else -1e-12):
+            raise ConfigError(f"actor.{key}={a[key]}: expected a "
+                              f"{'positive value' if key == 'loss_scale_factor' else 'value >= 0'}"
+                              " or null")
+    if cfg.algorithm.filter_groups.enable and cfg.retrieval.enable and cfg.retrieval.train_initial:
+        raise ConfigError("algorithm.filter_groups.enable=true with retrieval.train_initial=true: "
+                          "the initial replies' groups are not filtered; set one of them false")
+    if a.clip_ratio_c <= 1.0:
+        raise ConfigError(f"actor.clip_ratio_c={a.clip_ratio_c}: the dual-clip bound must exceed 1")
     tp, gpus = cfg.rollout.tensor_model_parallel_size, cfg.resources.rollout.gpus_per_worker
     if tp < 1:
         raise ConfigError(f"rollout.tensor_model_parallel_size={tp}: expected >= 1")

@@ -22,19 +22,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import ray
-import torch
 
-from peer_rl.algos import get_adv_estimator
+from peer_rl.algos import sequence_advantages
 from peer_rl.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
                                  prune_checkpoints, resume_checkpoint, unseen_files)
 from peer_rl.runtime import fsync_dir, fsync_tree
 from peer_rl.dataloader import Cursor, PromptLoader
+from peer_rl.dynamic_sampling import (concat, group_values, merge_metrics, select_groups,
+                                      zero_variance, zero_variance_metrics)
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.step_batch import ScoredBatch, update_batch
 from peer_rl.sync_group import WeightSyncGroup
@@ -79,7 +81,7 @@ class Controller:
         if resume_dir is not None:
             state = json.loads((resume_dir / STATE_FILE).read_text())
             self.step, cursor = state["step"], Cursor(**state["cursor"])
-        self.resume_cursor: dict | None = None   # the data cursor after self.step's batch
+        self.resume_cursor: dict | None = None   # the data cursor after self.step's draws
         self.loader = PromptLoader(rows, cfg.data.train_batch_size, cfg.data.seed,
                                    cfg.data.shuffle, cursor)
         self.metrics = MetricsSink(self.out, list(t.loggers),
@@ -225,34 +227,90 @@ class Controller:
             return score_escrag(self, batch_rows, timing)
         return self.score_batch(batch_rows, timing)
 
-    def _score_ahead(self, batch_rows: list[dict]) -> tuple[ScoredBatch, Timing]:
+    def _score_step(self, batch_rows: list[dict] | None, timing: Timing
+                    ) -> tuple[list[dict], ScoredBatch]:
+        """Stages 2-5 of one step: its prompts (`batch_rows`, else the loader's next batch)
+        scored, and with algorithm.filter_groups the batch refilled with groups that carry a
+        signal (peer_rl.dynamic_sampling). Every draw of a step happens here, before any draw
+        of the next step: the data order is a function of the data alone, so a resumed run
+        draws exactly what an uninterrupted one drew."""
+        rows = self.loader.next_batch() if batch_rows is None else batch_rows
+        scored = self._score(rows, timing)
+        if not self.cfg.algorithm.filter_groups.enable:
+            scored.metrics |= zero_variance_metrics([scored], self.G)
+            return rows, scored
+        return self._refill(rows, scored, timing)
+
+    def _refill(self, rows: list[dict], scored: ScoredBatch, timing: Timing
+                ) -> tuple[list[dict], ScoredBatch]:
+        """Dynamic sampling: drop the groups whose `filter_groups.metric` is the same for all
+        their samples, draw and score more prompts until data.train_batch_size groups are kept
+        or max_num_gen_batches batches were drawn; then train on what there is and say so."""
+        fg, B = self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size
+        drawn, kept = [(rows, scored)], []
+        while True:
+            flags = zero_variance(group_values(scored, fg.metric, self.G))
+            kept.append(select_groups(rows, scored, [g for g, z in enumerate(flags) if not z]))
+            n_kept = sum(len(r) for r, _ in kept)
+            if n_kept >= B or (fg.max_num_gen_batches and len(drawn) >= fg.max_num_gen_batches):
+                break
+            rows = self.loader.next_batch()
+            more = Timing(timing.step)
+            scored = self._score(rows, more)
+            timing.absorb(more)
+            drawn.append((rows, scored))
+        batches = [sb for _, sb in drawn]
+        metrics = merge_metrics(batches) | zero_variance_metrics(batches, self.G)
+        if n_kept == 0:       # nothing to learn from: the first batch, all advantages 0
+            out_rows, out = drawn[0]
+        else:
+            out_rows, out = concat(kept)
+            out_rows, out = select_groups(out_rows, out, list(range(min(n_kept, B))))
+        if n_kept < B:
+            print(f"[peer-rl] step {timing.step}: dynamic sampling kept {n_kept} of "
+                  f"{B} group(s) after {len(drawn)} batch(es) (algorithm.filter_groups."
+                  f"max_num_gen_batches={fg.max_num_gen_batches}); training on "
+                  + ("the first batch, whose advantages are all 0" if n_kept == 0
+                     else f"those {n_kept}"), file=sys.stderr, flush=True)
+        out.metrics = metrics | {"filter/gen_batches": len(drawn),
+                                 "filter/kept_groups": min(n_kept, B),
+                                 "filter/short": float(n_kept < B)}
+        return out_rows, out
+
+    def _score_ahead(self, batch_rows: list[dict] | None = None
+                     ) -> tuple[list[dict], ScoredBatch, Timing]:
         """Stages 2-5 of the next step (run in a second thread while this step updates)."""
         timing = Timing(self.step + 2)
         self.scoring_step = self.step + 1
         try:
-            return self._score(batch_rows, timing), timing
+            return (*self._score_step(batch_rows, timing), timing)
         finally:
             self.scoring_step = self.step
 
     # ---------------------------------------------------------------- one step
-    def train_step(self, batch_rows: list[dict], scored: ScoredBatch | None = None,
-                   timing: Timing | None = None, next_rows: list[dict] | None = None
+    def train_step(self, batch_rows: list[dict] | None = None, scored: ScoredBatch | None = None,
+                   timing: Timing | None = None, look_ahead: bool = False
                    ) -> tuple[dict, tuple | None]:
         """One GRPO step. `scored`/`timing`: its stages 2-5, when they already ran during the
-        previous update; `next_rows`: the next step's batch, scored while this step updates
-        (trainer.async_training). Returns (metrics, (next_rows, scored, timing) or None)."""
+        previous update (`batch_rows` their prompts); else its prompts are drawn (or
+        `batch_rows`) and scored now. `look_ahead`: the next step's prompts are drawn and
+        scored while this step updates (trainer.async_training). Returns (metrics,
+        (rows, scored, timing) of the next step, or None)."""
         cfg = self.cfg
         start = time.time()
         self.scoring_step = self.step
         if scored is None:                                               # 2-5.
             timing = Timing(self.step + 1)
-            scored = self._score(batch_rows, timing)
+            batch_rows, scored = self._score_step(batch_rows, timing)
+        # the data cursor after this step's draws and before the next step's: what a
+        # checkpoint of this step saves
+        self.resume_cursor = self.loader.cursor.state()
         samples = scored.samples
 
-        uid = torch.tensor([s.uid for s in samples])                     # 6. advantages
-        adv = get_adv_estimator(cfg.algorithm.adv_estimator)(
-            torch.as_tensor(scored.final), uid,
-            norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo).numpy()
+        adv = sequence_advantages(                                        # 6. advantages
+            cfg.algorithm.adv_estimator, scored.final, np.array([s.uid for s in samples]),
+            [len(s.response_ids) for s in samples],
+            norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
 
         t = time.perf_counter()                                          # 7. policy update
         batch = update_batch(samples, adv, self.staleness)
@@ -261,15 +319,15 @@ class Controller:
         # once per rank)
         refs = self.policy.submit("update", ray.put(batch))
         ahead = None
-        if next_rows is None:
+        if not look_ahead:
             actor_metrics = self.policy.collect(refs)[0]
             timing["update"] = time.perf_counter() - t
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="score-ahead") as pool:
-                future = pool.submit(self._score_ahead, next_rows)
+                future = pool.submit(self._score_ahead)
                 actor_metrics = self.policy.collect(refs)[0]
                 timing["update"] = time.perf_counter() - t
-                ahead = (next_rows, *future.result())
+                ahead = future.result()
         self.policy_version += 1
 
         t = time.perf_counter()                                          # 8. weight sync
@@ -346,12 +404,9 @@ class Controller:
         ckpt = latest_checkpoint(self.out) if self.step == total else None
         ahead = None         # the next step's batch, already scored (trainer.async_training)
         while self.step < total:
-            rows, scored, timing = ahead or (self.loader.next_batch(), None, None)
-            self.resume_cursor = self.loader.cursor.state()
-            next_rows = None
-            if self.staleness and self.step + 1 < total:
-                next_rows = self.loader.next_batch()
-            metrics, ahead = self.train_step(rows, scored, timing, next_rows)
+            rows, scored, timing = ahead or (None, None, None)
+            look_ahead = bool(self.staleness) and self.step + 1 < total
+            metrics, ahead = self.train_step(rows, scored, timing, look_ahead)
             self.step += 1
             if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
                 metrics |= self.evaluate()

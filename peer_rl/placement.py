@@ -147,7 +147,13 @@ class PoolFactory:
             freeze_vision_tower=a.freeze_vision_tower,
             gradient_checkpointing=a.gradient_checkpointing, logits_chunk_size=a.logits_chunk_size,
             ppo_max_token_len_per_gpu=a.ppo_max_token_len_per_gpu,
-            ref_param_offload=a.ref_param_offload, behavior_weight_cap=a.behavior_weight_cap)
+            ref_param_offload=a.ref_param_offload, behavior_weight_cap=a.behavior_weight_cap,
+            loss_mode=a.policy_loss.loss_mode, loss_agg_mode=a.loss_agg_mode,
+            clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high,
+            clip_ratio_c=a.clip_ratio_c,
+            # a constant, so that every micro-batch divides alike (verl's default, the mask's
+            # width, changes with each micro-batch's longest row here)
+            loss_scale_factor=a.loss_scale_factor or self.cfg.rollout.response_length)
             for r in range(a.world_size)]
 
     def make_pools(self) -> Pools:

@@ -25,6 +25,13 @@ class Timing(dict):
         end = time.time()
         self.spans.append({"step": self.step, "stage": stage, "start": end - seconds, "end": end})
 
+    def absorb(self, other: "Timing") -> None:
+        """Another pass of the same stages in this step (dynamic sampling's refills): the
+        durations add up, every span is kept."""
+        for stage, seconds in other.items():
+            super().__setitem__(stage, self.get(stage, 0.0) + seconds)
+        self.spans += other.spans
+
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     out: list[list[float]] = []

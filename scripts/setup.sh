@@ -47,4 +47,5 @@ print('[setup] torch', torch.__version__, 'torchvision', torchvision.__version__
 else
   pip install -q --no-deps -e . >/dev/null
 fi
+PEER_RL_VENV="$VENV" bash scripts/verl-reference.sh   # verl's source, for the parity tests only
 echo "[setup] ready: $VENV/bin/peer-rl"

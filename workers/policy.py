@@ -34,11 +34,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from peer_rl.algos import (
-    compute_policy_loss,
+    agg_loss,
     entropy_from_logits,
+    get_policy_loss_fn,
     kl_penalty,
     logprobs_from_logits,
-    masked_mean,
 )
 from peer_rl.config import ActorConfig as _A
 from peer_rl.config import RolloutConfig
@@ -80,7 +80,12 @@ class PolicyWorker:
                  logits_chunk_size: int = _A.logits_chunk_size,
                  ppo_max_token_len_per_gpu: int = _A.ppo_max_token_len_per_gpu,
                  ref_param_offload: bool = _A.ref_param_offload,
-                 behavior_weight_cap: float = _A.behavior_weight_cap):
+                 behavior_weight_cap: float = _A.behavior_weight_cap,
+                 loss_mode: str = "vanilla", loss_agg_mode: str = _A.loss_agg_mode,
+                 clip_ratio_low: float | None = _A.clip_ratio_low,
+                 clip_ratio_high: float | None = _A.clip_ratio_high,
+                 clip_ratio_c: float = _A.clip_ratio_c,
+                 loss_scale_factor: float | None = _A.loss_scale_factor):
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
         self.master_addr = master_addr
         self.gradient_checkpointing = gradient_checkpointing
@@ -91,6 +96,10 @@ class PolicyWorker:
         self.max_tokens, self.logits_chunk = ppo_max_token_len_per_gpu, logits_chunk_size
         self.ref_param_offload = ref_param_offload
         self.behavior_weight_cap = behavior_weight_cap
+        self.policy_loss = get_policy_loss_fn(loss_mode)
+        self.loss_agg_mode, self.loss_scale_factor = loss_agg_mode, loss_scale_factor
+        self.clip = {"clip_ratio": clip_ratio, "clip_ratio_low": clip_ratio_low,
+                     "clip_ratio_high": clip_ratio_high, "clip_ratio_c": clip_ratio_c}
         self.global_step = 0
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if self.backend == "nccl":
@@ -276,11 +285,18 @@ class PolicyWorker:
         t1 = time.perf_counter()
 
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.global_step)
-        sums = torch.zeros(6, dtype=torch.float64)   # token-weighted pg, kl, clip, ent, akl; tokens
-        grad_norms, skipped = [], 0
+        # loss, kl, entropy (each a mini-batch aggregate, summed over mini-batches); clip
+        # fractions and approx KL token-weighted; tokens
+        sums = torch.zeros(7, dtype=torch.float64)
+        grad_norms, skipped, steps = [], 0, 0
         for _ in range(self.ppo_epochs):
             for mb in torch.randperm(len(ids), generator=gen).split(self.mini):
-                mb_tokens = mask[mb].sum().clamp_min(1.0)  # global: every rank holds the full batch
+                # what no micro-batch sees: every rank holds the full batch, so these are global
+                info = {"dp_size": self.world_size, "batch_num_tokens": mask[mb].sum().clamp_min(1.0),
+                        "global_batch_size": (mask[mb].sum(1) > 0).sum().clamp_min(1),
+                        # a constant for the whole update (never a micro-batch's own width)
+                        "loss_scale_factor": self.loss_scale_factor or ids.shape[1]}
+                config = {**self.clip, "global_batch_info": info}
                 rows, weight = self._shard_rows(mb)
                 self.optim.zero_grad(set_to_none=True)
                 for pos in self._micro_batches(rows, attn):
@@ -291,23 +307,29 @@ class PolicyWorker:
                         self.model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
                         temperature, entropy=True,
                         vision=self._vision_kwargs(ids[r, :L], batch.get("images"), r))
-                    pg, clip_frac, approx_kl = compute_policy_loss(
+                    pg, pg_metrics = self.policy_loss(
                         old[r, :L].to(self.device), logp, adv[r, None].to(self.device), m,
-                        self.clip_ratio, None if behavior_w is None
-                        else behavior_w[r, :L].to(self.device))
-                    kl = masked_mean(kl_penalty(logp, ref[r, :L].to(self.device),
-                                                self.kl_loss_type), m)
-                    entropy = masked_mean(ent, m)
+                        self.loss_agg_mode, config,
+                        None if behavior_w is None else behavior_w[r, :L].to(self.device))
+                    # each term is this micro-batch's share of the mini-batch's aggregate,
+                    # times world_size (FSDP averages gradients over ranks): summed, they are
+                    # the one-batch loss whatever the micro-batching and the world size
+                    kl = agg_loss(kl_penalty(logp, ref[r, :L].to(self.device), self.kl_loss_type),
+                                  m, self.loss_agg_mode, **info)
+                    entropy = agg_loss(ent, m, self.loss_agg_mode, **info)
                     loss = pg + self.kl_loss_coef * kl - self.entropy_coeff * entropy
-                    tokens = m.sum()
-                    # micro token-mean -> share of the global mini-batch token-mean; x ws undoes
-                    # FSDP's gradient averaging over ranks.
-                    (loss * (tokens * self.world_size / mb_tokens)).backward()
-                    sums += torch.stack([pg.detach(), kl.detach(), clip_frac, entropy.detach(),
-                                         approx_kl, torch.ones((), device=self.device)]).double().cpu() * float(tokens)
+                    loss.backward()
+                    tokens = float(m.sum())
+                    sums += torch.tensor([
+                        float(pg.detach()) / self.world_size, float(kl.detach()) / self.world_size,
+                        float(entropy.detach()) / self.world_size,
+                        pg_metrics["actor/pg_clipfrac"] * tokens,
+                        pg_metrics["actor/pg_clipfrac_lower"] * tokens,
+                        pg_metrics["actor/ppo_kl"] * tokens, tokens], dtype=torch.float64)
                 norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.grad_clip,
                                                    self.world_size)
                 skipped += not stepped
+                steps += 1
                 grad_norms.append(norm)
         self.global_step += 1
 
@@ -318,14 +340,16 @@ class PolicyWorker:
         red = red.to(self.device)
         dist.all_reduce(red)
         red = red.cpu()
-        tok = max(float(red[5]), 1.0)
-        pg, kl, clip, ent, akl = (float(x) / tok for x in red[:5])
-        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in red[6:])
+        tok, steps = max(float(red[6]), 1.0), max(steps, 1)
+        pg, kl, ent = (float(x) / steps for x in red[:3])
+        clip, clip_lower, akl = (float(x) / tok for x in red[3:6])
+        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in red[7:])
         return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/clip_frac": clip,
+                "actor/pg_clipfrac_lower": clip_lower,
                 "actor/entropy": ent, "actor/approx_kl": akl,
                 "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
-                "actor/skipped_steps": float(skipped), "actor/tokens": float(red[5]),
+                "actor/skipped_steps": float(skipped), "actor/tokens": float(red[6]),
                 "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
                 "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image,
                 **async_metrics, **behavior_metrics}

@@ -18,7 +18,7 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from peer_rl.algos import compute_grpo_outcome_advantage
+from peer_rl.algos import sequence_advantages
 from workers.policy import PolicyWorker
 
 HP = dict(lr=1e-3, ppo_mini_batch_size=4, ppo_micro_batch_size=2, ppo_epochs=2,
@@ -53,7 +53,7 @@ def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> dict:
         attn[i, :p + r] = 1
         resp[i, p:p + r] = 1
     scores = torch.tensor(rng.random(n))
-    adv = compute_grpo_outcome_advantage(scores, torch.arange(n) // 4).numpy()
+    adv = sequence_advantages("grpo", scores, torch.arange(n) // 4).astype(np.float32)
     return {"input_ids": ids, "attention_mask": attn, "response_mask": resp, "advantages": adv}
 
 
@@ -194,7 +194,39 @@ def _sc_async(w: PolicyWorker, out: str, arg=None) -> dict:
     return res | {"errors": errors, "global_step": w.global_step}
 
 
-SCENARIOS = {"train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
+AGG_CASES = (("vanilla", "token-sum"), ("vanilla", "seq-mean-token-sum"),
+             ("vanilla", "seq-mean-token-mean"), ("vanilla", "seq-mean-token-sum-norm"),
+             ("gspo", "seq-mean-token-mean"), ("vanilla", "token-mean"))
+
+
+def _sc_modes(w: PolicyWorker, out: str, arg=None) -> dict:
+    """One mini-batch of 7 rows (at world size 2 one rank pads a zero-weight row) under each
+    (loss, aggregation), from the same weights: its loss and its full gradient (before the
+    optimizer; gradients of equal losses compared after Adam would only show Adam's
+    amplification of round-off where a gradient is ~0)."""
+    from peer_rl.algos import get_policy_loss_fn
+
+    start = os.path.join(out, "start")
+    w.save_checkpoint(start)
+    step, grads = w.optim.step, {}
+
+    def capture_then_step(*args, **kwargs):   # every rank steps together: gathers are safe
+        grads.update({n: p.grad.full_tensor() for n, p in w.model.named_parameters()
+                      if p.grad is not None})
+        return step(*args, **kwargs)
+
+    w.optim.step = capture_then_step
+    results = {}
+    for loss_mode, agg in AGG_CASES:
+        w.load_checkpoint(start)
+        w.policy_loss, w.loss_agg_mode = get_policy_loss_fn(loss_mode), agg
+        grads.clear()
+        metrics = w.update(make_batch(n=7, seed=5))
+        results[(loss_mode, agg)] = (dict(grads), metrics["actor/pg_loss"])
+    return results
+
+
+SCENARIOS = {"modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
              "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async}
 
 
@@ -273,6 +305,31 @@ def test_world2_matches_world1(tiny_model, world1, world2):
             assert m1[k] == pytest.approx(m2[k], rel=1e-4, abs=1e-6), k
     assert m2["actor/lr"] == HP["lr"] and m2["timing_s/update_total"] > 0
     assert r2a["health"]["world_size"] == 2 and r2b["health"]["rank"] == 1
+
+
+def test_every_loss_and_aggregation_gives_the_one_batch_gradient_at_world_sizes_1_and_2(
+        tiny_model, tmp_path):
+    """The one-batch gradient (world 1, one forward) against the same batch accumulated over
+    four 2-row micro-batches (world 1) and averaged over two ranks, one of which pads a
+    zero-weight row (world 2): equal in every mode, because each micro-batch's share is taken
+    against the whole mini-batch's tokens and sequences."""
+    one_pass = dict(ppo_mini_batch_size=8, ppo_epochs=1, grad_clip=1e9)
+    (whole,) = run_group(1, tiny_model, "modes", tmp_path / "whole", **one_pass)
+    (micro,) = run_group(1, tiny_model, "modes", tmp_path / "micro", ppo_micro_batch_size=2,
+                         ppo_max_token_len_per_gpu=0, **one_pass)
+    ranks = run_group(2, tiny_model, "modes", tmp_path / "ranks", **one_pass)[0]
+    for case in AGG_CASES:
+        (g, loss) = whole[case]
+        scale = max(v.abs().max().item() for v in g.values())
+        assert scale > 1e-4, case                        # a gradient to compare
+        for other in (micro, ranks):
+            (g2, loss2) = other[case]
+            assert max_diff(g, g2) < 1e-5 * scale, case
+            assert loss2 == pytest.approx(loss, rel=1e-5, abs=1e-7), case
+    # the modes are not one another: the same batch gives other gradients
+    token_mean = whole[("vanilla", "token-mean")][0]
+    for case in AGG_CASES[:-1]:
+        assert max_diff(whole[case][0], token_mean) > 1e-3 * scale, case
 
 
 def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, tmp_path):
