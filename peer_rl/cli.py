@@ -234,6 +234,7 @@ def _train(args) -> int:
     from peer_rl.worker_group import PoolFailed
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.dataloader import PromptPoolError
+    from peer_rl.preemption import EXIT_CODE, RunStopped
     from peer_rl.train import run
 
     try:
@@ -244,6 +245,9 @@ def _train(args) -> int:
     except PoolFailed as exc:        # a policy rank died, or a worker past its restarts
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except RunStopped as exc:        # SIGTERM / SIGINT: the step finished and was saved
+        print(f"[peer-rl] {exc}", file=sys.stderr)
+        return EXIT_CODE
     return 0
 
 

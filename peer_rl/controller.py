@@ -86,6 +86,7 @@ class Controller:
                                    cfg.data.shuffle, cursor)
         self.metrics = MetricsSink(self.out, list(t.loggers),
                                    resume_step=self.step if resume_dir else None)
+        self.stopped_by: str | None = None     # the signal that stopped fit() early
         self.evaluator = None
         if t.eval_freq:    # inputs are read now: a bad file fails before step 1
             from peer_rl.evaluation.in_training import InTrainingEval
@@ -247,9 +248,10 @@ class Controller:
         their samples, draw and score more prompts until data.train_batch_size groups are kept
         or max_num_gen_batches batches were drawn; then train on what there is and say so."""
         fg, B = self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size
-        drawn, kept = [(rows, scored)], []
+        drawn, kept, tied = [(rows, scored)], [], []
         while True:
             flags = zero_variance(group_values(scored, fg.metric, self.G))
+            tied += flags.tolist()
             kept.append(select_groups(rows, scored, [g for g, z in enumerate(flags) if not z]))
             n_kept = sum(len(r) for r, _ in kept)
             if n_kept >= B or (fg.max_num_gen_batches and len(drawn) >= fg.max_num_gen_batches):
@@ -273,6 +275,7 @@ class Controller:
                   + ("the first batch, whose advantages are all 0" if n_kept == 0
                      else f"those {n_kept}"), file=sys.stderr, flush=True)
         out.metrics = metrics | {"filter/gen_batches": len(drawn),
+                                 "filter/zero_variance_share": float(np.mean(tied)),
                                  "filter/kept_groups": min(n_kept, B),
                                  "filter/short": float(n_kept < B)}
         return out_rows, out
@@ -396,27 +399,37 @@ class Controller:
         return m
 
     # ---------------------------------------------------------------- the loop
-    def fit(self) -> int:
+    def fit(self, stop=None) -> int:
+        """Steps until trainer.total_steps, or until a SIGTERM / SIGINT (`stop`, a
+        peer_rl.preemption.StopRequest; one is made if not given): then the step in progress
+        finishes and is checkpointed, and `stopped_by` names the signal."""
+        from contextlib import nullcontext
+
         from tqdm import tqdm
+
+        from peer_rl.preemption import StopRequest
 
         total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
         bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
         ckpt = latest_checkpoint(self.out) if self.step == total else None
         ahead = None         # the next step's batch, already scored (trainer.async_training)
-        while self.step < total:
-            rows, scored, timing = ahead or (None, None, None)
-            look_ahead = bool(self.staleness) and self.step + 1 < total
-            metrics, ahead = self.train_step(rows, scored, timing, look_ahead)
-            self.step += 1
-            if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
-                metrics |= self.evaluate()
-            self.metrics.log(self.step, metrics)
-            bar.update(1)
-            bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")
-            if (save_freq and self.step % save_freq == 0) or self.step == total:
-                ckpt = self.save_checkpoint()
-                if self.step < total:     # a run stopped between checkpoints still has one
-                    self.write_memory()
+        with (nullcontext(stop) if stop is not None else StopRequest()) as stop:
+            while self.step < total and not stop.signal:
+                rows, scored, timing = ahead or (None, None, None)
+                look_ahead = bool(self.staleness) and self.step + 1 < total and not stop.signal
+                metrics, ahead = self.train_step(rows, scored, timing, look_ahead)
+                self.step += 1
+                if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
+                    metrics |= self.evaluate()
+                self.metrics.log(self.step, metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")
+                if (save_freq and self.step % save_freq == 0) or self.step == total \
+                        or stop.signal:
+                    ckpt = self.save_checkpoint()
+                    if self.step < total:     # a run stopped between checkpoints still has one
+                        self.write_memory()
+            self.stopped_by = stop.signal
         bar.close()
         if self.step == total and ckpt is not None:
             self.export_final()

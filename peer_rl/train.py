@@ -210,11 +210,12 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
 
 
 def run(overrides: list[str]) -> Path:
-    from peer_rl.checkpoints import resume_checkpoint, saved_prompt_selection
+    from peer_rl.checkpoints import STATE_FILE, resume_checkpoint, saved_prompt_selection
     from peer_rl.controller import Controller
     from peer_rl.data.loading import row_language
     from peer_rl.pinned_models import card_files, check_languages
     from peer_rl.placement import PoolFactory
+    from peer_rl.preemption import RunStopped, StopRequest
 
     cfg = load_config(overrides)
     out = Path(cfg.trainer.output_dir).resolve()
@@ -235,24 +236,35 @@ def run(overrides: list[str]) -> Path:
     check_modalities(cfg, rows, policy)
     check_languages(Counter(row_language(r) for r in rows), policy, "model.path")
     t0 = time.perf_counter()
-    init_ray(cfg)
-    index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
-    factory = PoolFactory(cfg, policy, judge, index)
-    pools = None
-    try:
-        pools = factory.make_pools()
-        print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: rollout x"
-              f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
-              f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
-              + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""), flush=True)
-        check_shared_output(pools.actor, out)
-        steps = Controller(cfg, pools, rows, out, policy_template=template,
-                           side_files=card_files(policy)).fit()
-    finally:
-        factory.shutdown(pools)
-        import ray
+    stop = StopRequest("the current step")   # from here on a SIGTERM ends the run cleanly
+    with stop:
+        init_ray(cfg)
+        stop.install()                       # Ray's driver took SIGTERM over (it aborts)
+        index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
+        factory = PoolFactory(cfg, policy, judge, index)
+        pools = None
+        try:
+            pools = factory.make_pools()
+            print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: rollout x"
+                  f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
+                  f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
+                  + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""),
+                  flush=True)
+            check_shared_output(pools.actor, out)
+            controller = Controller(cfg, pools, rows, out, policy_template=template,
+                                    side_files=card_files(policy))
+            steps = controller.fit(stop)
+        finally:
+            factory.shutdown(pools)
+            import ray
 
-        ray.shutdown()  # flush actor logs now, before the summary lines below
+            ray.shutdown()  # flush actor logs now, before the summary lines below
+    if stop.signal:
+        saved = out / "checkpoints" / f"step_{steps}"
+        raise RunStopped(f"stopped by {stop.signal} after step {steps} of "
+                         f"{cfg.trainer.total_steps}"
+                         + (f"; checkpoint {saved}" if (saved / STATE_FILE).exists() else "")
+                         + "; rerun with resume=auto to continue")
     final = out / "final"
     print(f"[peer-rl] done: {steps} step(s); output in {out}"
           + (f" (policy, HF format: {final})" if (final / "config.json").exists() else ""),

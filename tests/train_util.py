@@ -58,3 +58,25 @@ def train_and_kill_a_policy_rank_after(out, tiny, step, *extra, timeout=900, env
 
 def metrics(out):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_and_signal_after(out, tiny, steps, *extra, sig=signal.SIGTERM, timeout=900):
+    """Start a run; once metrics.jsonl holds `steps` steps, send `sig` to the driver process
+    alone (as a scheduler does). Returns (returncode, stdout, stderr)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd(out, tiny, *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline, sent = time.monotonic() + timeout, False
+    try:
+        while proc.poll() is None and time.monotonic() < deadline and not sent:
+            path = out / "metrics.jsonl"
+            if path.exists() and len(path.read_text().splitlines()) >= steps:
+                proc.send_signal(sig)
+                sent = True
+            time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=max(60, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert sent, f"the run ended before step {steps} was logged:\n{stderr[-3000:]}"
+    return proc.returncode, stdout, stderr
