@@ -327,7 +327,7 @@ class Controller:
             timing["update"] = time.perf_counter() - t
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="score-ahead") as pool:
-                future = pool.submit(self._score_ahead)
+                future = pool.submit(self._score_ahead, None)
                 actor_metrics = self.policy.collect(refs)[0]
                 timing["update"] = time.perf_counter() - t
                 ahead = future.result()

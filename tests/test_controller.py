@@ -17,7 +17,7 @@ from peer_rl.placement import PoolFactory
 from peer_rl.runtime import init_ray
 from peer_rl.timeline import Timing
 from peer_rl.train import load_prompts
-from peer_rl.worker_group import PolicyGroupFailed
+from peer_rl.worker_group import PolicyGroupFailed, PoolFailed
 
 pytestmark = pytest.mark.e2e
 
@@ -238,3 +238,37 @@ def test_policy_rank_death_stops_the_step_cleanly(system, tmp_path):
     finally:
         pools.actor[:] = pools.factory.actor_group()
         ray.get([h.health.remote() for h in pools.actor])
+
+
+def test_a_worker_dying_past_max_actor_restarts_stops_the_step_keeping_the_last_checkpoint(
+        system, grpo_models, tmp_path, monkeypatch):
+    """The redundancy actor is replaced by one armed to die inside every call from its second
+    (PEER_RL_FAULTS): step 1 completes and is checkpointed; in step 2 it dies, is restarted
+    once (trainer.max_actor_restarts=1), dies again, and the step stops with the way on."""
+    cfg, pools, rows, _ = system
+    one = _cfg(tmp_path, grpo_models, "trainer.total_steps=2", "trainer.save_freq=1",
+               "trainer.max_actor_restarts=1")
+    monkeypatch.setenv("PEER_RL_FAULTS", "RedundancyWorker.similarities@2x9")
+    monkeypatch.setenv("PEER_RL_FAULTS_DIR", str(tmp_path / "faults"))
+    armed = PoolFactory(one, grpo_models["policy"], grpo_models["judge"])
+    armed.pgs = pools.factory.pgs                       # the same placement group, its bundle
+    ray.kill(pools.redundancy[0], no_restart=True)      # frees the bundle for the armed actor
+    pools.redundancy[0] = armed.redundancy()
+    try:
+        ctl = Controller(one, pools, rows, tmp_path)
+        with pytest.raises(PoolFailed) as info:
+            ctl.fit()
+        msg = str(info.value)
+        assert msg.startswith("redundancy worker 0 failed 2 time(s) in step 2 "
+                              "(trainer.max_actor_restarts=1); giving up"), msg
+        assert f"Last complete checkpoint: {tmp_path / 'checkpoints' / 'step_1'}" in msg
+        assert "resume=auto" in msg
+        recs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in recs] == [1]
+        assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1"]
+        assert (tmp_path / "faults" / "RedundancyWorker.similarities.calls").read_text() == "3"
+    finally:
+        monkeypatch.delenv("PEER_RL_FAULTS")
+        ray.kill(pools.redundancy[0], no_restart=True)
+        pools.redundancy[0] = pools.factory.redundancy()   # unarmed, for the other tests
+        ray.get(pools.redundancy[0].health.remote())
