@@ -41,6 +41,7 @@ def test_malformed_chains_are_refused_by_name(tmp_path, stages, match):
         load_chain(_chain(tmp_path, stages))
 
 
+@pytest.mark.e2e   # peer-rl CLI subprocesses
 def test_done_stages_are_skipped_and_a_failure_stops_the_chain(tmp_path, capsys):
     """Real peer-rl subprocesses: `models list` succeeds but writes no done marker (a stage
     that did not produce its output fails), an unknown subcommand fails with its exit status;

@@ -62,6 +62,7 @@ def _child(n: int, env: dict) -> subprocess.CompletedProcess:
                           env=env, timeout=120)
 
 
+@pytest.mark.e2e   # child processes
 def test_the_process_is_killed_inside_the_chosen_calls_counted_over_processes(tmp_path):
     import os
 

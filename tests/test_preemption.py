@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from peer_rl.preemption import StopRequest
 
 
@@ -32,6 +34,7 @@ with StopRequest() as stop:
 """
 
 
+@pytest.mark.e2e   # a child process
 def test_a_second_signal_stops_at_once():
     proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
                           timeout=60)

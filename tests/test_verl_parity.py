@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e   # a subprocess with verl's source on its path
+
 REPO = Path(__file__).resolve().parents[1]
 SITE = Path(sys.prefix) / "verl-reference" / "site"     # the venv scripts/setup.sh made
 

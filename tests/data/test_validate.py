@@ -163,6 +163,7 @@ def test_missing_root_is_a_clear_error(tmp_path, capsys):
     assert code == 2 and "not a directory" in err
 
 
+@pytest.mark.e2e   # a peer-rl CLI subprocess
 def test_console_script_exit_codes(root):
     """The installed entry point: non-zero exit, no traceback."""
     _corrupt_line(root, "safety/test.jsonl", 2, lambda r: {**r, "history": []})

@@ -50,6 +50,7 @@ def test_other_settings_are_refused_naming_what_differs(tmp_path):
         RunStore(tmp_path, {**MANIFEST, "settings": {"rounds": 3}})
 
 
+@pytest.mark.e2e   # a child process
 def test_a_second_process_on_the_same_run_is_refused_naming_the_holder(tmp_path):
     """Issue 24.6: two processes appending to one cases.jsonl made the next open refuse the
     directory ("appears twice"); now the second is refused up front."""

@@ -2,7 +2,11 @@
 import subprocess
 import sys
 
+import pytest
+
 from peer_rl.data.sample import sample_root
+
+pytestmark = pytest.mark.e2e   # peer-rl CLI subprocesses
 
 
 def _cli(*args):

@@ -21,6 +21,8 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from peer_rl.algos import sequence_advantages
 from workers.policy import PolicyWorker
 
+pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
+
 HP = dict(lr=1e-3, ppo_mini_batch_size=4, ppo_micro_batch_size=2, ppo_epochs=2,
           kl_loss_coef=0.01, entropy_coeff=0.01, seed=3)
 

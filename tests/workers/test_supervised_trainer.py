@@ -120,6 +120,7 @@ def _foreign_root(tmp_path):
     return root
 
 
+@pytest.mark.e2e   # a peer-rl CLI subprocess
 def test_train_rm_stops_on_rows_its_template_cannot_reproduce(tiny_models, tmp_path):
     import subprocess
     import sys
