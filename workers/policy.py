@@ -213,14 +213,15 @@ class PolicyWorker:
         return full
 
     @torch.no_grad()
-    def _log_probs(self, ids, attn, temperature, images=None):
-        """(old, ref) token-aligned log-probs of the full batch, each rank computing its shard;
-        each micro-batch is cut to its own longest row (rows are right-padded)."""
+    def _log_probs(self, ids, attn, temperature, images=None, models=None):
+        """(old, ref) token-aligned log-probs of the full batch (or of `models`), each rank
+        computing its shard; each micro-batch is cut to its own longest row (rows are
+        right-padded)."""
         n = len(ids)
         rows, _ = self._shard_rows(torch.arange(n))
         groups = self._micro_batches(rows, attn)
         out = []
-        for model in (self.model, self.ref):
+        for model in models or (self.model, self.ref):
             local = torch.zeros((len(rows), ids.shape[1]), dtype=torch.float32, device=self.device)
             for pos in groups:
                 r = rows[pos]
@@ -277,8 +278,16 @@ class PolicyWorker:
         temperature = float(batch.get("temperature", 1.0))
         mask = (_tensor(batch["response_mask"]) * attn).float()
         mask[:, 0] = 0.0                      # column 0 has no prediction
+        behavior = "behavior_log_probs" in batch and bool(self.behavior_weight_cap)
+        # one optimizer step on the whole batch, no behaviour weights: the old policy is the
+        # policy as it stands, so the clipped ratio's anchor is the training forward's own
+        # log-probs (detached) and the separate no-grad pass over the policy is skipped
+        one_step = self.ppo_epochs == 1 and len(ids) <= self.mini and not behavior
         if "old_log_probs" in batch and "ref_log_prob" in batch:
             old, ref = _tensor(batch["old_log_probs"], torch.float32), _tensor(batch["ref_log_prob"], torch.float32)
+        elif one_step:
+            old, (ref,) = None, self._log_probs(ids, attn, temperature, batch.get("images"),
+                                                models=(self.ref,))
         else:
             old, ref = self._log_probs(ids, attn, temperature, batch.get("images"))
         behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
@@ -307,8 +316,9 @@ class PolicyWorker:
                         self.model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
                         temperature, entropy=True,
                         vision=self._vision_kwargs(ids[r, :L], batch.get("images"), r))
+                    anchor = logp.detach() if old is None else old[r, :L].to(self.device)
                     pg, pg_metrics = self.policy_loss(
-                        old[r, :L].to(self.device), logp, adv[r, None].to(self.device), m,
+                        anchor, logp, adv[r, None].to(self.device), m,
                         self.loss_agg_mode, config,
                         None if behavior_w is None else behavior_w[r, :L].to(self.device))
                     # each term is this micro-batch's share of the mini-batch's aggregate,

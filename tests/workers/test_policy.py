@@ -201,6 +201,20 @@ AGG_CASES = (("vanilla", "token-sum"), ("vanilla", "seq-mean-token-sum"),
              ("gspo", "seq-mean-token-mean"), ("vanilla", "token-mean"))
 
 
+def _capture_grads(w: PolicyWorker) -> dict:
+    """Filled with the full gradient each time the optimizer steps (every rank steps together,
+    so the gathers are safe)."""
+    step, grads = w.optim.step, {}
+
+    def capture_then_step(*args, **kwargs):
+        grads.update({n: p.grad.full_tensor() for n, p in w.model.named_parameters()
+                      if p.grad is not None})
+        return step(*args, **kwargs)
+
+    w.optim.step = capture_then_step
+    return grads
+
+
 def _sc_modes(w: PolicyWorker, out: str, arg=None) -> dict:
     """One mini-batch of 7 rows (at world size 2 one rank pads a zero-weight row) under each
     (loss, aggregation), from the same weights: its loss and its full gradient (before the
@@ -210,14 +224,7 @@ def _sc_modes(w: PolicyWorker, out: str, arg=None) -> dict:
 
     start = os.path.join(out, "start")
     w.save_checkpoint(start)
-    step, grads = w.optim.step, {}
-
-    def capture_then_step(*args, **kwargs):   # every rank steps together: gathers are safe
-        grads.update({n: p.grad.full_tensor() for n, p in w.model.named_parameters()
-                      if p.grad is not None})
-        return step(*args, **kwargs)
-
-    w.optim.step = capture_then_step
+    grads = _capture_grads(w)
     results = {}
     for loss_mode, agg in AGG_CASES:
         w.load_checkpoint(start)
@@ -228,7 +235,31 @@ def _sc_modes(w: PolicyWorker, out: str, arg=None) -> dict:
     return results
 
 
-SCENARIOS = {"modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
+def _sc_anchor(w: PolicyWorker, out: str, arg=None) -> dict:
+    """One optimizer step on the whole batch, from the same weights: anchored on the training
+    forward's own log-probs (no separate pass) and on log-probs computed beforehand."""
+    start = os.path.join(out, "start")
+    w.save_checkpoint(start)
+    grads, b = _capture_grads(w), make_batch(n=8, seed=6)
+    forwards, token_logp = [], w._token_logp
+
+    def counting(model, *args, **kwargs):           # the policy's forwards, not the reference's
+        forwards.append(model is w.model)
+        return token_logp(model, *args, **kwargs)
+
+    w._token_logp = counting
+    same = w.update(b)
+    own, policy_forwards = dict(grads), sum(forwards)
+    rows, _ = w._shard_rows(torch.arange(8))
+    micro_batches = len(w._micro_batches(rows, torch.as_tensor(b["attention_mask"])))
+    w.load_checkpoint(start)
+    grads.clear()
+    given = w.update({**b, **w.compute_log_prob(b)})
+    return {"own": own, "given": dict(grads), "own_metrics": same, "given_metrics": given,
+            "policy_forwards": policy_forwards, "micro_batches": micro_batches}
+
+
+SCENARIOS = {"anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
              "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async}
 
 
@@ -332,6 +363,23 @@ def test_every_loss_and_aggregation_gives_the_one_batch_gradient_at_world_sizes_
     token_mean = whole[("vanilla", "token-mean")][0]
     for case in AGG_CASES[:-1]:
         assert max_diff(whole[case][0], token_mean) > 1e-3 * scale, case
+
+
+def test_one_step_updates_anchor_on_their_own_forward_with_the_same_gradient(tiny_model,
+                                                                            tmp_path):
+    """ppo_epochs=1 and a mini-batch that holds the batch: the old policy is the policy as it
+    stands, so the update skips the separate no-grad pass and takes the ratio around its own
+    forward (detached). Same gradient and loss as with the old log-probs computed first."""
+    res = run_group(2, tiny_model, "anchor", tmp_path, ppo_mini_batch_size=8, ppo_epochs=1,
+                    grad_clip=1e9)[0]
+    scale = max(v.abs().max().item() for v in res["own"].values())
+    assert scale > 1e-4 and max_diff(res["own"], res["given"]) < 1e-5 * scale
+    for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy"):
+        assert res["own_metrics"][k] == pytest.approx(res["given_metrics"][k], rel=1e-5,
+                                                      abs=1e-7), k
+    assert res["own_metrics"]["actor/approx_kl"] == 0.0      # the ratio is exactly 1
+    # the policy ran forward once per training micro-batch: no separate pass before them
+    assert res["policy_forwards"] == res["micro_batches"] >= 1
 
 
 def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, tmp_path):
