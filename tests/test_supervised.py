@@ -139,6 +139,10 @@ def test_batches_are_a_function_of_step_and_seed():
     assert len(batch_indices(n, bs, 3, seed=1)) == 6            # last batch of the epoch is short
     assert batch_indices(n, bs, 4, seed=1) != batch_indices(n, bs, 0, seed=1)  # new epoch order
     assert batch_indices(n, bs, 5, seed=1) == batch_indices(n, bs, 5, seed=1)
+    # the seed matters: another seed orders the same epoch otherwise, still covering every row
+    epoch0_seed2 = [i for s in range(4) for i in batch_indices(n, bs, s, seed=2)]
+    assert sorted(epoch0_seed2) == list(range(n)) and epoch0_seed2 != epoch0
+    assert batch_indices(n, bs, 0, seed=2) != batch_indices(n, bs, 0, seed=1)
     rows, real = rank_rows([5, 6, 7], rank=1, world_size=2)
     assert rows == [6, 5] and real == [True, False]             # padded to ceil(3/2) rows
 

@@ -66,8 +66,12 @@ def test_each_protocol_against_an_openai_compatible_server(protocol, expected_ca
     s = report["summary"]
     assert s["cases"] == expected_cases and s["errors"] == 0
     assert report["manifest"]["parties"]["model"]["url"] == server_url
+    # each protocol's own figures (evaluation/report.py), each a real PNG of some size
+    kinds = {"esc": ["dimensions"], "sage": ["bands", "trajectories"], "safety": ["groups"],
+             "diversity": ["metrics"]}[protocol]
+    assert sorted(f.rsplit("_", 1)[-1].removesuffix(".png") for f in report["figures"]) == kinds
     for fig in report["figures"]:
-        assert (out / fig).stat().st_size > 1000
+        assert (out / fig).read_bytes()[:4] == b"\x89PNG" and (out / fig).stat().st_size > 1000
     assert "|" in (out / "report.md").read_text()
     if protocol == "esc":
         dims = s["dimensions"]

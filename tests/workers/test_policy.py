@@ -416,7 +416,13 @@ def test_export_loads_strictly(tiny_model, world2):
     assert set(sd) == set(ref.state_dict())
     fresh = Qwen2ForCausalLM(ref.config)
     fresh.load_state_dict(sd, strict=True)
-    assert torch.equal(fresh.lm_head.weight, fresh.model.embed_tokens.weight)
+    for k, v in fresh.state_dict().items():        # the model now holds exactly the export
+        assert torch.equal(v, sd[k]), k
+    # the export writes the tied pair as two equal tensors (not one aliased to itself), and
+    # they are the trained weights, not the start's
+    assert sd["lm_head.weight"].data_ptr() != sd["model.embed_tokens.weight"].data_ptr()
+    assert torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"])
+    assert not torch.equal(sd["model.embed_tokens.weight"], ref.model.embed_tokens.weight)
 
 
 def test_kl_zero_and_checkpoint_round_trip(tiny_model, tmp_path):
