@@ -12,7 +12,8 @@ group's retry and everything after.
 
 `Class.method@N` kills the process at the start of the N-th call of that method, counted over
 all processes of the class (restarts included); `xK` repeats the death on the next K-1 calls
-(`x9` outlasts any sensible trainer.max_actor_restarts). Unset, the classes are untouched.
+(`x9` outlasts any sensible trainer.max_actor_restarts). Unset, the classes are untouched; a
+malformed spec is a start-up error naming it (exit 2).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from peer_rl.errors import ConfigError
 
 ENV, DIR_ENV = "PEER_RL_FAULTS", "PEER_RL_FAULTS_DIR"
 
@@ -49,9 +52,9 @@ def parse(spec: str) -> list[Fault]:
             call, _, deaths = when.partition("x")
             fault = Fault(cls, method, int(call), int(deaths or 1))
         except ValueError:
-            raise ValueError(f"{ENV}: {entry!r} is not Class.method@N or Class.method@NxK") from None
+            raise ConfigError(f"{ENV}: {entry!r} is not Class.method@N or Class.method@NxK") from None
         if fault.call < 1 or fault.deaths < 1 or not (cls.isidentifier() and method.isidentifier()):
-            raise ValueError(f"{ENV}: {entry!r}: N and K count from 1")
+            raise ConfigError(f"{ENV}: {entry!r}: N and K count from 1")
         faults.append(fault)
     return faults
 
@@ -99,7 +102,7 @@ def with_faults(cls: type) -> type:
 
     for f in mine:
         if not callable(getattr(cls, f.method, None)):
-            raise ValueError(f"{ENV}: {cls.__name__} has no method {f.method!r}")
+            raise ConfigError(f"{ENV}: {cls.__name__} has no method {f.method!r}")
     print(f"[peer-rl] fault injection ({ENV}): " + ", ".join(
         f"{f.cls}.{f.method} dies on call {f.call}" + (f" and the next {f.deaths - 1}"
                                                         if f.deaths > 1 else "")
