@@ -16,7 +16,8 @@ def _echo_class():
             return {"pid": os.getpid(), "items": list(chunk)}
 
         def health(self):
-            return {"ok": True}
+            import os
+            return {"ok": True, "pid": os.getpid()}
     return Echo
 
 
@@ -44,13 +45,16 @@ def test_a_restart_between_calls_is_counted_once_and_the_answer_stands(ray_sessi
     assert first[0]["items"] == [1, 2] and group.restarts == 0
     assert group.map("ask", [[3]])[0]["pid"] == first[0]["pid"] and group.restarts == 0
     ray.kill(handle, no_restart=False)                  # dies while idle; Ray restarts it
+    # ray.kill returns before the process is gone: wait for an answer from a new process (an
+    # answer from the old one, still alive for a moment, is not the restart)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            ray.get(handle.health.remote(), timeout=10)
-            break
+            if ray.get(handle.health.remote(), timeout=10)["pid"] != first[0]["pid"]:
+                break
         except Exception:
-            time.sleep(0.5)
+            pass
+        time.sleep(0.5)
     again = group.map("ask", [[4]])
     assert again[0]["items"] == [4] and again[0]["pid"] != first[0]["pid"]
     assert group.restarts == 1
