@@ -3,8 +3,9 @@ advantages, policy update, weight sync), in that order in `train_step`.
 
 The controller holds no model. It talks to the pools only through their worker groups
 (peer_rl.worker_group: fan-out, gather, restart) over the handles it is given (peer_rl.placement)
-and does the cheap, pure work itself (advantages, metrics). Stages 2-5 are the method's:
-peer_rl.peer_scoring (PEER, UnifiReward) or peer_rl.rag_rollout (ESCRAG-R1, scalar reward).
+and does the cheap, pure work itself (advantages, metrics). Stages 2-5 are the method's
+(peer_rl.methods: PEER with UnifiReward, ESCRAG-R1 with a scalar reward), called as
+`method.score(rows, step, timing)`; the method sees the worker groups, never the controller.
 docs/architecture.md describes the stages, the pools and the reasons behind them.
 
 With trainer.async_training.staleness=1 the stages 2-5 of step t+1 (rollout, judging,
@@ -37,6 +38,7 @@ from peer_rl.runtime import fsync_dir, fsync_tree
 from peer_rl.dataloader import Cursor, PromptLoader
 from peer_rl.dynamic_sampling import (concat, group_values, merge_metrics, select_groups,
                                       zero_variance, zero_variance_metrics)
+from peer_rl.methods import Groups, method_class
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.step_batch import ScoredBatch, update_batch
 from peer_rl.sync_group import WeightSyncGroup
@@ -57,7 +59,6 @@ class Controller:
         self.side_files = dict(side_files or {})
         self.G = cfg.rollout.n
         self.step = 0
-        self.scoring_step = 0            # the step (0-based) stages 2-5 are working for
         self.staleness = cfg.trainer.async_training.staleness
         t = cfg.trainer
         self.policy = PolicyGroup(pools.actor, lambda: latest_checkpoint(self.out),
@@ -66,12 +67,17 @@ class Controller:
         def group(name: str, **hooks) -> WorkerGroup:
             return WorkerGroup(name, getattr(pools, name), t.max_actor_restarts,
                                t.recovery_timeout_s, pools.restart,
-                               step=lambda: self.scoring_step + 1,
+                               step=lambda: self.step + 1,
                                last_checkpoint=lambda: latest_checkpoint(self.out), **hooks)
         self.rollout = group("rollout", on_restart=self._resync_restarted,
                              check=self._check_engine_weights)
         self.reward_model, self.redundancy = group("reward_model"), group("redundancy")
         self.retrieval = group("retrieval", identity=lambda r: r["pid"])
+        method = method_class(cfg)
+        needs = method.pools(cfg)
+        self.method = method.from_config(Groups(**{
+            name: getattr(self, name) if name in needs else None
+            for name in ("rollout", "reward_model", "redundancy", "retrieval")}), cfg)
         self.weight_sync = WeightSyncGroup(
             self.policy.call, lambda: self.rollout.handles, self.rollout.wait_alive,
             tensor_parallel_size=cfg.rollout.tensor_model_parallel_size,
@@ -211,23 +217,6 @@ class Controller:
         return sum(g.restarts for g in groups) + self.weight_sync.recoveries
 
     # ---------------------------------------------------------------- stages 2-5
-    def score_batch(self, batch_rows: list[dict], timing: Timing | None = None,
-                    samples: list | None = None) -> ScoredBatch:
-        """PEER's stages 2-5 (rollout unless `samples` are given, parse, UnifiReward, RUR)."""
-        from peer_rl.peer_scoring import score_peer
-
-        timing = Timing(self.scoring_step + 1) if timing is None else timing
-        return score_peer(self, batch_rows, timing, samples)
-
-    def _score(self, batch_rows: list[dict], timing: Timing) -> ScoredBatch:
-        """PEER (one pass, UnifiReward) or ESCRAG-R1 (the `<think>` prompt, scalar reward, two
-        passes with retrieval unless retrieval.enable=false; peer_rl.rag_rollout)."""
-        if self.cfg.reward_model.kind == "scalar":
-            from peer_rl.rag_rollout import score_escrag
-
-            return score_escrag(self, batch_rows, timing)
-        return self.score_batch(batch_rows, timing)
-
     def _score_step(self, batch_rows: list[dict] | None, timing: Timing
                     ) -> tuple[list[dict], ScoredBatch]:
         """Stages 2-5 of one step: its prompts (`batch_rows`, else the loader's next batch)
@@ -236,7 +225,7 @@ class Controller:
         of the next step: the data order is a function of the data alone, so a resumed run
         draws exactly what an uninterrupted one drew."""
         rows = self.loader.next_batch() if batch_rows is None else batch_rows
-        scored = self._score(rows, timing)
+        scored = self.method.score(rows, timing.step, timing)
         if not self.cfg.algorithm.filter_groups.enable:
             scored.metrics |= zero_variance_metrics([scored], self.G)
             return rows, scored
@@ -258,7 +247,7 @@ class Controller:
                 break
             rows = self.loader.next_batch()
             more = Timing(timing.step)
-            scored = self._score(rows, more)
+            scored = self.method.score(rows, timing.step, more)
             timing.absorb(more)
             drawn.append((rows, scored))
         batches = [sb for _, sb in drawn]
@@ -284,11 +273,7 @@ class Controller:
                      ) -> tuple[list[dict], ScoredBatch, Timing]:
         """Stages 2-5 of the next step (run in a second thread while this step updates)."""
         timing = Timing(self.step + 2)
-        self.scoring_step = self.step + 1
-        try:
-            return (*self._score_step(batch_rows, timing), timing)
-        finally:
-            self.scoring_step = self.step
+        return (*self._score_step(batch_rows, timing), timing)
 
     # ---------------------------------------------------------------- one step
     def train_step(self, batch_rows: list[dict] | None = None, scored: ScoredBatch | None = None,
@@ -301,7 +286,6 @@ class Controller:
         (rows, scored, timing) of the next step, or None)."""
         cfg = self.cfg
         start = time.time()
-        self.scoring_step = self.step
         if scored is None:                                               # 2-5.
             timing = Timing(self.step + 1)
             batch_rows, scored = self._score_step(batch_rows, timing)

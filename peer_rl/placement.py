@@ -14,6 +14,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from peer_rl.faults import with_faults
+from peer_rl.methods import method_class
 from peer_rl.worker_group import Pools
 
 def engine_env() -> dict:
@@ -158,13 +159,16 @@ class PoolFactory:
 
     def make_pools(self) -> Pools:
         cfg = self.cfg
-        sizes = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
-                 "actor": cfg.actor.world_size}
-        embeds = cfg.algorithm.rur.enable or cfg.trainer.eval_freq > 0
-        if embeds:
-            sizes["redundancy"] = 1
-        if cfg.retrieval.enable:
-            sizes["retrieval"] = cfg.retrieval.num_workers
+        # the method's pools (peer_rl.methods: what its scoring calls), the policy's, and the
+        # encoder the in-training evaluation measures diversity with
+        needs = method_class(cfg).pools(cfg) | {"actor"}
+        if cfg.trainer.eval_freq > 0:
+            needs.add("redundancy")
+        count = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
+                 "actor": cfg.actor.world_size, "redundancy": 1,
+                 "retrieval": cfg.retrieval.num_workers}
+        sizes = {name: n for name, n in count.items() if name in needs}
+        embeds = "redundancy" in sizes
         for name, n in sizes.items():
             self.pgs[name] = _pool_pg(name, cfg.resources[name], n, cfg.ray.placement_timeout_s,
                                       "SPREAD" if name == "rollout" else "PACK")

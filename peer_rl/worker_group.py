@@ -77,8 +77,10 @@ class WorkerGroup:
     def __len__(self) -> int:
         return len(self.handles)
 
-    def map(self, method: str, chunks: list, *args) -> list:
-        """`method(chunk, *args)` on each worker with a non-empty chunk; results in order."""
+    def map(self, method: str, chunks: list, *args, step: int | None = None) -> list:
+        """`method(chunk, *args)` on each worker with a non-empty chunk; results in order.
+        `step`: the step the call works for, as messages name it (default: the group's)."""
+        step = self.step() if step is None else step
         refs = {i: getattr(h, method).remote(c, *args)
                 for i, (h, c) in enumerate(zip(self.handles, chunks)) if c}
         out: dict[int, object] = {}
@@ -95,11 +97,11 @@ class WorkerGroup:
                     if attempt == self.max_restarts:
                         raise WorkerGroupFailed(
                             f"{self.name} worker {i} failed {attempt + 1} time(s) in step "
-                            f"{self.step()} (trainer.max_actor_restarts={self.max_restarts}); "
+                            f"{step} (trainer.max_actor_restarts={self.max_restarts}); "
                             f"giving up ({type(exc).__name__}). "
                             + _resume_hint(self.last_checkpoint)) from None
                     what = ("was restarted between calls" if isinstance(exc, WorkerRestarted)
-                            else f"died during step {self.step()}")
+                            else f"died during step {step}")
                     print(f"[peer-rl] {self.name} worker {i} {what} ({type(exc).__name__}); "
                           "retrying its chunk", file=sys.stderr, flush=True)
                     self.restarts += 1
@@ -120,9 +122,10 @@ class WorkerGroup:
                   "stands (the worker keeps no state)", file=sys.stderr, flush=True)
         self.seen[i] = who
 
-    def scatter(self, method: str, items: list, *args) -> list:
+    def scatter(self, method: str, items: list, *args, step: int | None = None) -> list:
         """The items split evenly over the workers, `method` on each part, flattened back."""
-        return [x for part in self.map(method, shard(items, len(self)), *args) for x in part]
+        return [x for part in self.map(method, shard(items, len(self)), *args, step=step)
+                for x in part]
 
     def wait_alive(self, i: int):
         """Ray restarts a crashed actor (max_restarts); wait until it answers. Past its restarts

@@ -12,7 +12,6 @@ import ray
 
 from peer_rl.config import load_config
 from peer_rl.controller import Controller
-from peer_rl.peer_scoring import rollout
 from peer_rl.placement import PoolFactory
 from peer_rl.runtime import init_ray
 from peer_rl.timeline import Timing
@@ -86,8 +85,10 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
     on = Controller(_cfg(tmp_path / "on", grpo_models), pools, rows, tmp_path / "on")
     off = Controller(_cfg(tmp_path / "off", grpo_models, "algorithm.rur.enable=false"), pools,
                      rows, tmp_path / "off")
-    samples = rollout(on, batch, Timing(1))  # the same generations scored both ways
-    a, b = on.score_batch(batch, samples=samples), off.score_batch(batch, samples=samples)
+    samples = on.method.rollout(batch, 1, Timing(1))  # the same generations scored both ways
+    a = on.method.score(batch, 1, Timing(1), samples=samples)
+    b = off.method.score(batch, 1, Timing(1), samples=samples)
+    assert off.method.groups.redundancy is None       # RUR off: the method never asks for it
     np.testing.assert_array_equal(a.rewards, b.rewards)
     assert a.rewards.max() > 0  # the trained judge gives credit: the comparison is not 0 == 0
     np.testing.assert_array_equal(b.final, b.rewards)  # RUR off: r~ = r

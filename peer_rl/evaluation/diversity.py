@@ -70,7 +70,7 @@ def summarise_diversity(records: list[dict], encode) -> dict:
 
 
 def judge_items(records: list[dict], max_history_turns: int = 8, seed: int = 0) -> list:
-    """One JudgeItem per reply, built as training builds them (peer_scoring.score_peer): the
+    """One JudgeItem per reply, built as training builds them (peer_rl.methods.peer): the
     steps parsed from the raw reply, the row's solution as the reference, the candidate's
     round-4 position from a seeded coin."""
     from peer_rl.protocol import JudgeItem

@@ -1,0 +1,122 @@
+"""The method plug-ins on their own: which method serves which reward kind, which pools each
+declares, and that a step's scoring depends on the arguments alone (the step, the rows), with
+every pool call named by that step. The groups here are in-process recorders: the workers'
+own behaviour is tested in tests/workers and end to end in tests/test_controller.py."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from peer_rl.config import ConfigError, load_config
+from peer_rl.methods import Groups, Method, method_class, register
+from peer_rl.methods.escrag_r1 import EscragR1
+from peer_rl.methods.peer import Peer
+from peer_rl.protocol import JudgeResult, Sample, request_seed
+from peer_rl.timeline import Timing
+
+STEPS = "Step 1: a.\nStep 2: b.\nStep 3: c.\nStep 4: I hear you."
+
+
+class Recorder:
+    """A worker group that answers from `answer(method, items, *args)` and records each call."""
+
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def __len__(self):
+        return 1
+
+    def scatter(self, method, items, *args, step=None):
+        self.calls.append((method, step, items, args))
+        return self.answer(method, items, *args)
+
+    def map(self, method, chunks, *args, step=None):
+        self.calls.append((method, step, chunks, args))
+        return [self.answer(method, c, *args) for c in chunks]
+
+
+def _rollout(method, prompts, sampling):
+    return [Sample(uid=p.uid, prompt_ids=[1], response_ids=[2, 3], response_logprobs=[0.0, 0.0],
+                   text=STEPS if j % 2 == 0 else "no structure", policy_version=0)
+            for p in prompts for j in range(sampling.n)]
+
+
+def _judge(method, items):
+    return [JudgeResult(step_verdicts=[True, True, i % 3 == 0], preference=1,
+                        preference_ok=i % 2 == 0, reward=float(i % 4), parse_failures=0, asked=4)
+            for i, _ in enumerate(items)]
+
+
+def _rows(n):
+    return [{"messages": [{"role": "user", "content": f"p{i}"}], "history":
+             [{"role": "user", "content": f"seeker says {i}"}], "language": "english",
+             "solution": "ref"} for i in range(n)]
+
+
+def test_each_reward_kind_is_served_by_one_registered_method():
+    assert method_class(load_config([])) is Peer
+    assert method_class(load_config(["reward_model.kind=prm_orm", "reward_model.path=a",
+                                     "reward_model.outcome_path=b"])) is Peer
+    assert method_class(load_config(["recipe=escrag_r1_tiny"])) is EscragR1
+
+
+def test_the_pools_a_method_declares_follow_its_config():
+    assert Peer.pools(load_config(["algorithm.rur.enable=false"])) == {"rollout", "reward_model"}
+    assert Peer.pools(load_config(["algorithm.rur.enable=true"])) == {
+        "rollout", "reward_model", "redundancy"}
+    escrag = load_config(["recipe=escrag_r1_tiny"])
+    assert "retrieval" in EscragR1.pools(escrag) and escrag.retrieval.enable
+    assert "retrieval" not in EscragR1.pools(load_config(["recipe=escrag_r1_tiny",
+                                                          "retrieval.enable=false"]))
+
+
+def test_a_second_method_with_a_taken_name_is_refused():
+    class Again(Method):
+        name, reward_kinds = "peer", ("other",)
+    with pytest.raises(ValueError, match="registered twice"):
+        register(Again)
+
+
+def test_peer_scoring_is_a_function_of_rows_and_step_and_names_the_step_in_every_call():
+    cfg = load_config(["algorithm.rur.enable=false", "rollout.n=2", "trainer.seed=7"])
+    rollout, judge = Recorder(_rollout), Recorder(_judge)
+    method = Peer.from_config(Groups(rollout=rollout, reward_model=judge), cfg)
+    rows = _rows(3)
+    first = method.score(rows, 5, Timing(5))
+    method.score(rows, 9, Timing(9))                 # another step in between changes nothing
+    again = method.score(rows, 5, Timing(5))
+    assert [c[1] for c in rollout.calls + judge.calls] == [5, 9, 5, 5, 9, 5]
+    # request seeds as the protocol defines them: (run seed, 0-based step, stream, prompt)
+    seeds = [p.seed for p in rollout.calls[0][2]]
+    assert seeds == [request_seed(7, 4, "rollout", i, 2) for i in range(3)]
+    coins = [it.candidate_first for it in judge.calls[0][2]]
+    assert coins == [it.candidate_first for it in judge.calls[2][2]]
+    assert coins == list(np.random.default_rng([7, 4]).random(6) < 0.5)
+    np.testing.assert_array_equal(first.final, again.final)
+    np.testing.assert_array_equal(first.final, first.rewards)       # RUR off: r~ = r
+    assert first.rewards.tolist() == [0.0, 1.0, 2.0, 3.0, 0.0, 1.0]
+    # half the samples have the four steps: format rate 0.5; step 3 true for items 0 and 3
+    assert first.metrics["reward/format_rate"] == 0.5
+    assert first.metrics["reward/step3_true_rate"] == pytest.approx(2 / 6)
+
+
+def test_peer_rur_divides_by_the_redundancy_pools_answer():
+    cfg = load_config(["algorithm.rur.enable=true", "rollout.n=2"])
+    s = np.array([0.5, 0.0, 1.0, 0.25])
+    red = Recorder(lambda m, replies, hist, n: {"s_hist": s, "s_group": s[::-1],
+                                                 "tau": np.ones(4), "n_words": np.ones(4)})
+    method = Peer.from_config(Groups(rollout=Recorder(_rollout), reward_model=Recorder(_judge),
+                                     redundancy=red), cfg)
+    out = method.score(_rows(2), 3, Timing(3))
+    assert red.calls[0][:2] == ("similarities", 3)
+    assert red.calls[0][3] == ([["seeker says 0"], ["seeker says 1"]], 2)   # histories, G
+    # r = [0, 1, 2, 3]; r~ = r / ((1 + s_hist)(1 + s_group)), worked out by hand
+    np.testing.assert_allclose(out.final, [0.0, 1 / (1.0 * 2.0), 2 / (2.0 * 1.0),
+                                           3 / (1.25 * 1.5)])
+
+
+def test_a_reward_kind_no_method_serves_is_a_config_error():
+    # past the schema's check, as a config built by a plug-in's own schema might be
+    cfg = SimpleNamespace(reward_model=SimpleNamespace(kind="pairwise"))
+    with pytest.raises(ConfigError, match="reward_model.kind='pairwise'"):
+        method_class(cfg)
