@@ -7,34 +7,45 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+from fixture_cache import cached
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+TRAINER = ["workers.supervised_trainer", "peer_rl.config_supervised"]   # train-rm's closure
+
+
+def _train_rm(args: list[str], out, timeout: int = 900) -> None:
+    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train-rm",
+                           f"trainer.output_dir={out}", "trainer.save_freq=0",
+                           "ray.address=local", *args],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, str]:
     from peer_rl.tiny_models import ensure_tiny_models
 
-    return ensure_tiny_models(tmp_path_factory.mktemp("tiny_models"))
+    d = cached("tiny-models", ["peer_rl.tiny_models"], ensure_tiny_models,
+               tmp_path_factory.mktemp("tiny_models"))
+    return {name: str(d / name) for name in ("policy", "judge")}
 
 
 @pytest.fixture(scope="session")
 def trained_judge(tiny_models, tmp_path_factory) -> str:
     """The tiny judge after a short real `peer-rl train-rm`: it emits parseable verdicts, so
-    GRPO rewards are non-zero (a random judge scores every sample 0)."""
-    import subprocess
-    import sys
-
-    out = tmp_path_factory.mktemp("unifireward")
-    cmd = [sys.executable, "-m", "peer_rl.cli", "train-rm", f"trainer.output_dir={out}",
-           f"model.path={tiny_models['judge']}", "trainer.total_steps=80", "trainer.save_freq=0",
-           "trainer.max_length=1024",   # the longer chats add time, not parseable verdicts
-           "ray.address=local"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    GRPO rewards are non-zero (a random judge scores every sample 0). Cached by source
+    (tests/fixture_cache.py)."""
+    out = cached("unifireward", TRAINER, lambda out: _train_rm(
+        [f"model.path={tiny_models['judge']}", "trainer.total_steps=80",
+         "trainer.max_length=1024"], out),     # longer chats add time, not parseable verdicts
+        tmp_path_factory.mktemp("unifireward"))
     return str(out / "final")
 
 
@@ -48,19 +59,11 @@ def grpo_models(tiny_models, trained_judge) -> dict[str, str]:
 def trained_scalar_rm(tiny_models, tmp_path_factory) -> str:
     """The tiny scalar reward model after a short real `train-rm recipe=escrag_rm_tiny`
     (Bradley-Terry, 2 FSDP2 ranks); returns its run directory (final/ is the model)."""
-    import subprocess
-    import sys
-
-    from pathlib import Path
-
-    out = tmp_path_factory.mktemp("escrag_rm")
     cache = Path(tiny_models["policy"]).parent       # the reward model is built beside them
-    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train-rm", "recipe=escrag_rm_tiny",
-                           f"trainer.output_dir={out}", f"model.tiny_cache_dir={cache}",
-                           "trainer.total_steps=60", "trainer.save_freq=0", "ray.address=local"],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return str(out)
+    return str(cached("escrag-rm", TRAINER, lambda out: _train_rm(
+        ["recipe=escrag_rm_tiny", f"model.tiny_cache_dir={cache}", "trainer.total_steps=60"],
+        out), tmp_path_factory.mktemp("escrag_rm")))
+
 
 class VllmServer:
     """`python -m vllm.entrypoints.openai.api_server` as a user starts it; stop() kills it the

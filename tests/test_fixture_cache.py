@@ -1,0 +1,47 @@
+"""The test-fixture cache: what its key covers and when it builds."""
+from fixture_cache import ROOT, cached, import_closure, source_key
+
+
+def test_the_key_covers_imports_made_inside_functions_and_nothing_unrelated():
+    files = {p.relative_to(ROOT).as_posix() for p in import_closure(["workers.supervised_trainer"])}
+    # supervised_trainer imports these only inside functions
+    assert {"peer_rl/bradley_terry.py", "peer_rl/tiny_models.py", "workers/fsdp.py",
+            "peer_rl/__init__.py", "workers/__init__.py"} <= files
+    assert "peer_rl/controller.py" not in files and "workers/rollout.py" not in files
+
+
+def test_a_key_changes_with_the_entries():
+    assert source_key(["peer_rl.tiny_models"]) == source_key(["peer_rl.tiny_models"])
+    assert source_key(["peer_rl.tiny_models"]) != source_key(["peer_rl.rewards"])
+
+
+def test_a_cached_fixture_is_built_once_and_never_half(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEER_RL_TEST_CACHE", str(tmp_path / "cache"))
+    builds = []
+
+    def build(out):
+        builds.append(out)
+        out.mkdir()
+        (out / "model").write_text("weights")
+
+    def broken(out):
+        out.mkdir()
+        raise RuntimeError("interrupted")
+
+    first = cached("m", ["peer_rl.rewards"], build, tmp_path / "fresh")
+    again = cached("m", ["peer_rl.rewards"], build, tmp_path / "fresh")
+    assert first == again and len(builds) == 1 and (first / "model").read_text() == "weights"
+    try:
+        cached("n", ["peer_rl.rewards"], broken, tmp_path / "fresh")
+    except RuntimeError:
+        pass
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.name]   # no half entry
+
+
+def test_off_builds_every_time_into_the_fresh_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEER_RL_TEST_CACHE", "off")
+    builds = []
+    for _ in range(2):
+        assert cached("m", ["peer_rl.rewards"], lambda out: builds.append(out),
+                      tmp_path / "fresh") == tmp_path / "fresh"
+    assert len(builds) == 2
