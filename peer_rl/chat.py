@@ -51,7 +51,7 @@ def chat_loop(args, stdin=None, stdout=None) -> int:
                          prompt=style, temperature=args.temperature,
                          max_tokens=args.max_tokens, kv_cache_gib=args.kv_cache_gib)
     from peer_rl.evaluation.supporter import Supporter
-    from peer_rl.policy_prompt import PolicyTemplate
+    from peer_rl.prompts.policy import PolicyTemplate
 
     # a local policy is asked as it was trained (the template saved beside its weights)
     supporter = Supporter(style, PolicyTemplate.load(None if url else args.model)

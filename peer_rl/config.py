@@ -14,9 +14,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.ConfigError)
-from peer_rl.pinned_models import pinned_dir
+from peer_rl.models.pinned import pinned_dir
 
-# `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.pinned_models)
+# `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.models.pinned)
 if not OmegaConf.has_resolver("pinned"):
     OmegaConf.register_resolver("pinned", pinned_dir)
 

@@ -60,8 +60,8 @@ def import_closure(entries: list[str]) -> list[Path]:
     return sorted(set(seen.values()))
 
 
-def source_key(entries: list[str], data_dirs: tuple[str, ...] = ("recipes", "peer_rl/sample",
-                                                                  "peer_rl/sample_data")) -> str:
+def source_key(entries: list[str], data_dirs: tuple[str, ...] = ("recipes", "peer_rl/bundled/dialogues",
+                                                                  "peer_rl/bundled/data")) -> str:
     h = hashlib.sha256()
     files = import_closure(entries)
     for d in data_dirs:

@@ -27,7 +27,7 @@ def test_a_line_nested_too_deep_is_a_counted_problem(tmp_path, capsys):
 
 
 def test_train_files_may_not_leave_the_data_root(tmp_path, capsys):
-    from peer_rl.data.sample import build_sample
+    from peer_rl.data.bundled import build_sample
 
     build_sample(tmp_path / "root")
     (tmp_path / "outside.jsonl").write_text("{}\n")

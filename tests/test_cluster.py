@@ -48,7 +48,7 @@ def _load(name: str):
 
 
 def _demand(cfg) -> dict[str, float]:
-    """CPUs and GPUs the placement groups of a resolved config ask for (peer_rl/placement.py)."""
+    """CPUs and GPUs the placement groups of a resolved config ask for (peer_rl/trainer/placement.py)."""
     sizes = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
              "actor": cfg.actor.world_size}
     if cfg.algorithm.rur.enable:
@@ -85,9 +85,9 @@ def test_runtime_env_upload_holds_the_code_and_excludes_venv_git_outputs(tmp_pat
     pkg = tmp_path / "pkg.zip"
     create_package(str(REPO), pkg, include_gitignore=True, excludes=env["excludes"])
     names = set(zipfile.ZipFile(pkg).namelist())
-    for need in ("peer_rl/cli.py", "peer_rl/placement.py", "workers/rollout.py",
+    for need in ("peer_rl/cli/__init__.py", "peer_rl/trainer/placement.py", "workers/rollout.py",
                  "recipes/tiny.yaml", "recipes/peer_rur.yaml",
-                 "peer_rl/sample_data/grpo/textual.jsonl",
+                 "peer_rl/bundled/data/grpo/textual.jsonl",
                  "cluster/runtime_env.yaml"):
         assert need in names, need
     bad = [n for n in names if n.split("/")[0] in (".git", ".venv", "outputs", ".pytest_cache")
@@ -319,7 +319,7 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
     assert (out / "config.yaml").exists()
     # logging.log_samples is off by default: no dialogue text in the job's logs or its files
     cfg = load_config([f"trainer.output_dir={out}"])
-    from peer_rl.train import load_prompts
+    from peer_rl.trainer.run import load_prompts
     snippets = {t["content"][:40] for r in load_prompts(cfg) for t in r["history"]
                 if len(t["content"]) >= 40}
     written = logs + submit.stdout + submit.stderr + "".join(

@@ -51,7 +51,7 @@ def test_a_text_only_policy_refuses_visual_rows_unless_told(tmp_path, capsys):
     import json as _json
 
     from peer_rl.config import ConfigError as _ConfigError
-    from peer_rl.train import check_modalities
+    from peer_rl.trainer.run import check_modalities
 
     text_model, vl_model = tmp_path / "text", tmp_path / "vl"
     text_model.mkdir(), vl_model.mkdir()

@@ -3,16 +3,19 @@ from fixture_cache import ROOT, cached, import_closure, source_key
 
 
 def test_the_key_covers_imports_made_inside_functions_and_nothing_unrelated():
-    files = {p.relative_to(ROOT).as_posix() for p in import_closure(["workers.supervised_trainer"])}
-    # supervised_trainer imports these only inside functions
-    assert {"peer_rl/bradley_terry.py", "peer_rl/tiny_models.py", "workers/fsdp.py",
-            "peer_rl/__init__.py", "workers/__init__.py"} <= files
-    assert "peer_rl/controller.py" not in files and "workers/rollout.py" not in files
+    files = {p.relative_to(ROOT).as_posix()
+             for p in import_closure(["peer_rl.trainer.supervised"])}
+    # the launcher imports the tiny models, the loop the Bradley-Terry loss and the FSDP
+    # plumbing, only inside functions
+    assert {"peer_rl/supervised/bradley_terry.py", "peer_rl/supervised/tiny_models.py",
+            "workers/supervised_trainer.py", "workers/fsdp.py", "peer_rl/__init__.py",
+            "peer_rl/supervised/__init__.py", "workers/__init__.py"} <= files
+    assert "peer_rl/trainer/controller.py" not in files and "workers/rollout.py" not in files
 
 
 def test_a_key_changes_with_the_entries():
-    assert source_key(["peer_rl.tiny_models"]) == source_key(["peer_rl.tiny_models"])
-    assert source_key(["peer_rl.tiny_models"]) != source_key(["peer_rl.rewards"])
+    assert source_key(["peer_rl.supervised.tiny_models"]) == source_key(["peer_rl.supervised.tiny_models"])
+    assert source_key(["peer_rl.supervised.tiny_models"]) != source_key(["peer_rl.rewards"])
 
 
 def test_a_cached_fixture_is_built_once_and_never_half(tmp_path, monkeypatch):

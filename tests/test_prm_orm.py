@@ -31,7 +31,7 @@ def pair(tiny_models, tmp_path_factory):
 
 
 def test_each_judge_carries_its_role_and_its_training_time(pair):
-    from peer_rl.judge_prompt import JudgeTemplate
+    from peer_rl.prompts.judge import JudgeTemplate
 
     assert JudgeTemplate.load(pair["prm"]).role == "process"
     assert JudgeTemplate.load(pair["orm"]).role == "outcome"
@@ -53,8 +53,8 @@ def test_eval_rm_scores_the_pair_and_reports_inconsistency(pair, tmp_path, capsy
     assert m["n"] == 12 and 0 <= m["inconsistency"] <= 1
     assert "training time: process" in printed and "pair total" in printed
     # the inconsistency worked out again from the raw answers and the rows' labels
-    from peer_rl.data.sample import sample_root
-    from peer_rl.eval_rm import Verdicts, ser_labels
+    from peer_rl.data.bundled import sample_root
+    from peer_rl.evaluation.rm import Verdicts, ser_labels
 
     rows = {}
     for f in sorted((sample_root() / "ser").glob("*/*_test.jsonl")):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from peer_rl.pinned_models import extract_gguf, fetch, read_card, wheel_path
+from peer_rl.models.pinned import extract_gguf, fetch, read_card, wheel_path
 
 NAME = "smollm2-135m-instruct"
 PROMPTS = ["I lost my job today and I feel like a failure.",

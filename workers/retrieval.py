@@ -12,7 +12,7 @@ import time
 
 from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
 from peer_rl.runtime import peak_rss_bytes
-from workers.redundancy import load_embedding_model
+from peer_rl.encoders import load_embedding_model
 
 
 class RetrievalWorker:

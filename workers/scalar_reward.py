@@ -11,8 +11,8 @@ import math
 import os
 import time
 
-from peer_rl.bradley_terry import rm_messages
-from peer_rl.judge_prompt import tokenizer_specials
+from peer_rl.supervised.bradley_terry import rm_messages
+from peer_rl.prompts.judge import tokenizer_specials
 from peer_rl.runtime import peak_rss_bytes
 from workers.vllm_engine import make_llm, on_cpu
 

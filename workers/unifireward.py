@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from peer_rl.judge_prompt import JudgeTemplate, tokenizer_specials
+from peer_rl.prompts.judge import JudgeTemplate, tokenizer_specials
 from peer_rl.multimodal import attach_images, for_vllm
 from peer_rl.protocol import JudgeItem, JudgeResult
 from peer_rl.rewards import (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.data.sampling import gaussian_round_sample
+from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.reasoning import policy_messages
 
 SPEAKERS = {"seeker": "seeker", "usr": "seeker", "speaker": "seeker",

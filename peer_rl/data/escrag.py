@@ -10,7 +10,7 @@ exemplar corpus the ESCRAG-R1 index is built from.
                          "source"?}: demonstrations of the reasoning-response format for the
                          cold-start SFT; the assistant turn is `<think>reasoning</think>reply`
                          and the prompt is the policy's pass-1 or pass-2 prompt
-                         (peer_rl.escrag_prompt); `pass` is "initial" or "final"
+                         (peer_rl.prompts.escrag); `pass` is "initial" or "final"
 
 `history` takes every spelling the PEER subsets accept (peer_rl.data.vocab) and ends with the
 seeker turn that `chosen` / `rejected` / `response` answer; scores are the Client, Counselor and
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from peer_rl.escrag_prompt import final_messages, format_reasoned, initial_messages
+from peer_rl.prompts.escrag import final_messages, format_reasoned, initial_messages
 
 PERSPECTIVES = ("client", "counselor", "judge")
 PASSES = ("initial", "final")

@@ -125,3 +125,28 @@ def load_subset(root: str | Path, subset: str, pattern: str = "*", skip_invalid:
                 row = {**row, "images": [str(rep.file.subset_dir / p) for p in row["images"]]}
             rows.append(row)
     return LoadResult(_to_dataset(subset, rows), reports, dict(filtered))
+
+
+def located_ser_rows(root, train_files, skip_invalid: bool = False) -> list[tuple[str, dict]]:
+    """("path:line", row) for the validated rows of the ser/ entries of `train_files` (globs in
+    the file part, as `data.train_files` takes them); other subsets are ignored."""
+    from peer_rl.data.layout import discover
+    from peer_rl.data.validate import check_file
+
+    found = [f for f in discover(root) if f.subset == "ser"]
+    out = []
+    for rel in train_files:
+        parts = Path(rel).parts
+        if not parts or parts[0] != "ser":
+            continue
+        pattern = str(Path(*parts[1:])) if len(parts) > 1 else "*"
+        pattern = pattern if pattern.endswith(".jsonl") else pattern + ".jsonl"
+        files = [f for f in found if f.path.match(pattern)]
+        if not files:
+            raise FileNotFoundError(f"{root}: no ser/ files matching {rel!r}")
+        reports = [check_file(f) for f in files]
+        if not skip_invalid and any(r.problems for r in reports):
+            raise InvalidDataError(reports)
+        for rep in reports:
+            out += [(f"{rep.file.path}:{line}", row) for row, line in zip(rep.rows, rep.lines)]
+    return out

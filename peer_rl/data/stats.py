@@ -5,7 +5,7 @@ from collections import Counter
 
 from peer_rl.data.layout import DataFile
 from peer_rl.data.validate import FileReport
-from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS
+from peer_rl.prompts.judge import PREFERENCE_VERDICTS, STEP_VERDICTS
 
 
 def _verdict_name(v: str) -> str:

@@ -18,10 +18,10 @@ from peer_rl.data.escrag import PASSES, PERSPECTIVES
 from peer_rl.data.layout import DataFile
 from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
                                 language_of, modality_of, role_of, split_role_lines)
-from peer_rl.judge_prompt import PREFERENCE_VERDICTS, STEP_VERDICTS
+from peer_rl.prompts.judge import PREFERENCE_VERDICTS, STEP_VERDICTS
 from peer_rl.multimodal import (IMAGE_FORMATS, IMAGE_TAG, MAX_IMAGE_PIXELS, ImageRefused,
                                  count_tags, open_image)
-from peer_rl.escrag_prompt import parse_reasoned
+from peer_rl.prompts.escrag import parse_reasoned
 from peer_rl.reasoning import parse_structured
 
 SAFETY_GROUPS = ("crisis", "harmful_request", "boundary")

@@ -4,7 +4,7 @@ the SFT that teaches the format before GRPO).
 
 From the distinct dialogue contexts of ROOT's `cold_start.subsets` files (rows whose history ends
 with the seeker turn to answer), `cold_start.count` are drawn (seeded, without replacement); the
-teacher answers each with the policy's own pass-1 prompt (peer_rl.escrag_prompt.initial_messages),
+teacher answers each with the policy's own pass-1 prompt (peer_rl.prompts.escrag.initial_messages),
 so the demonstrations teach exactly the prompt GRPO will ask. An answer with one closed `<think>`
 block and a non-empty reply becomes a row of `OUT/cold_start/train.jsonl` (the layout
 `peer-rl sft recipe=escrag_sft` reads); any other answer is set aside in
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import Row, load_rows, row_source
-from peer_rl.escrag_prompt import format_reasoned, initial_messages, parse_reasoned
+from peer_rl.prompts.escrag import format_reasoned, initial_messages, parse_reasoned
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
 

@@ -60,7 +60,7 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
     job.run_job("personas", cfg, [SeekerCase(s.id, s) for s in seekers], persona_case, store, endpoints)
 
     records = {s.id: store.records[s.id] for s in seekers}
-    from workers.redundancy import load_embedding_model
+    from peer_rl.encoders import load_embedding_model
 
     encoder = load_embedding_model(cfg.personas.embedding_model)
     clusters, assignment = {}, {}

@@ -6,7 +6,7 @@ wording is ours."""
 from __future__ import annotations
 
 from peer_rl.evaluation.prompts import transcript
-from peer_rl.judge_prompt import untrusted
+from peer_rl.prompts.judge import untrusted
 
 # ---------------------------------------------------------------- filter (PEER's data cleaning)
 CRITERIA = ("semantic_incoherence", "artificial_style", "non_dialogue")

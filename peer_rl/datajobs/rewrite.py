@@ -210,7 +210,7 @@ def movement(originals: list[str], rewrites: list[str], encode) -> dict:
 
 
 def summarise(records, kept, added, skipped, seekers, personas, cfg, no_history) -> dict:
-    from workers.redundancy import load_embedding_model
+    from peer_rl.encoders import load_embedding_model
 
     originals = [u for c, _ in kept for u in c.seeker.utterances]
     rewrites = [u for _, r in kept for u in r["rewritten"]]

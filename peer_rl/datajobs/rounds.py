@@ -1,7 +1,7 @@
 """`peer-rl data rounds INPUT --out OUT`: Gaussian sparse round sampling as its own job.
 
 PEER keeps the informative middle rounds of each dialogue: rounds drawn from
-N(N_r / 2, (N_r / 4)^2) (peer_rl.data.sampling). Two inputs:
+N(N_r / 2, (N_r / 4)^2) (peer_rl.data.round_sampling). Two inputs:
 - an ESConv-style JSON file (a list of dialogues with `dialog` turns): every kept round
   becomes a grpo row (history up to that supporter turn -> solution), as `data import-esconv`;
 - a PEER-layout root or a grpo JSONL file: rows are grouped into dialogues (same language,
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from peer_rl.data.esconv import import_esconv
-from peer_rl.data.sampling import gaussian_round_sample
+from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import load_rows
 from peer_rl.data.out_paths import refuse_existing, refuse_inside

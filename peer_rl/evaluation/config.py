@@ -16,7 +16,7 @@ from peer_rl.config import ConfigError, check_ranges, load_config
 from peer_rl.evaluation.endpoints import EndpointConfig
 from peer_rl.evaluation.supporter import STYLES
 
-SAMPLE_EVAL = Path(__file__).resolve().parent.parent / "sample_eval"
+SAMPLE_EVAL = Path(__file__).resolve().parents[1] / "bundled" / "eval"
 PROTOCOLS = ("esc", "sage", "safety", "diversity", "ccj")
 ROLES = {"esc": ("model", "seeker", "judge"), "sage": ("model", "seeker"),
          "safety": ("model", "judge"), "diversity": ("model",), "ccj": ("model", "judge")}
@@ -118,7 +118,7 @@ def check_parties(cfg: DictConfig, roles, command: str) -> None:
 def check_policy_template(cfg: DictConfig) -> None:
     """model.template names a template that exists and reads; a broken one saved with
     model.path is named too (before any case runs, not as a traceback mid-run)."""
-    from peer_rl.policy_prompt import TEMPLATE_FILE, PolicyTemplate, PolicyTemplateError
+    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate, PolicyTemplateError
 
     where = cfg.model.template or cfg.model.path
     key = "model.template" if cfg.model.template else "model.path"

@@ -253,7 +253,7 @@ class LocalEndpoint(Endpoint):
 
     def __init__(self, role: str, cfg: EndpointConfig, seed: int = 0):
         from peer_rl.multimodal import is_vision_language
-        from peer_rl.pinned_models import ensure_model
+        from peer_rl.models.pinned import ensure_model
         from workers.vllm_engine import make_llm
 
         if not Path(ensure_model(cfg.path), "config.json").exists():

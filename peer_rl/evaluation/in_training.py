@@ -20,7 +20,7 @@ from peer_rl.protocol import Prompt, SamplingConfig, seeded
 
 
 class PoolEndpoint(Endpoint):
-    """A training pool as a party, through its worker group (peer_rl.worker_group: the
+    """A training pool as a party, through its worker group (peer_rl.trainer.worker_group: the
     controller's fault-tolerant fan-out)."""
 
     def __init__(self, role: str, group, max_tokens: int, temperature: float,
@@ -85,13 +85,13 @@ def spread_over_groups(probes: list, k: int) -> list:
 
 class InTrainingEval:
     def __init__(self, cfg, policy_template=None):
-        from peer_rl.data.sample import sample_root
+        from peer_rl.data.bundled import sample_root
         from peer_rl.evaluation.supporter import Supporter
 
         e = cfg.eval
         root = Path(cfg.data.root or sample_root())
         self.cfg, self.e = cfg, e
-        # the policy is asked as its training rows ask it (peer_rl.policy_prompt)
+        # the policy is asked as its training rows ask it (peer_rl.prompts.policy)
         self.style = Supporter("escrag") if cfg.reward_model.kind == "scalar" else \
             Supporter("peer", policy_template)
         self.prompts = load_diversity_prompts(root, e.diversity_pattern,

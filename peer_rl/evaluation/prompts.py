@@ -7,7 +7,7 @@ an emotion change in [-10, 10]; the safety rubric follows the PEER data card's t
 """
 from __future__ import annotations
 
-from peer_rl.judge_prompt import untrusted
+from peer_rl.prompts.judge import untrusted
 from peer_rl.reasoning import ROLE_NAMES
 
 # ---------------------------------------------------------------- ESC-Eval

@@ -32,7 +32,7 @@ def _sha256(path: Path) -> str:
 
 def _inputs(protocol: str, cfg) -> tuple[case_files.Loaded, dict]:
     """The cases and what identifies them (file + hash) for the run's manifest."""
-    from peer_rl.data.sample import sample_root
+    from peer_rl.data.bundled import sample_root
 
     skip = cfg.skip_invalid
     if protocol == "esc":
@@ -86,7 +86,7 @@ def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
 def supporter_of(cfg):
     """The model party's style, with the policy template for the peer prompt."""
     from peer_rl.evaluation.supporter import Supporter
-    from peer_rl.policy_prompt import PolicyTemplate
+    from peer_rl.prompts.policy import PolicyTemplate
 
     if cfg.model.prompt != "peer":
         return Supporter(cfg.model.prompt)
@@ -117,7 +117,7 @@ def summarise(protocol: str, records: list[dict], cfg) -> dict:
         return summarise_safety(records)
     if protocol == "ccj":
         return summarise_ccj(records)
-    from workers.redundancy import load_embedding_model
+    from peer_rl.encoders import load_embedding_model
 
     encoder = load_embedding_model(cfg.diversity.embedding_model)
     summary = summarise_diversity(records, encoder.encode)

@@ -1,12 +1,12 @@
 """The model under test as a supporter: what it is asked, and what of its answer a seeker sees.
 
 `peer` style: the policy prompt the model was trained with (Steps 1-4): the template saved
-with it (peer_rl.policy_prompt, read off its training rows), else the built-in one; the seeker
+with it (peer_rl.prompts.policy, read off its training rows), else the built-in one; the seeker
 sees Step 4 only and the transcript keeps the whole answer. When Step 4 is missing the seeker
 sees the answer without its step markers and the turn counts as a format miss.
 `chat` style: a plain chat model as it is (baselines): a short system prompt, the dialogue as
 alternating turns, the whole answer (minus a `<think>` block) shown.
-`escrag` style: ESCRAG-R1's therapist prompt (peer_rl.escrag_prompt); the seeker sees what
+`escrag` style: ESCRAG-R1's therapist prompt (peer_rl.prompts.escrag); the seeker sees what
 follows `</think>`. With retrieval (`rag.index`, `--rag DIR`) a turn is ESCRAG-R1's RAG
 inference: the initial reply queries the exemplar index (role "retrieval") and the model writes
 the final reply from the dialogue, its initial reply and the exemplars; no weights change.
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from peer_rl.escrag_prompt import final_messages, initial_messages, parse_reasoned
+from peer_rl.prompts.escrag import final_messages, initial_messages, parse_reasoned
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.parse import strip_think
 from peer_rl.multimodal import attach_images
-from peer_rl.policy_prompt import PolicyTemplate
+from peer_rl.prompts.policy import PolicyTemplate
 from peer_rl.reasoning import parse_structured
 
 STYLES = ("peer", "chat", "escrag")

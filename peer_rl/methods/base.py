@@ -14,12 +14,12 @@ from typing import ClassVar
 
 from peer_rl.errors import ConfigError
 from peer_rl.protocol import SamplingConfig
-from peer_rl.step_batch import ScoredBatch
+from peer_rl.methods.scored_batch import ScoredBatch
 
 
 @dataclass(frozen=True)
 class Groups:
-    """The worker groups (peer_rl.worker_group.WorkerGroup) a method calls; a pool the method
+    """The worker groups (peer_rl.trainer.worker_group.WorkerGroup) a method calls; a pool the method
     did not declare is None."""
     rollout: object
     reward_model: object

@@ -18,11 +18,11 @@ import time
 
 import numpy as np
 
-from peer_rl.escrag_prompt import final_messages, initial_messages, parse_reasoned
+from peer_rl.prompts.escrag import final_messages, initial_messages, parse_reasoned
 from peer_rl.methods.base import Groups, Method, Settings, register
 from peer_rl.methods.common import generate, reweight
 from peer_rl.protocol import Prompt, shard
-from peer_rl.step_batch import ScoredBatch
+from peer_rl.methods.scored_batch import ScoredBatch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from peer_rl.methods.base import Groups, Method, Settings, register
 from peer_rl.methods.common import generate, reweight
 from peer_rl.protocol import JudgeItem, Prompt
 from peer_rl.reasoning import parse_structured
-from peer_rl.step_batch import ScoredBatch, judge_frames
+from peer_rl.methods.scored_batch import ScoredBatch, judge_frames
 
 
 @register

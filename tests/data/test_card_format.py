@@ -10,8 +10,8 @@ from peer_rl.cli import main
 from peer_rl.data.layout import discover
 from peer_rl.data.loading import load_subset
 from peer_rl.data.validate import check_file
-from peer_rl.dataloader import PromptPoolError, restore_prompts, select_prompts
-from peer_rl.judge_prompt import JudgeTemplate
+from peer_rl.data.prompt_loader import PromptPoolError, restore_prompts, select_prompts
+from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.protocol import JudgeItem
 
 SYSTEM = "You judge emotional support."
@@ -207,7 +207,7 @@ def test_restore_prompts_keeps_the_saved_order_and_names_missing_ids():
 
 
 def test_the_bundled_sample_uses_the_card_conventions():
-    from peer_rl.data.sample import sample_root
+    from peer_rl.data.bundled import sample_root
 
     root = sample_root()
     raw = json.loads((root / "grpo" / "textual.jsonl").read_text(encoding="utf-8").splitlines()[0])

@@ -2,7 +2,7 @@
 import json
 
 from peer_rl.data.layout import discover
-from peer_rl.data.sample import sample_root, targets
+from peer_rl.data.bundled import sample_root, targets
 from peer_rl.data.validate import check_file
 
 
@@ -119,7 +119,7 @@ def test_cold_start_demonstrations_need_one_think_block_then_a_reply(tmp_path):
 
 
 def test_the_sample_cold_start_covers_both_passes_of_every_train_turn():
-    from peer_rl.escrag_prompt import parse_reasoned
+    from peer_rl.prompts.escrag import parse_reasoned
 
     root = sample_root()
     [df] = [f for f in discover(root) if f.subset == "cold_start"]

@@ -7,7 +7,7 @@ import pytest
 from peer_rl.cli import main
 from peer_rl.config import ConfigError
 from peer_rl.data.out_paths import OutputError, plain_name, refuse_inside
-from peer_rl.data.sample import build_sample
+from peer_rl.data.bundled import build_sample
 
 
 @pytest.fixture(scope="module")

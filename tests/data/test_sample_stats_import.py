@@ -7,8 +7,8 @@ import pytest
 
 from peer_rl.cli import main
 from peer_rl.data.esconv import import_esconv, normalise_strategy
-from peer_rl.data.sample import build_sample, sample_root
-from peer_rl.data.sampling import gaussian_round_sample
+from peer_rl.data.bundled import build_sample, sample_root
+from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.reasoning import STRATEGIES
 
 REFERENCE = Path(os.environ.get("PEER_RL_REFERENCE",
@@ -104,18 +104,24 @@ def _failed_esconv_style(path: Path, n: int = 6) -> Path:
     return path
 
 
-def test_import_failed_esconv_passes_check(tmp_path, capsys):
-    """The importer on ESConv's failed-dialogue format: a file written here always, and the real
-    FailedESConv.json (196 dialogues) as well when the reference data sits beside the repo."""
-    sources = [(_failed_esconv_style(tmp_path / "failed_style.json"), 6)]
-    if FAILED_ESCONV.exists():
-        sources.append((FAILED_ESCONV, 196))
-    for k, (src, n_dialogues) in enumerate(sources):
-        out = tmp_path / f"esconv_root_{k}"
-        assert main(["data", "import-esconv", str(src), "--out", str(out)]) == 0
-        printed = capsys.readouterr().out
-        assert f"{n_dialogues} dialogue(s) ->" in printed
-        assert main(["data", "check", str(out)]) == 0
-        rows = [json.loads(x) for x in (out / "grpo" / "esconv.jsonl").read_text().splitlines()]
-        assert len(rows) >= n_dialogues
-        assert all(r["history"] and r["history"][-1]["role"] == "seeker" for r in rows)
+def test_import_of_the_failed_esconv_format_passes_check(tmp_path, capsys):
+    """The importer on ESConv's failed-dialogue format, in a file written here."""
+    _import_and_check(_failed_esconv_style(tmp_path / "failed_style.json"), 6, tmp_path, capsys)
+
+
+@pytest.mark.reference
+def test_import_of_the_published_failed_esconv_passes_check(tmp_path, capsys):
+    """The real FailedESConv.json, 196 dialogues (`pytest --reference`)."""
+    assert FAILED_ESCONV.is_file(), f"{FAILED_ESCONV}: missing (set PEER_RL_REFERENCE)"
+    _import_and_check(FAILED_ESCONV, 196, tmp_path, capsys)
+
+
+def _import_and_check(src, n_dialogues, tmp_path, capsys):
+    out = tmp_path / "esconv_root"
+    assert main(["data", "import-esconv", str(src), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"{n_dialogues} dialogue(s) ->" in printed
+    assert main(["data", "check", str(out)]) == 0
+    rows = [json.loads(x) for x in (out / "grpo" / "esconv.jsonl").read_text().splitlines()]
+    assert len(rows) >= n_dialogues
+    assert all(r["history"] and r["history"][-1]["role"] == "seeker" for r in rows)

@@ -10,7 +10,7 @@ import pytest
 from peer_rl.cli import main
 from peer_rl.data.layout import discover
 from peer_rl.data.loading import InvalidDataError, load_subset
-from peer_rl.data.sample import sample_root
+from peer_rl.data.bundled import sample_root
 from peer_rl.data.validate import check_file
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from evaluation.scripted import Scripted, last_user
 from peer_rl.data.layout import discover
-from peer_rl.data.sample import sample_root
+from peer_rl.data.bundled import sample_root
 from peer_rl.data.validate import check_file
 from peer_rl.datajobs.config import load_job_config
 from peer_rl.evaluation.endpoints import EndpointError, Reply
@@ -281,7 +281,7 @@ def test_preference_pairs_follow_dominance_over_the_three_perspectives(tmp_path)
     pairs = [json.loads(x) for split in ("train", "test")
              for x in _lines(tmp_path / f"out/preference/{split}.jsonl")]
     n_cards = len(json.loads((Path(__import__("peer_rl").__file__).parent /
-                              "sample_eval/esc_cards.json").read_text()))
+                              "bundled/eval/esc_cards.json").read_text()))
     assert len(pairs) == 2 * n_cards == s["pairs"]["train"] + s["pairs"]["test"]
     for p in pairs:
         # reply 1 (client 9.0) is not dominated by reply 0 (client 8.0): reply 0 is chosen for
@@ -363,7 +363,7 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
     import re
 
     from peer_rl.datajobs.cold_start import run_cold_start
-    from peer_rl.escrag_prompt import initial_messages
+    from peer_rl.prompts.escrag import initial_messages
 
     asked = []
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from peer_rl.data.sample import sample_root
+from peer_rl.data.bundled import sample_root
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +37,24 @@ def _check(root):
     _ok(_run(_cli("check", root)))
 
 
+def _hand_written_personas(out, n):
+    """personas.jsonl as `data personas` writes it, for its first n seekers, one cluster per
+    language."""
+    from peer_rl.datajobs.config import load_job_config
+    from peer_rl.datajobs.personas import PERSONAS_FILE, seekers_of
+
+    # the seekers `data rewrite` reads (its parties' addresses only pass the config check)
+    cfg = load_job_config("rewrite", [f"{r}.url=http://127.0.0.1:9/v1" for r in ("judge",
+                                                                              "writer")])
+    seekers, _, _ = seekers_of(sample_root(), cfg)
+    out.mkdir(parents=True)
+    (out / PERSONAS_FILE).write_text("".join(json.dumps(
+        {"seeker": sk.id, "language": sk.language, "cluster": f"{sk.language}-0",
+         "description": "Speaks in short sentences and asks direct questions."}) + "\n"
+        for sk in seekers[:n]), encoding="utf-8")
+    return out
+
+
 def test_each_job_against_an_openai_compatible_server(server_url, tmp_path):
     parties = [f"{r}.url={server_url}" for r in ("judge", "writer", "client", "counselor")]
     # enough tokens for the tiny model to close the counsellor's and the judge's JSON
@@ -56,14 +74,17 @@ def test_each_job_against_an_openai_compatible_server(server_url, tmp_path):
     assert s["seekers"] == 4 and s["personas"] + s["unparsed"] == 4
     assert sum(s["cluster_sizes"].values()) == s["personas"]
 
-    if s["personas"]:    # the tiny writer's answers may all be cut off: then nothing to rewrite
-        _ok(_run(_cli("rewrite", sample_root(), "--personas", tmp_path / "p", "--out",
-                      tmp_path / "r", *parties[:2], *small[:2])))
-        r = _summary(tmp_path / "r/_jobs/rewrite/report.json")
-        assert r["cases"] == s["personas"]
-        assert r["rewrites_unparsed"] + r["filter_kept"] + r["filter_removed"] \
-            + r["filter_unparsed"] == r["cases"]
-        _check(tmp_path / "r")
+    # the tiny writer's answers may all be cut off (no persona): rewrite then reads personas
+    # written here for the same seekers, so that it always runs
+    personas = tmp_path / "p" if s["personas"] else _hand_written_personas(tmp_path / "ph", 4)
+    print(f"rewrite reads {personas}")
+    _ok(_run(_cli("rewrite", sample_root(), "--personas", personas, "--out",
+                  tmp_path / "r", *parties[:2], *small[:2])))
+    r = _summary(tmp_path / "r/_jobs/rewrite/report.json")
+    assert r["cases"] == (s["personas"] or 4)
+    assert r["rewrites_unparsed"] + r["filter_kept"] + r["filter_removed"] \
+        + r["filter_unparsed"] == r["cases"]
+    _check(tmp_path / "r")
 
     _ok(_run(_cli("preference", "--out", tmp_path / "e", "limit=2", "preference.turns=1",
                   "preference.candidates=2", *parties[2:], parties[0], *small)))

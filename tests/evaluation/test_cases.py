@@ -55,21 +55,26 @@ def test_sage_profiles_infer_their_language(tmp_path):
     assert [(p.id, p.language) for p in got] == [("d3c3", "zh"), ("e1", "en")]
 
 
-def test_bundled_inputs_and_the_reference_files_when_present_load_whole():
-    """The bundled samples always; the published ESC-Eval cards and SAGE profiles too when a
-    checkout has them beside it (every item must load)."""
+def test_the_bundled_cards_and_profiles_load_whole():
     assert len(load_role_cards(SAMPLE_EVAL / "esc_cards.json").items) == 4
     assert {p.language for p in load_profiles(SAMPLE_EVAL / "sage_profiles.jsonl").items} \
         == {"en", "zh"}
+
+
+@pytest.mark.reference
+def test_the_published_esc_eval_cards_and_sage_profiles_load_whole():
+    """Every item of the published files (`pytest --reference`, files under
+    $PEER_RL_REFERENCE)."""
     cards = REFERENCE / "esc-eval" / "card_high_en.json"
-    if cards.exists():
-        assert len(load_role_cards(cards).items) == len(json.loads(cards.read_text()))
-        profiles = REFERENCE / "sage" / "simulator_profile_withfirsttalk.jsonl"
-        assert len(load_profiles(profiles).items) == 100
+    profiles = REFERENCE / "sage" / "simulator_profile_withfirsttalk.jsonl"
+    for f in (cards, profiles):
+        assert f.is_file(), f"{f}: missing (set PEER_RL_REFERENCE to the reference data)"
+    assert len(load_role_cards(cards).items) == len(json.loads(cards.read_text()))
+    assert len(load_profiles(profiles).items) == 100
 
 
 def test_probes_and_diversity_prompts_come_from_the_peer_layout():
-    from peer_rl.data.sample import sample_root
+    from peer_rl.data.bundled import sample_root
 
     probes = load_probes(sample_root()).items
     assert {p.group for p in probes} == {"crisis", "harmful_request", "boundary"}

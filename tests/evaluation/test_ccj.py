@@ -75,7 +75,7 @@ def test_ccj_average_is_missing_when_a_dimension_never_parsed():
 
 
 def test_contexts_shared_by_several_pairs_count_once():
-    from peer_rl.data.sample import sample_root
+    from peer_rl.data.bundled import sample_root
 
     loaded = load_contexts(sample_root(), "preference", "test")
     # the sample writes two pairs (-a, -b) per test turn
@@ -86,9 +86,9 @@ def test_contexts_shared_by_several_pairs_count_once():
 @pytest.fixture(scope="module")
 def planted_index(tmp_path_factory):
     from peer_rl.data.escrag import exemplar_rows
-    from peer_rl.data.sample import targets
+    from peer_rl.data.bundled import targets
     from peer_rl.retrieval.index import build_index
-    from workers.redundancy import MULTILINGUAL_USE, load_embedding_model
+    from peer_rl.encoders import MULTILINGUAL_USE, load_embedding_model
 
     # the planted exemplar answers another conversation about the same loss; one with this
     # very dialogue's history is never returned for it (peer_rl.retrieval.index.same_dialogue)

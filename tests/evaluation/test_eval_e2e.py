@@ -163,10 +163,10 @@ def test_ccj_ladder_with_and_without_rag_inference_then_rag_chat(server_url, tmp
     """`peer-rl index build`, then a two-rung ladder (escrag prompt; + RAG) of `eval ccj`
     against the server, then `peer-rl chat --rag`: the exemplars each RAG case used are what
     the index returns for (seeker's last turn, that case's own initial reply)."""
-    from peer_rl.data.sample import sample_root
-    from peer_rl.escrag_prompt import parse_reasoned
+    from peer_rl.data.bundled import sample_root
+    from peer_rl.prompts.escrag import parse_reasoned
     from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
-    from workers.redundancy import load_embedding_model
+    from peer_rl.encoders import load_embedding_model
 
     index = tmp_path / "index"
     proc = _run([sys.executable, "-m", "peer_rl.cli", "index", "build", str(sample_root()),

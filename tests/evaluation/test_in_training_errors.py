@@ -31,7 +31,7 @@ def _closed_port() -> int:
 
 
 def test_an_unreachable_judge_is_recorded_and_training_goes_on(tiny_models, capsys):
-    from workers.redundancy import MULTILINGUAL_USE, load_embedding_model
+    from peer_rl.encoders import MULTILINGUAL_USE, load_embedding_model
     from workers.rollout import RolloutWorker
 
     cfg = load_config([f"model.path={tiny_models['policy']}", "eval.diversity_prompts=2",

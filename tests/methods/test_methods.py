@@ -1,7 +1,7 @@
 """The method plug-ins on their own: which method serves which reward kind, which pools each
 declares, and that a step's scoring depends on the arguments alone (the step, the rows), with
 every pool call named by that step. The groups here are in-process recorders: the workers'
-own behaviour is tested in tests/workers and end to end in tests/test_controller.py."""
+own behaviour is tested in tests/workers and end to end in tests/trainer/test_controller.py."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +12,7 @@ from peer_rl.methods import Groups, Method, method_class, register
 from peer_rl.methods.escrag_r1 import EscragR1
 from peer_rl.methods.peer import Peer
 from peer_rl.protocol import JudgeResult, Sample, request_seed
-from peer_rl.timeline import Timing
+from peer_rl.trainer.timeline import Timing
 
 STEPS = "Step 1: a.\nStep 2: b.\nStep 3: c.\nStep 4: I hear you."
 

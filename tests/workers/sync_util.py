@@ -49,7 +49,7 @@ def push_state(engine, state: dict[str, torch.Tensor], bucket_bytes: int = 1 << 
 
 def push_policy(policy, engine, bucket_bytes: int = 1 << 20) -> tuple[dict, int]:
     """One sync from an in-process PolicyWorker (world size 1) into a RolloutWorker, the way
-    the controller drives it (peer_rl.sync_group)."""
+    the controller drives it (peer_rl.trainer.sync_group)."""
     metas = policy.weight_metas(engine.engine_dtype())
     addr, port = policy.host_weight_sync(2)
 

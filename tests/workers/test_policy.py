@@ -142,7 +142,7 @@ def vl_batch(model_path: str) -> dict:
     from PIL import Image
     from transformers import AutoProcessor
 
-    from peer_rl.data.sample import sample_root
+    from peer_rl.data.bundled import sample_root
     from peer_rl.multimodal import attach_images
 
     proc = AutoProcessor.from_pretrained(model_path)
@@ -301,6 +301,14 @@ def world2(tiny_model, tmp_path_factory):
     return run_group(2, tiny_model, "train", tmp_path_factory.mktemp("w2"))
 
 
+@pytest.fixture(scope="module")
+def ckpt_world2(tiny_model, tmp_path_factory):
+    """Two ranks: one step, a checkpoint, a perturbation, the load and the replayed step
+    (shared by the round-trip and the world-size-change tests: one spawn, not two)."""
+    return run_group(2, tiny_model, "ckpt", tmp_path_factory.mktemp("ckpt_w2"),
+                     ppo_mini_batch_size=8, ppo_epochs=1)
+
+
 # ---------------------------------------------------------------- tests
 def test_log_probs_aligned_and_reference_equal(tiny_model, world2):
     b = make_batch()
@@ -425,8 +433,8 @@ def test_export_loads_strictly(tiny_model, world2):
     assert not torch.equal(sd["model.embed_tokens.weight"], ref.model.embed_tokens.weight)
 
 
-def test_kl_zero_and_checkpoint_round_trip(tiny_model, tmp_path):
-    r0, r1 = run_group(2, tiny_model, "ckpt", tmp_path, ppo_mini_batch_size=8, ppo_epochs=1)
+def test_kl_zero_and_checkpoint_round_trip(ckpt_world2):
+    r0 = ckpt_world2[0]
     first = r0["first"]
     assert abs(first["actor/kl_loss"]) < 1e-6 and abs(first["actor/approx_kl"]) < 1e-6
     assert first["actor/clip_frac"] == 0.0
@@ -450,12 +458,12 @@ def test_kl_zero_and_checkpoint_round_trip(tiny_model, tmp_path):
         assert torch.equal(v, saved[k]), k
 
 
-def test_checkpoint_written_at_world_2_resumes_at_world_1(tiny_model, tmp_path):
+def test_checkpoint_written_at_world_2_resumes_at_world_1(tiny_model, ckpt_world2, tmp_path):
     """actor.world_size may change between runs: the sharded checkpoint two ranks wrote loads
     into one rank, and the next step there equals the next step the two ranks took."""
-    hp = dict(ppo_mini_batch_size=8, ppo_epochs=1)
-    two = run_group(2, tiny_model, "ckpt", tmp_path / "w2", **hp)[0]
-    one = run_group(1, tiny_model, "resume", tmp_path / "w1", arg=two["ckpt"], **hp)[0]
+    two = ckpt_world2[0]
+    one = run_group(1, tiny_model, "resume", tmp_path / "w1", arg=two["ckpt"],
+                    ppo_mini_batch_size=8, ppo_epochs=1)[0]
     assert one["extra"]["world_size"] == 2 and one["extra"]["global_step"] == 1
     for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/approx_kl"):
         assert one["metrics"][k] == pytest.approx(two["replayed_metrics"][k], rel=1e-4, abs=1e-7), k

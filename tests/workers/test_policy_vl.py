@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from peer_rl.data.sample import sample_root
+from peer_rl.data.bundled import sample_root
 from peer_rl.protocol import Prompt, SamplingConfig
 from peer_rl.reasoning import policy_messages
 from sync_util import push_policy

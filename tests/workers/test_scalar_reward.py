@@ -34,7 +34,7 @@ def test_bt_training_learns_the_pairs_and_generalises_to_held_out_dialogues(trai
 def test_the_pooling_engine_scores_like_transformers(trained_rm):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from peer_rl.bradley_terry import rm_messages
+    from peer_rl.supervised.bradley_terry import rm_messages
     from workers.scalar_reward import ScalarRewardWorker
 
     model_dir = str(trained_rm / "final")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from peer_rl.config_supervised import load_supervised_config
+from peer_rl.supervised.config import load_supervised_config
 
 
 def overrides(out, model, steps, **extra):
@@ -45,9 +45,9 @@ def ray_session():
 def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
     import torch
 
-    from peer_rl.judge_prompt import JudgeTemplate
+    from peer_rl.prompts.judge import JudgeTemplate
     from workers.fsdp import load_pretrained
-    from workers.supervised_trainer import run_supervised
+    from peer_rl.trainer.supervised import run_supervised
 
     judge = tiny_models["judge"]
     out = tmp_path / "rm"
@@ -105,12 +105,12 @@ def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
 
 
 def _foreign_root(tmp_path):
-    """A SER root worded unlike the built-in template (tests/test_judge_prompt.py's rows)."""
+    """A SER root worded unlike the built-in template (tests/prompts/test_judge.py's rows)."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from test_judge_prompt import FOREIGN, foreign_row
+    from prompts.test_judge import FOREIGN, foreign_row
 
     root = tmp_path / "foreign"
     (root / "ser" / "en").mkdir(parents=True)
@@ -143,8 +143,8 @@ def test_train_rm_goes_on_with_a_fitted_template_and_saves_it(tiny_models, tmp_p
     import subprocess
     import sys
 
-    from peer_rl.judge_prompt import JudgeTemplate
-    from workers.supervised_trainer import run_supervised
+    from peer_rl.prompts.judge import JudgeTemplate
+    from peer_rl.trainer.supervised import run_supervised
 
     root = _foreign_root(tmp_path)
     fitted = tmp_path / "judge_template.json"

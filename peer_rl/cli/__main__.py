@@ -1,0 +1,5 @@
+import sys
+
+from peer_rl.cli import main
+
+sys.exit(main())

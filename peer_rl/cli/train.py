@@ -1,0 +1,55 @@
+"""`peer-rl train` (GRPO), `peer-rl train-rm` and `peer-rl sft` (the supervised stages)."""
+from __future__ import annotations
+
+from peer_rl.cli.errors import Exit
+
+
+def _train_errors() -> dict:
+    from peer_rl.config import ConfigError
+    from peer_rl.data.loading import InvalidDataError
+    from peer_rl.data.prompt_loader import PromptPoolError
+    from peer_rl.trainer.preemption import EXIT_CODE, RunStopped
+    from peer_rl.trainer.worker_group import PoolFailed
+
+    return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, PromptPoolError: 2,
+            PoolFailed: 3,                  # a policy rank died, or a worker past its restarts
+            RunStopped: Exit(EXIT_CODE, prefix="[peer-rl] ")}   # the step finished and was saved
+
+
+def _supervised_errors() -> dict:
+    from peer_rl.config import ConfigError
+    from peer_rl.data.loading import InvalidDataError
+    from peer_rl.trainer.supervised import TemplateMismatch
+
+    return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, TemplateMismatch: 2}
+
+
+def _train(args) -> int:
+    from peer_rl.trainer.run import run
+
+    run(args.overrides)
+    return 0
+
+
+def _supervised(args) -> int:
+    from peer_rl.supervised.config import load_supervised_config
+    from peer_rl.trainer.supervised import run_supervised
+
+    cfg = load_supervised_config(args.overrides, args.kind)
+    run_supervised(cfg, cfg.kind)     # train-rm runs UnifiReward (rm) or scalar (bt) recipes
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="GRPO training (default: the tiny recipe on the sample)",
+                       description="peer-rl train [recipe=NAME] [key=value ...], e.g. "
+                       "peer-rl train recipe=peer_rur rollout.num_workers=2 trainer.total_steps=5")
+    p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
+    p.set_defaults(fn=_train, errors=_train_errors)
+    for name, kind, what in (("train-rm", "rm", "UnifiReward SFT on SER chats (default recipe "
+                              "unifireward_tiny)"),
+                             ("sft", "sft", "policy SFT on sft/ rows (default recipe sft_tiny)")):
+        p = sub.add_parser(name, help=what, description=f"peer-rl {name} [recipe=NAME] "
+                           "[key=value ...]; prints the output directory at the end")
+        p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
+        p.set_defaults(fn=_supervised, kind=kind, errors=_supervised_errors)

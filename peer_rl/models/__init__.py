@@ -1,0 +1,1 @@
+"""Real pretrained models from pinned wheels (`peer-rl models`)."""

@@ -1,0 +1,1 @@
+"""The supervised stages: examples, the Bradley-Terry loss, their config, the tiny models."""

@@ -1,0 +1,431 @@
+"""The single controller: one GRPO step is eight stages (prompts, rollout, parse, reward, RUR,
+advantages, policy update, weight sync), in that order in `train_step`.
+
+The controller holds no model. It talks to the pools only through their worker groups
+(peer_rl.trainer.worker_group: fan-out, gather, restart) over the handles it is given (peer_rl.trainer.placement)
+and does the cheap, pure work itself (advantages, metrics). Stages 2-5 are the method's
+(peer_rl.methods: PEER with UnifiReward, ESCRAG-R1 with a scalar reward), called as
+`method.score(rows, step, timing)`; the method sees the worker groups, never the controller.
+docs/architecture.md describes the stages, the pools and the reasons behind them.
+
+With trainer.async_training.staleness=1 the stages 2-5 of step t+1 (rollout, judging,
+redundancy: only the engine pools) run in a second thread while step t's update runs on the
+policy ranks; the weights are synced once both are done, so every sample is exactly one update
+old (the first step's: none). Each engine stamps its samples with the policy version it holds and
+the policy refuses a batch outside the bound. The clipped ratio is taken around log-probs the
+policy recomputes before its update (the proximal policy of decoupled PPO, AReaL), not around the
+sampler's: the trust region then bounds this update exactly as in the synchronous loop, and the
+one-version gap to the sampler is corrected by the capped importance weight
+pi_old / pi_behavior per token (actor.behavior_weight_cap) from the engine's log-probs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from peer_rl.algos import sequence_advantages
+from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
+                                 prune_checkpoints, resume_checkpoint, unseen_files)
+from peer_rl.runtime import fsync_dir, fsync_tree
+from peer_rl.data.prompt_loader import Cursor, PromptLoader
+from peer_rl.trainer.dynamic_sampling import (concat, group_values, merge_metrics, select_groups,
+                                      zero_variance, zero_variance_metrics)
+from peer_rl.methods import Groups, method_class
+from peer_rl.metrics import MetricsSink, distinct_n, summarise
+from peer_rl.methods.scored_batch import ScoredBatch
+from peer_rl.trainer.step_batch import update_batch
+from peer_rl.trainer.sync_group import WeightSyncGroup
+from peer_rl.trainer.timeline import Timing, append_spans, covered, overlap, plot_timeline
+from peer_rl.trainer.worker_group import PolicyGroup, Pools, WorkerGroup, WorkerRestarted
+
+TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
+
+
+class Controller:
+    def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path,
+                 policy_template=None, side_files: dict[str, str] | None = None):
+        self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
+        # peer_rl.prompts.policy.PolicyTemplate: written beside every exported policy, so an
+        # evaluation asks it the way it was trained (None: the method builds its own prompts)
+        self.policy_template = policy_template
+        # name -> text written beside every exported policy (the start model's card)
+        self.side_files = dict(side_files or {})
+        self.step = 0
+        self.staleness = cfg.trainer.async_training.staleness
+        t = cfg.trainer
+        self.policy = PolicyGroup(pools.actor, lambda: latest_checkpoint(self.out),
+                                  lambda: self.step + 1)
+
+        def group(name: str, **hooks) -> WorkerGroup:
+            return WorkerGroup(name, getattr(pools, name), t.max_actor_restarts,
+                               t.recovery_timeout_s, pools.restart,
+                               step=lambda: self.step + 1,
+                               last_checkpoint=lambda: latest_checkpoint(self.out), **hooks)
+        self.rollout = group("rollout", on_restart=self._resync_restarted,
+                             check=self._check_engine_weights)
+        self.reward_model, self.redundancy = group("reward_model"), group("redundancy")
+        self.retrieval = group("retrieval", identity=lambda r: r["pid"])
+        method = method_class(cfg)
+        needs = method.pools(cfg)
+        self.method = method.from_config(Groups(**{
+            name: getattr(self, name) if name in needs else None
+            for name in ("rollout", "reward_model", "redundancy", "retrieval")}), cfg)
+        self.G = self.method.settings.n    # rollout.n, as the method read it
+        self.weight_sync = WeightSyncGroup(
+            self.policy.call, lambda: self.rollout.handles, self.rollout.wait_alive,
+            tensor_parallel_size=cfg.rollout.tensor_model_parallel_size,
+            bucket_mb=cfg.actor.weight_sync_bucket_mb, max_retries=t.max_actor_restarts)
+        cursor = None
+        resume_dir = resume_checkpoint(cfg, self.out)
+        if resume_dir is not None:
+            state = json.loads((resume_dir / STATE_FILE).read_text())
+            self.step, cursor = state["step"], Cursor(**state["cursor"])
+        self.resume_cursor: dict | None = None   # the data cursor after self.step's draws
+        self.loader = PromptLoader(rows, cfg.data.train_batch_size, cfg.data.seed,
+                                   cfg.data.shuffle, cursor)
+        self.metrics = MetricsSink(self.out, list(t.loggers),
+                                   resume_step=self.step if resume_dir else None)
+        self.stopped_by: str | None = None     # the signal that stopped fit() early
+        self.evaluator = None
+        if t.eval_freq:    # inputs are read now: a bad file fails before step 1
+            from peer_rl.evaluation.in_training import InTrainingEval
+
+            self.evaluator = InTrainingEval(cfg, policy_template)
+        if resume_dir is not None:
+            print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
+            self.policy.call("load_checkpoint", str(resume_dir / "policy"))
+        # versions count as the policy counts (its update count, restored with its checkpoint),
+        # so the engines' stamps and the policy's staleness check agree
+        self.policy_version = self.policy.call("health")[0]["global_step"]
+        self.synced_version = self.policy_version   # what every engine's weights are now
+        if {h["policy_version"] for h in self.rollout.health()} != {self.policy_version}:
+            self._sync_weights()                    # engines hold other weights than the policy
+
+    # ---------------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> Path:
+        """Write step_N.tmp, then rename: a crash never leaves a checkpoint that looks complete.
+        The data cursor saved is the one after this step's batch: a batch already drawn and
+        scored for the next step (trainer.async_training) is drawn and sampled again on resume."""
+        final = self.out / "checkpoints" / f"step_{self.step}"
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "policy").mkdir(parents=True)
+        reports = self.policy.call("save_checkpoint", str(tmp / "policy"),
+                                   self.cfg.trainer.save_hf_model)
+        # every rank's shards must be where the controller (and a resume) reads them, and on
+        # disk, before the state file marks the checkpoint complete
+        unseen = unseen_files(tmp / "policy", [r for r in reports if r])
+        if unseen:
+            raise not_shared_error("trainer.output_dir", self.out, unseen)
+        if (tmp / "policy" / "model").is_dir():
+            self._write_side_files(tmp / "policy" / "model")
+        cursor = self.resume_cursor or self.loader.cursor.state()
+        state = {"step": self.step, "cursor": cursor,
+                 "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
+        (tmp / PROMPTS_FILE).write_text(json.dumps({"ids": [r["id"] for r in self.loader.rows]}),
+                                        encoding="utf-8")
+        fsync_tree(tmp)
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+        fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+        prune_checkpoints(self.out, self.cfg.trainer.max_actor_ckpt_to_keep)
+        return final
+
+    def write_memory(self) -> dict:
+        """memory.json: each pool's peak resident memory per worker (GiB), from the workers'
+        health probes; a worker that does not answer is left out and named."""
+        import ray
+
+        pools = {"rollout": self.pools.rollout, "reward_model": self.pools.reward_model,
+                 "actor": self.pools.actor, "redundancy": self.pools.redundancy,
+                 "retrieval": self.pools.retrieval}
+        out, missing = {}, []
+        for name, handles in pools.items():
+            peaks = []
+            for i, h in enumerate(handles):
+                try:
+                    peaks.append(ray.get(h.health.remote(), timeout=60)["peak_rss_bytes"] / 2**30)
+                except Exception:            # a dead or busy worker: the figure is unknown
+                    missing.append(f"{name}[{i}]")
+            if peaks:
+                out[name] = [round(p, 2) for p in peaks]
+        report = {"peak_rss_gib": out, "unanswered": missing,
+                  "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
+        (self.out / "memory.json").write_text(json.dumps(report, indent=1) + "\n")
+        print("[peer-rl] peak resident memory (GiB per worker): "
+              + "; ".join(f"{k} {v}" for k, v in out.items())
+              + (f"; no answer from {missing}" if missing else ""), flush=True)
+        return report
+
+    def _write_side_files(self, directory: Path) -> None:
+        if self.policy_template is not None:
+            self.policy_template.save(directory)
+        for name, text in self.side_files.items():
+            (directory / name).write_text(text, encoding="utf-8")
+
+    def export_final(self) -> Path:
+        """<output_dir>/final: the trained policy as a plain Hugging Face model directory
+        (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and renamed into
+        place like `train-rm`'s final/."""
+        final, tmp = self.out / "final", self.out / "final.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.policy.call("export_hf", str(tmp))
+        self._write_side_files(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final
+
+    # ---------------------------------------------------------------- engine weights
+    def _sync_weights(self) -> None:
+        """Policy -> engines over the weight-sync group (peer_rl.trainer.sync_group). A resync after an
+        engine restart during an overlapped update stamps the version before that update, while
+        the weights sent may already include it: the stamp can only overstate a sample's age."""
+        self.weight_sync.sync(version=self.policy_version)
+        self.synced_version = self.policy_version
+
+    def _resync_restarted(self, i: int) -> None:
+        """A restarted engine is a new process holding the initial checkpoint."""
+        self.weight_sync.invalidate()
+        self._sync_weights()
+
+    def _check_engine_weights(self, i: int, method: str, samples) -> None:
+        """An engine that died while idle is restarted by Ray before the next call reaches it,
+        so the call succeeds on the initial checkpoint; its samples' stamp gives it away."""
+        if method != "generate":
+            return
+        stale = {s.policy_version for s in samples} - {self.synced_version}
+        if stale:
+            raise WorkerRestarted(f"rollout worker {i} sampled with policy version "
+                                  f"{sorted(stale)}, the engines were synced to "
+                                  f"{self.synced_version}")
+
+    @property
+    def restarts(self) -> int:
+        """Rollout, judge, redundancy and retrieval actors recovered (cumulative)."""
+        groups = (self.rollout, self.reward_model, self.redundancy, self.retrieval)
+        return sum(g.restarts for g in groups) + self.weight_sync.recoveries
+
+    # ---------------------------------------------------------------- stages 2-5
+    def _score_step(self, batch_rows: list[dict] | None, timing: Timing
+                    ) -> tuple[list[dict], ScoredBatch]:
+        """Stages 2-5 of one step: its prompts (`batch_rows`, else the loader's next batch)
+        scored, and with algorithm.filter_groups the batch refilled with groups that carry a
+        signal (peer_rl.trainer.dynamic_sampling). Every draw of a step happens here, before any draw
+        of the next step: the data order is a function of the data alone, so a resumed run
+        draws exactly what an uninterrupted one drew."""
+        rows = self.loader.next_batch() if batch_rows is None else batch_rows
+        scored = self.method.score(rows, timing.step, timing)
+        if not self.cfg.algorithm.filter_groups.enable:
+            scored.metrics |= zero_variance_metrics([scored], self.G)
+            return rows, scored
+        return self._refill(rows, scored, timing)
+
+    def _refill(self, rows: list[dict], scored: ScoredBatch, timing: Timing
+                ) -> tuple[list[dict], ScoredBatch]:
+        """Dynamic sampling: drop the groups whose `filter_groups.metric` is the same for all
+        their samples, draw and score more prompts until data.train_batch_size groups are kept
+        or max_num_gen_batches batches were drawn; then train on what there is and say so."""
+        fg, B = self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size
+        drawn, kept, tied = [(rows, scored)], [], []
+        while True:
+            flags = zero_variance(group_values(scored, fg.metric, self.G))
+            tied += flags.tolist()
+            kept.append(select_groups(rows, scored, [g for g, z in enumerate(flags) if not z]))
+            n_kept = sum(len(r) for r, _ in kept)
+            if n_kept >= B or (fg.max_num_gen_batches and len(drawn) >= fg.max_num_gen_batches):
+                break
+            rows = self.loader.next_batch()
+            more = Timing(timing.step)
+            scored = self.method.score(rows, timing.step, more)
+            timing.absorb(more)
+            drawn.append((rows, scored))
+        batches = [sb for _, sb in drawn]
+        metrics = merge_metrics(batches) | zero_variance_metrics(batches, self.G)
+        if n_kept == 0:       # nothing to learn from: the first batch, all advantages 0
+            out_rows, out = drawn[0]
+        else:
+            out_rows, out = concat(kept)
+            out_rows, out = select_groups(out_rows, out, list(range(min(n_kept, B))))
+        if n_kept < B:
+            print(f"[peer-rl] step {timing.step}: dynamic sampling kept {n_kept} of "
+                  f"{B} group(s) after {len(drawn)} batch(es) (algorithm.filter_groups."
+                  f"max_num_gen_batches={fg.max_num_gen_batches}); training on "
+                  + ("the first batch, whose advantages are all 0" if n_kept == 0
+                     else f"those {n_kept}"), file=sys.stderr, flush=True)
+        out.metrics = metrics | {"filter/gen_batches": len(drawn),
+                                 "filter/zero_variance_share": float(np.mean(tied)),
+                                 "filter/kept_groups": min(n_kept, B),
+                                 "filter/short": float(n_kept < B)}
+        return out_rows, out
+
+    def _score_ahead(self, batch_rows: list[dict] | None = None
+                     ) -> tuple[list[dict], ScoredBatch, Timing]:
+        """Stages 2-5 of the next step (run in a second thread while this step updates)."""
+        timing = Timing(self.step + 2)
+        return (*self._score_step(batch_rows, timing), timing)
+
+    # ---------------------------------------------------------------- one step
+    def train_step(self, batch_rows: list[dict] | None = None, scored: ScoredBatch | None = None,
+                   timing: Timing | None = None, look_ahead: bool = False
+                   ) -> tuple[dict, tuple | None]:
+        """One GRPO step. `scored`/`timing`: its stages 2-5, when they already ran during the
+        previous update (`batch_rows` their prompts); else its prompts are drawn (or
+        `batch_rows`) and scored now. `look_ahead`: the next step's prompts are drawn and
+        scored while this step updates (trainer.async_training). Returns (metrics,
+        (rows, scored, timing) of the next step, or None)."""
+        cfg = self.cfg
+        start = time.time()
+        if scored is None:                                               # 2-5.
+            timing = Timing(self.step + 1)
+            batch_rows, scored = self._score_step(batch_rows, timing)
+        # the data cursor after this step's draws and before the next step's: what a
+        # checkpoint of this step saves
+        self.resume_cursor = self.loader.cursor.state()
+        samples = scored.samples
+
+        adv = sequence_advantages(                                        # 6. advantages
+            cfg.algorithm.adv_estimator, scored.final, np.array([s.uid for s in samples]),
+            [len(s.response_ids) for s in samples],
+            norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
+
+        t = time.perf_counter()                                          # 7. policy update
+        batch = update_batch(samples, adv, self.staleness)
+        batch["temperature"] = float(cfg.rollout.temperature)
+        # one object in the store, read by every rank (passing the dict would serialise it
+        # once per rank)
+        refs = self.policy.submit("update", ray.put(batch))
+        ahead = None
+        if not look_ahead:
+            actor_metrics = self.policy.collect(refs)[0]
+            timing["update"] = time.perf_counter() - t
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="score-ahead") as pool:
+                future = pool.submit(self._score_ahead, None)
+                actor_metrics = self.policy.collect(refs)[0]
+                timing["update"] = time.perf_counter() - t
+                ahead = future.result()
+        self.policy_version += 1
+
+        t = time.perf_counter()                                          # 8. weight sync
+        self._sync_weights()
+        timing["sync"] = time.perf_counter() - t
+
+        m = self._step_metrics(batch_rows, scored, adv, actor_metrics, timing)
+        # wall time of this call: with the overlap, this step's stages 2-5 ran in the previous
+        # call and the next step's run inside this one (timing/overlap: inside the update)
+        end = time.time()
+        spans = timing.spans + (ahead[2].spans if ahead else [])
+        m["timing/step"] = end - start
+        m["timing/controller"] = m["timing/step"] - covered(spans, start, end)
+        update_span = next(x for x in timing.spans if x["stage"] == "update")
+        m["timing/overlap"] = overlap(ahead[2].spans, update_span) if ahead else 0.0
+        append_spans(self.out / TIMELINE_FILE, timing.spans)
+        if cfg.logging.log_samples:
+            self._log_samples(batch_rows, scored)
+        return m, ahead
+
+    def _step_metrics(self, batch_rows: list[dict], scored: ScoredBatch, adv: np.ndarray,
+                      actor_metrics: dict, timing: Timing) -> dict:
+        samples, red, final = scored.samples, scored.redundancy, scored.final
+        m: dict = {}
+        if red is not None:
+            m |= summarise("rur/s_hist", red["s_hist"]) | summarise("rur/s_group", red["s_group"])
+            m |= summarise("rur/tau", red["tau"])
+            m["reward/rur_mean"] = float(final.mean())
+        n_tokens = sum(len(s.response_ids) for s in samples)
+        m |= scored.metrics
+        m |= {
+            "reward/mean": float(scored.rewards.mean()),
+            "reward/std": float(scored.rewards.std()),
+            "response/length_mean": float(np.mean([len(s.response_ids) for s in samples])),
+            "response/distinct_1": distinct_n(scored.replies, 1),
+            "response/distinct_2": distinct_n(scored.replies, 2),
+            "rollout/tokens_per_s": n_tokens / max(timing["rollout"], 1e-9),
+            "data/epoch": (self.resume_cursor or self.loader.cursor.state())["epoch"],
+            "data/visual_share": float(np.mean([bool(r.get("images")) for r in batch_rows])),
+            "faults/actor_restarts": self.restarts,
+        }
+        m |= summarise("advantages", adv)
+        m |= {k: v for k, v in actor_metrics.items() if isinstance(v, (int, float))}
+        m |= {f"timing/{k}": v for k, v in timing.items()}
+        return m
+
+    def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
+        """Generated text and judge answers: sensitive, so only with logging.log_samples."""
+        red = scored.redundancy or {}
+        with open(self.out / "samples.jsonl", "a", encoding="utf-8") as fh:
+            for k, s in enumerate(scored.samples):
+                rec = {"step": self.step + 1, "prompt_id": rows[s.uid % len(rows)].get("id"),
+                       "uid": s.uid, "text": s.text, "judge": scored.judge_raw[k],
+                       "reward": float(scored.rewards[k]),
+                       "final_reward": float(scored.final[k])}
+                rec |= {key: float(red[key][k]) for key in ("s_hist", "s_group", "tau") if red}
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+    def evaluate(self) -> dict:
+        """`trainer.eval_freq`: diversity + safety of the synced policy via the pools."""
+        t = time.perf_counter()
+        # through the worker group: a redundancy worker restarted meanwhile is waited for
+        m = self.evaluator.run(self.rollout, self.reward_model,
+                               lambda texts: self.redundancy.scatter("encode", texts), self.step)
+        m["timing/eval"] = time.perf_counter() - t
+        return m
+
+    # ---------------------------------------------------------------- the loop
+    def fit(self, stop=None) -> int:
+        """Steps until trainer.total_steps, or until a SIGTERM / SIGINT (`stop`, a
+        peer_rl.trainer.preemption.StopRequest; one is made if not given): then the step in progress
+        finishes and is checkpointed, and `stopped_by` names the signal."""
+        from contextlib import nullcontext
+
+        from tqdm import tqdm
+
+        from peer_rl.trainer.preemption import StopRequest
+
+        total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
+        bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
+        ckpt = latest_checkpoint(self.out) if self.step == total else None
+        ahead = None         # the next step's batch, already scored (trainer.async_training)
+        with (nullcontext(stop) if stop is not None else StopRequest()) as stop:
+            while self.step < total and not stop.signal:
+                rows, scored, timing = ahead or (None, None, None)
+                look_ahead = bool(self.staleness) and self.step + 1 < total and not stop.signal
+                metrics, ahead = self.train_step(rows, scored, timing, look_ahead)
+                self.step += 1
+                if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
+                    metrics |= self.evaluate()
+                self.metrics.log(self.step, metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")
+                if (save_freq and self.step % save_freq == 0) or self.step == total \
+                        or stop.signal:
+                    ckpt = self.save_checkpoint()
+                    if self.step < total:     # a run stopped between checkpoints still has one
+                        self.write_memory()
+            self.stopped_by = stop.signal
+        bar.close()
+        if self.step == total and ckpt is not None:
+            self.export_final()
+        self.metrics.close()
+        self.write_memory()
+        from peer_rl.plot import plot_curves
+
+        plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
+                                                 "reward/rur_mean", "judge/parse_failure_rate"],
+                    self.out / "curves.png", title=f"{self.cfg.experiment_name}: GRPO")
+        mode = f"staleness {self.staleness}" if self.staleness else "synchronous"
+        plot_timeline(self.out / TIMELINE_FILE, self.out / "timeline.png",
+                      title=f"{self.cfg.experiment_name}: stages of the last steps ({mode})")
+        return self.step

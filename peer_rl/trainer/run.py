@@ -1,0 +1,272 @@
+"""`peer-rl train`: resolve the config, load prompts, start Ray and the pools, run the controller."""
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from peer_rl.config import load_config, save_config
+from peer_rl.runtime import init_ray
+
+
+def resolve_models(cfg) -> tuple[str, str]:
+    """Policy and judge paths. Empty paths mean the tiny models after their tiny supervised
+    stages, built offline once and cached: for PEER a judge that answers in the verdict format
+    and a policy that writes Steps 1-4 (peer_rl.trainer.tiny_cache.ensure_trained_tiny_models); for
+    reward_model.kind=scalar (ESCRAG-R1) the Bradley-Terry reward model and the policy after the
+    `<think>` cold start."""
+    policy, judge = cfg.model.path, cfg.reward_model.path
+    if not policy or not judge:
+        from peer_rl.supervised.tiny_models import default_cache_dir
+        from peer_rl.supervised import tiny_cache
+
+        cache, address = cfg.model.tiny_cache_dir or default_cache_dir(), cfg.ray.address
+        if cfg.reward_model.kind == "scalar":
+            judge = judge or tiny_cache.ensure_trained_tiny_reward_model(cache, address)
+            policy = policy or tiny_cache.ensure_trained_tiny_escrag_policy(cache, address)
+        else:
+            tiny = tiny_cache.ensure_trained_tiny_models(cache, address)
+            policy, judge = policy or tiny["policy"], judge or tiny["judge"]
+    from peer_rl.models.pinned import ensure_model
+
+    for key, path in (("model.path", policy), ("reward_model.path", judge)):
+        if not Path(ensure_model(path), "config.json").exists():
+            raise FileNotFoundError(f"{key}={path!r}: no config.json there (expected an HF model "
+                                    "directory)")
+    return str(policy), str(judge)
+
+
+def check_judges(cfg, judge: str) -> None:
+    """The generative judges' templates read, and each judge sits in the slot its template's
+    role names (a PRM given as UnifiReward would never be asked the preference round), before
+    any pool starts."""
+    from peer_rl.config import ConfigError
+    from peer_rl.prompts.judge import JudgeTemplate, TemplateError
+
+    kind = cfg.reward_model.kind
+    if kind == "scalar":
+        return
+    slots = ([("reward_model.path", judge, "process"),
+              ("reward_model.outcome_path", cfg.reward_model.outcome_path, "outcome")]
+             if kind == "prm_orm" else [("reward_model.path", judge, "unified")])
+    from peer_rl.models.pinned import ensure_model
+
+    for key, path, role in slots:
+        if not Path(ensure_model(path), "config.json").exists():
+            raise ConfigError(f"{key}={path!r}: no config.json there (expected an HF model "
+                              "directory)")
+        try:
+            found = JudgeTemplate.load(path).role
+        except TemplateError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+        if found != role:
+            raise ConfigError(f"{key}={path!r}: its judge_template.json has role {found!r}; "
+                              f"reward_model.kind={kind} needs a {role} judge here")
+
+
+def resolve_index(cfg, out: Path) -> str:
+    """retrieval.index, or an index built from data.root's exemplars/ (else preference/) into
+    <output_dir>/index, rebuilt only when the source files or the embedding model change."""
+    import json
+
+    from peer_rl.data.bundled import sample_root
+    from peer_rl.retrieval.corpus import load_exemplars
+    from peer_rl.retrieval.index import INFO_FILE, build_index
+    from peer_rl.encoders import load_embedding_model
+
+    if cfg.retrieval.index:
+        return cfg.retrieval.index
+    root = Path(cfg.data.root) if cfg.data.root else sample_root()
+    rows, src = load_exemplars(root, cfg.data.skip_invalid)
+    target = out / "index"
+    info_path = target / INFO_FILE
+    if info_path.exists():
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        if info.get("source_sha256") == src["sha256"] and \
+                info.get("embedding_model") == cfg.retrieval.embedding_model:
+            return str(target)
+    t0 = time.perf_counter()
+    encoder = load_embedding_model(cfg.retrieval.embedding_model)
+    info = build_index(rows, encoder.encode, cfg.retrieval.embedding_model, target,
+                       source_sha256=src["sha256"])
+    print(f"[peer-rl] exemplar index: {info['count']} exemplar(s) from {root} -> {target} "
+          f"({info['kind']}, {time.perf_counter() - t0:.1f} s)", flush=True)
+    return str(target)
+
+
+def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
+    """Validated grpo rows of data.train_files (invalid rows fail, or are counted and skipped),
+    drawn per data.prompts_per_file; `selection` (prompt ids saved with a checkpoint) restores
+    the pool of the run being resumed instead of drawing a new one."""
+    from peer_rl.data.loading import load_subset
+    from peer_rl.data.bundled import sample_root
+    from peer_rl.data.prompt_loader import PromptPoolError, restore_prompts, select_prompts
+
+    root = Path(cfg.data.root) if cfg.data.root else sample_root()
+    files: list[list[dict]] = []
+    from peer_rl.data.loading import check_in_root
+
+    for rel in cfg.data.train_files:
+        check_in_root(root, rel, "data.train_files")
+        if not (root / rel).exists():
+            raise FileNotFoundError(f"data.train_files: {root / rel} does not exist")
+        subset, name = Path(rel).parts[0], Path(rel).name
+        res = load_subset(root, subset, name, skip_invalid=cfg.data.skip_invalid,
+                          languages=cfg.data.languages)
+        if res.filtered:
+            print(f"[peer-rl] {rel}: data.languages={list(cfg.data.languages)}: left out "
+                  f"{res.n_filtered} row(s) ({res.filtered})", file=sys.stderr)
+        if res.n_skipped:
+            reasons = Counter()
+            for rep in res.reports:
+                reasons.update(rep.reasons())
+            print(f"[peer-rl] {rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}",
+                  file=sys.stderr)
+        # the judge and the redundancy check read the last turns; the prompt is the row's
+        # own messages, built from the whole history (kept for the policy template)
+        files.append([{**row, "history": row["history"][-cfg.data.max_history_turns:],
+                       "prompt_history": row["history"]} for row in res.dataset])
+    seen: dict[str, str] = {}
+    for rel, f in zip(cfg.data.train_files, files):
+        for r in f:
+            if seen.setdefault(r["id"], rel) != rel:
+                raise PromptPoolError(f"data.train_files: prompt id {r['id']!r} is in both "
+                                 f"{seen[r['id']]} and {rel}; ids must be unique across the files "
+                                 "of a run (checkpoints record the prompt pool by id)")
+    if selection is not None:
+        rows = restore_prompts([r for f in files for r in f], selection, "resume")
+        how = "restored from the checkpoint"
+    else:
+        rows = select_prompts(files, list(cfg.data.prompts_per_file), cfg.data.seed)
+        how = "drawn with data.seed" if any(cfg.data.prompts_per_file) else "all rows"
+    per_modality = Counter(r["modality"] for r in rows)
+    print(f"[peer-rl] {len(rows)} training prompt(s) from {root} ({how}; "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(per_modality.items()))})", flush=True)
+    return rows
+
+
+def check_modalities(cfg, rows: list[dict], policy: str) -> None:
+    """Visual rows need a vision-language policy: the update must see the frames the rollout
+    was conditioned on. A text-only policy trains them only when the recipe says so."""
+    from peer_rl.config import ConfigError
+    from peer_rl.multimodal import is_vision_language
+
+    n_visual = sum(bool(r.get("images")) for r in rows)
+    vision = is_vision_language(policy)
+    if n_visual and not vision and not cfg.data.visual_rows_as_text:
+        raise ConfigError(
+            f"model.path={policy!r} is a text-only model but {n_visual} training prompt(s) have "
+            "images (data.train_files includes visual rows). Use a vision-language checkpoint "
+            "(Qwen2-VL / Qwen2.5-VL / Qwen3-VL), drop the visual files from data.train_files, or "
+            "set data.visual_rows_as_text=true to train those rows on their words alone.")
+    if n_visual and not vision:
+        print(f"[peer-rl] data.visual_rows_as_text: {n_visual} visual prompt(s) are trained on "
+              "their text (the policy is text-only)", flush=True)
+
+
+def check_fresh_output(cfg, out: Path) -> None:
+    """resume=disable starts a new run: into a directory that holds another run's metrics,
+    checkpoints or final policy it would replace some of them and leave the rest for a later
+    resume=auto to mix in, so it is refused (as the supervised stages refuse)."""
+    from peer_rl.config import ConfigError
+
+    if cfg.resume not in ("disable", "auto"):
+        from peer_rl.trainer.checkpoints import STATE_FILE
+
+        if not (Path(cfg.resume) / STATE_FILE).exists():
+            raise ConfigError(f"resume={cfg.resume}: not a complete checkpoint (no "
+                              f"{STATE_FILE}); expected <output_dir>/checkpoints/step_N")
+    if cfg.resume != "disable" or not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"trainer.output_dir={out}: exists and is not a directory")
+    held = [name for name in ("metrics.jsonl", "checkpoints", "final") if (out / name).exists()]
+    if held:
+        raise ConfigError(f"resume=disable: trainer.output_dir={out} already holds a run "
+                          f"({', '.join(held)}); pass resume=auto to continue it, or choose "
+                          "another trainer.output_dir")
+
+
+def check_shared_output(actor_handles: list, out: Path) -> None:
+    """Each policy rank writes a probe file into the output directory, which the controller
+    must see: a relative or node-local trainer.output_dir on a multi-node cluster would leave
+    checkpoint shards on the GPU nodes and a complete-looking checkpoint on the head."""
+    import shutil
+
+    import ray
+
+    from peer_rl.trainer.checkpoints import not_shared_error
+
+    probe = out / ".shared-probe"
+    try:
+        found = ray.get([h.write_probe.remote(str(probe)) for h in actor_handles])
+        unseen = [f"rank {r['rank']} on {r['host']}: {Path(r['path']).name}" for r in found
+                  if not Path(r["path"]).exists()]
+        if unseen:
+            raise not_shared_error("trainer.output_dir", out, unseen)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def run(overrides: list[str]) -> Path:
+    from peer_rl.trainer.checkpoints import STATE_FILE, resume_checkpoint, saved_prompt_selection
+    from peer_rl.trainer.controller import Controller
+    from peer_rl.data.loading import row_language
+    from peer_rl.models.pinned import card_files, check_languages
+    from peer_rl.trainer.placement import PoolFactory
+    from peer_rl.trainer.preemption import RunStopped, StopRequest
+
+    cfg = load_config(overrides)
+    out = Path(cfg.trainer.output_dir).resolve()
+    check_fresh_output(cfg, out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
+          flush=True)
+    rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
+    template = None
+    if cfg.reward_model.kind != "scalar":        # PEER: the rows' own Steps 1-4 instruction
+        from peer_rl.prompts.policy import training_template
+
+        template, line = training_template(rows)
+        print(f"[peer-rl] {line}", flush=True)
+    policy, judge = resolve_models(cfg)
+    check_judges(cfg, judge)
+    check_modalities(cfg, rows, policy)
+    check_languages(Counter(row_language(r) for r in rows), policy, "model.path")
+    t0 = time.perf_counter()
+    stop = StopRequest("the current step")   # from here on a SIGTERM ends the run cleanly
+    with stop:
+        init_ray(cfg)
+        stop.install()                       # Ray's driver took SIGTERM over (it aborts)
+        index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
+        factory = PoolFactory(cfg, policy, judge, index)
+        pools = None
+        try:
+            pools = factory.make_pools()
+            print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: rollout x"
+                  f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
+                  f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
+                  + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""),
+                  flush=True)
+            check_shared_output(pools.actor, out)
+            controller = Controller(cfg, pools, rows, out, policy_template=template,
+                                    side_files=card_files(policy))
+            steps = controller.fit(stop)
+        finally:
+            factory.shutdown(pools)
+            import ray
+
+            ray.shutdown()  # flush actor logs now, before the summary lines below
+    if stop.signal:
+        saved = out / "checkpoints" / f"step_{steps}"
+        raise RunStopped(f"stopped by {stop.signal} after step {steps} of "
+                         f"{cfg.trainer.total_steps}"
+                         + (f"; checkpoint {saved}" if (saved / STATE_FILE).exists() else "")
+                         + "; rerun with resume=auto to continue")
+    final = out / "final"
+    print(f"[peer-rl] done: {steps} step(s); output in {out}"
+          + (f" (policy, HF format: {final})" if (final / "config.json").exists() else ""),
+          flush=True)
+    return out

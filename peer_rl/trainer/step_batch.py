@@ -1,0 +1,32 @@
+"""The policy update's input (stage 7), built from a step's samples and advantages."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def update_batch(samples: list, advantages: np.ndarray, max_staleness: int = 0) -> dict:
+    """The policy update's input: right-padded prompt + response rows, the response mask (the
+    loss covers response tokens only), advantages; with a staleness bound, also the sampler's
+    log-probs and each sample's policy version (decoupled PPO's weight, the bound's check)."""
+    seqs = [s.prompt_ids + s.response_ids for s in samples]
+    T = max(len(x) for x in seqs)
+    n = len(seqs)
+    input_ids = np.zeros((n, T), dtype=np.int64)
+    attention = np.zeros((n, T), dtype=np.int64)
+    response = np.zeros((n, T), dtype=np.int64)
+    for i, (s, seq) in enumerate(zip(samples, seqs)):
+        input_ids[i, :len(seq)] = seq
+        attention[i, :len(seq)] = 1
+        response[i, len(s.prompt_ids):len(seq)] = 1
+    batch = {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
+             "advantages": advantages.astype(np.float32)}
+    if max_staleness:
+        behavior = np.zeros((n, T), dtype=np.float32)
+        for i, s in enumerate(samples):
+            start = len(s.prompt_ids)
+            behavior[i, start:start + len(s.response_logprobs)] = s.response_logprobs
+        batch |= {"behavior_log_probs": behavior, "max_staleness": max_staleness,
+                  "policy_versions": np.array([s.policy_version for s in samples])}
+    if any(s.images for s in samples):   # the frames the engine saw: the update sees them too
+        batch["images"] = [list(s.images) for s in samples]
+    return batch

@@ -1,0 +1,285 @@
+"""The supervised stages' launcher (driver side): `run_supervised(cfg, kind)` checks the rows and
+the model, starts a Ray Train `TorchTrainer` whose `workers.supervised_trainer.train_loop` runs
+on `trainer.world_size` FSDP2 ranks, resumes through Ray Train's own run snapshot, and copies
+the newest checkpoint's model into `<trainer.output_dir>/final` (final.tmp, then rename) with the
+wording the model was trained on (the judge's template, the policy's instruction)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from peer_rl.supervised.examples import example_view
+from workers.supervised_trainer import (RUN_NAME, STATE_FILE, TRAIN_TIME_FILE, image_token_counter,
+                                       train_loop, vision_inputs)
+
+
+def _log(msg: str) -> None:
+    print(f"[peer-rl] {msg}", flush=True)
+
+
+def resolve_model(cfg, kind: str) -> str:
+    """model.path, or the tiny random model of this stage: judge for train-rm, policy for sft."""
+    path = cfg.model.path
+    if not path:
+        from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
+
+        # same cache location as peer_rl.trainer.run.resolve_models, so all stages share one build
+        cache = cfg.model.tiny_cache_dir or default_cache_dir()
+        if kind == "bt":
+            from peer_rl.supervised.tiny_models import ensure_tiny_reward_model
+
+            path = ensure_tiny_reward_model(cache)
+        else:
+            path = ensure_tiny_models(cache)["policy" if kind == "sft" else "judge"]
+    from peer_rl.models.pinned import ensure_model
+
+    if not Path(ensure_model(path), "config.json").exists():
+        raise FileNotFoundError(f"model.path={path!r}: no config.json there (expected an HF "
+                                "model directory)")
+    return str(Path(path).resolve())
+
+
+def check_row_languages(cfg, model_path: str, root: Path) -> None:
+    """peer_rl.trainer.run.check_languages on the rows this stage would train on."""
+    from collections import Counter
+
+    from peer_rl.data.loading import row_language
+    from peer_rl.models.pinned import check_languages
+    from peer_rl.supervised.examples import load_rows
+
+    found = Counter()
+    for rel in cfg.data.train_files:
+        _, ds, _, _ = load_rows(root, rel, cfg.data.skip_invalid, cfg.data.languages)
+        found.update(row_language(r) for r in ds)
+    check_languages(found, model_path, "model.path")
+
+
+def judge_template_text(cfg, model_path: str, examples_root: Path) -> str:
+    """The template the judge is trained with and saved beside (judge.template, else the one
+    saved with the starting model, else the built-in one), checked against every SER row it
+    trains on: a row the template cannot reproduce is a chat shaped unlike anything the RL-time
+    judge will be shown. strict stops here, before anything is written."""
+    from peer_rl.supervised.config import JUDGE_KINDS
+    from peer_rl.prompts.judge import JudgeTemplate, TemplateError, check_rows
+    from peer_rl.data.loading import located_ser_rows
+
+    source = cfg.judge.template or str(Path(model_path) / "judge_template.json")
+    try:
+        template = (JudgeTemplate.from_file(cfg.judge.template) if cfg.judge.template
+                    else JudgeTemplate.load(model_path))
+    except TemplateError as exc:
+        raise TemplateMismatch(str(exc)) from exc
+    if not (cfg.judge.template or Path(source).exists()):
+        source = "the built-in template"
+    if cfg.judge.template_check != "off":
+        rows = located_ser_rows(examples_root, cfg.data.train_files, cfg.data.skip_invalid)
+        if cfg.data.max_rows:
+            rows = rows[:cfg.data.max_rows]
+        report = check_rows(template, rows)
+        if report.mismatched:
+            advice = ("fit a template to these rows with `peer-rl judge-template fit "
+                      f"{examples_root} --out judge_template.json` and pass "
+                      "judge.template=judge_template.json, or train anyway with "
+                      "judge.template_check=warn")
+            msg = f"{report.summary()}\n(template: {source})"
+            if cfg.judge.template_check == "strict":
+                raise TemplateMismatch(f"{msg}\nThe RL-time judge is asked through this "
+                                       f"template; {advice}.")
+            _log(f"warning (judge.template_check=warn): {msg}")
+        else:
+            _log(f"judge template ({source}): all {report.checked} SER row(s) match")
+    return template.with_role(JUDGE_KINDS[cfg.kind]).dumps()
+
+
+def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
+    """{policy_template.json: text} for the SFT'd policy: the starting model's template (else the
+    built-in one), held against the sft/ rows' prompts; rows worded otherwise are counted and
+    reported (the policy still learns from them, but an evaluation will not ask it so)."""
+    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate
+    from peer_rl.supervised.examples import load_rows
+
+    template = PolicyTemplate.load(model_path)
+    checked, differ = 0, 0
+    for rel in cfg.data.train_files:
+        if Path(rel).parts[0] != "sft":
+            continue                    # cold_start/: the ESCRAG-R1 prompt, not this template
+        _, ds, _, _ = load_rows(root, rel, cfg.data.skip_invalid, cfg.data.languages)
+        for row in ds:
+            checked += 1
+            differ += not template.reads(row["messages"], row["language"],
+                                         bool(row.get("images")))
+    if not checked:
+        return {}
+    if differ:
+        _log(f"warning: {differ}/{checked} sft prompt(s) are worded unlike the policy template "
+             f"({template.source}) saved with the model, which the evaluations build prompts "
+             "from; GRPO reads its own template off its rows")
+    else:
+        _log(f"policy prompt ({template.source}): all {checked} sft prompt(s) match")
+    return {TEMPLATE_FILE: template.dumps()}
+
+
+class TemplateMismatch(ValueError):
+    """SER rows the judge template cannot reproduce, or an unusable template file."""
+
+
+def _export_final(ckpt_dir: Path, out: Path) -> Path:
+    """<out>/final from a checkpoint's model/: written to final.tmp, then renamed into place."""
+    final, tmp, old = out / "final", out / "final.tmp", out / "final.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt_dir / "model", tmp)
+    (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
+                                  encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def run_supervised(cfg, kind: str) -> Path:
+    """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
+    import torch
+    from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
+                           ScalingConfig)
+    from ray.train.torch import TorchTrainer
+    from transformers import AutoTokenizer
+
+    from peer_rl.config import ConfigError, save_config
+    from peer_rl.supervised.config import JUDGE_KINDS
+    from peer_rl.data.bundled import sample_root
+    from peer_rl.supervised.examples import load_examples, steps_per_epoch
+    from peer_rl.runtime import init_ray
+
+    if cfg.kind != kind:
+        raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
+    out = Path(cfg.trainer.output_dir).resolve()
+    storage = out / "ray_train"
+    if cfg.resume == "disable" and (storage / RUN_NAME).exists():
+        raise ConfigError(f"resume=disable: {storage / RUN_NAME} already holds a run; pass "
+                          "resume=auto to continue it or choose another trainer.output_dir")
+    _log(f"{'sft' if kind == 'sft' else 'train-rm'}: recipe={cfg.recipe} kind={kind} "
+         f"output_dir={out}")
+    root = Path(cfg.data.root).resolve() if cfg.data.root else sample_root()
+    model_path = resolve_model(cfg, kind)
+    extra = {}
+    if kind in JUDGE_KINDS:     # checked before anything is written
+        from peer_rl.prompts.judge import TEMPLATE_FILE
+
+        extra[TEMPLATE_FILE] = judge_template_text(cfg, model_path, root)
+    elif kind == "sft":
+        extra.update(sft_policy_template(cfg, model_path, root))
+    from peer_rl.models.pinned import card_files
+
+    check_row_languages(cfg, model_path, root)
+    extra.update(card_files(model_path))
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    t0 = time.perf_counter()
+    vision = None if kind == "bt" else vision_inputs(model_path)
+    if kind == "bt":
+        from peer_rl.supervised.bradley_terry import load_pairs
+
+        examples, summary = load_pairs(root, list(cfg.data.train_files), tokenizer,
+                                       cfg.trainer.max_length, cfg.data.skip_invalid,
+                                       cfg.data.max_rows)
+        what = "preference pair(s)"
+    else:
+        examples, summary = load_examples(root, list(cfg.data.train_files), tokenizer,
+                                          cfg.trainer.max_length, cfg.data.skip_invalid,
+                                          cfg.data.max_rows,
+                                          image_tokens=image_token_counter(vision),
+                                          languages=cfg.data.languages, **example_view(kind, extra))
+        what = f"example(s) ({summary['target_tokens']} target tokens)"
+        if summary["unreadable"]:
+            what += (f"; {summary['unreadable']} SER row(s) skipped: the template cannot read "
+                     "their history and replies for the outcome model")
+    total = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch(len(examples),
+                                                                            cfg.trainer.batch_size)
+    _log(f"model {model_path}; data {root}: {summary['examples']} {what}; "
+         f"{summary['too_long']} dropped as longer than max_length={cfg.trainer.max_length}; "
+         f"{summary['invalid']} invalid skipped; "
+         + (f"left out by data.languages: {summary['other_languages']}; "
+            if summary.get("other_languages") else "")
+         + f"read in {time.perf_counter() - t0:.1f} s; "
+         f"{total} step(s) of {cfg.trainer.batch_size}")
+    if summary.get("with_images"):
+        _log(f"{summary['with_images']} row(s) have images: " + (
+            "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
+            else "the model is text-only, so they are trained on their words alone"))
+    use_gpu = cfg.resources.gpus_per_worker > 0 or torch.cuda.is_available()
+    config = {
+        "kind": kind, "model_path": model_path, "data_root": str(root),
+        "train_files": list(cfg.data.train_files), "skip_invalid": cfg.data.skip_invalid,
+        "max_rows": cfg.data.max_rows, "max_length": cfg.trainer.max_length,
+        "languages": list(cfg.data.languages),
+        "batch_size": cfg.trainer.batch_size, "micro_batch_size": cfg.trainer.micro_batch_size,
+        "total_steps": int(total), "lr": cfg.trainer.lr, "lr_scheduler": cfg.trainer.lr_scheduler,
+        "warmup_steps": cfg.trainer.warmup_steps, "min_lr_ratio": cfg.trainer.min_lr_ratio,
+        "weight_decay": cfg.trainer.weight_decay, "grad_clip": cfg.trainer.grad_clip,
+        "save_freq": cfg.trainer.save_freq, "log_freq": cfg.trainer.log_freq,
+        "seed": cfg.trainer.seed, "bf16": cfg.trainer.bf16,
+        "gradient_checkpointing": cfg.model.gradient_checkpointing,
+        "freeze_vision_tower": cfg.model.freeze_vision_tower,
+        "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
+        "output_dir": str(out), "extra_files": extra,
+    }
+    resources = {"CPU": float(cfg.resources.cpus_per_worker)}
+    if use_gpu:
+        resources["GPU"] = float(cfg.resources.gpus_per_worker or 1)
+    # Ray Train V2 routes worker print() through its logger; with Ray's own stdout capture that
+    # doubles every line, and dill (datasets' fingerprinting) then leaks disassembly it meant to
+    # capture. Propagated to the controller and workers (ray/train/v2/_internal/constants.py).
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    import ray
+
+    started_ray = not ray.is_initialized()
+    init_ray(cfg, dashboard=True)
+    trainer = TorchTrainer(
+        train_loop, train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=cfg.trainer.world_size, use_gpu=use_gpu,
+                                     resources_per_worker=resources),
+        run_config=RunConfig(
+            name=RUN_NAME, storage_path=str(storage),
+            worker_runtime_env={"env_vars": {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                                             "TOKENIZERS_PARALLELISM": "false"}},
+            failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.trainer.keep_checkpoints),
+            # Ray Train's own progress lines (worker group started, checkpoint reported) only
+            # with logging.verbose; peer-rl's step lines and every warning stay
+            logging_config=LoggingConfig("INFO" if cfg.logging.verbose else "WARNING")),
+    )
+    t0 = time.perf_counter()
+    try:
+        result = trainer.fit()
+        if result.error:
+            raise result.error
+        if result.checkpoint is None:
+            raise RuntimeError(f"{storage / RUN_NAME}: the run reported no checkpoint")
+        with result.checkpoint.as_directory() as d:
+            final = _export_final(Path(d), out)
+    finally:
+        if started_ray:          # a local cluster this call started; also flushes worker logs
+            ray.shutdown()
+    state = json.loads((final / STATE_FILE).read_text(encoding="utf-8"))
+    if state["step"] < total:
+        raise RuntimeError(f"the newest checkpoint is step {state['step']} < {total}")
+    _log(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
+    _log(f"output directory: {out} (model: {final})")
+    (final / TRAIN_TIME_FILE).write_text(json.dumps(
+        {"seconds": round(time.perf_counter() - t0, 1), "steps": state["step"], "kind": kind,
+         "world_size": cfg.trainer.world_size}), encoding="utf-8")
+    if kind == "rm":
+        _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
+    if kind in ("prm", "orm"):
+        _log(f"score the pair: peer-rl eval rm --prm <prm>/final --orm <orm>/final --out "
+             f"{out / 'eval_rm.json'}")
+    if kind == "bt":
+        _log(f"score the reward model: peer-rl eval pairs --model {final}")
+    print(final, flush=True)
+    return final

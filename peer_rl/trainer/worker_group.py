@@ -1,0 +1,187 @@
+"""The controller's runtime: one object per pool of Ray actors, so the controller reads as the
+GRPO loop alone.
+
+`WorkerGroup` fans a stateless pool (rollout, reward model, redundancy, retrieval) out: each
+worker gets its chunk, results come back in worker order. A worker that dies mid-call is
+restarted by Ray (`max_restarts`); the group waits for it, runs its `on_restart` hook (the
+rollout pool re-syncs the policy's weights into the new engine) and redoes only that worker's
+chunk, so a retried step counts once. `check` may reject a result that a restarted worker gave
+(an engine restarted while idle answers from the initial checkpoint); it is retried the same way.
+A stateless worker restarted while idle answers correctly; `identity` (its process id, read off
+the result) still lets the group count that restart.
+`PolicyGroup` calls every FSDP rank together: a dead rank cannot be worked around (the
+collective is broken), so the survivors are killed rather than left hanging and the step fails
+with `PolicyGroupFailed`, naming the checkpoint to resume from.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+
+from peer_rl.protocol import shard
+
+
+@dataclass
+class Pools:
+    """Ray actor handles, one list per pool (peer_rl.trainer.placement.PoolFactory.make_pools)."""
+    rollout: list
+    reward_model: list
+    actor: list                      # FSDP2 ranks, rank 0 first
+    redundancy: list = field(default_factory=list)
+    retrieval: list = field(default_factory=list)
+    restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
+
+
+class PoolFailed(RuntimeError):
+    """A pool cannot go on: the run stops, its last complete checkpoint stands."""
+
+
+class PolicyGroupFailed(PoolFailed):
+    """A policy rank died: the FSDP group cannot continue; resume from the last checkpoint."""
+
+
+class WorkerGroupFailed(PoolFailed):
+    """A worker died more often than trainer.max_actor_restarts allows, or did not come back."""
+
+
+def _resume_hint(last_checkpoint: Callable[[], Path | None] | None) -> str:
+    ckpt = last_checkpoint() if last_checkpoint is not None else None
+    return (f"Last complete checkpoint: {ckpt if ckpt else 'none'}. "
+            "Rerun with resume=auto to continue from it.")
+
+
+class WorkerRestarted(RuntimeError):
+    """A worker answered as a freshly started one would: it was restarted between calls."""
+
+
+class WorkerGroup:
+    def __init__(self, name: str, handles: list, max_restarts: int, recovery_timeout_s: float,
+                 replace: Callable[[str, int], object] | None = None,
+                 on_restart: Callable[[int], None] | None = None,
+                 check: Callable[[int, str, object], None] | None = None,
+                 step: Callable[[], int] = lambda: 0,
+                 identity: Callable[[object], object] | None = None,
+                 last_checkpoint: Callable[[], Path | None] | None = None):
+        self.name, self.handles = name, handles        # the list Pools holds: kept in sync
+        self.last_checkpoint = last_checkpoint
+        self.max_restarts, self.recovery_timeout_s = max_restarts, recovery_timeout_s
+        self.replace, self.on_restart, self.check, self.step = replace, on_restart, check, step
+        self.identity, self.seen = identity, {}        # worker -> the process that answered last
+        self.restarts = 0                              # workers recovered, cumulative
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def map(self, method: str, chunks: list, *args, step: int | None = None) -> list:
+        """`method(chunk, *args)` on each worker with a non-empty chunk; results in order.
+        `step`: the step the call works for, as messages name it (default: the group's)."""
+        step = self.step() if step is None else step
+        refs = {i: getattr(h, method).remote(c, *args)
+                for i, (h, c) in enumerate(zip(self.handles, chunks)) if c}
+        out: dict[int, object] = {}
+        for i, ref in refs.items():
+            for attempt in range(self.max_restarts + 1):
+                try:
+                    result = ray.get(ref)
+                    if self.check is not None:
+                        self.check(i, method, result)
+                    out[i] = result
+                    self._note_identity(i, result, recovered=attempt > 0)
+                    break
+                except (ray.exceptions.RayActorError, WorkerRestarted) as exc:
+                    if attempt == self.max_restarts:
+                        raise WorkerGroupFailed(
+                            f"{self.name} worker {i} failed {attempt + 1} time(s) in step "
+                            f"{step} (trainer.max_actor_restarts={self.max_restarts}); "
+                            f"giving up ({type(exc).__name__}). "
+                            + _resume_hint(self.last_checkpoint)) from None
+                    what = ("was restarted between calls" if isinstance(exc, WorkerRestarted)
+                            else f"died during step {step}")
+                    print(f"[peer-rl] {self.name} worker {i} {what} ({type(exc).__name__}); "
+                          "retrying its chunk", file=sys.stderr, flush=True)
+                    self.restarts += 1
+                    handle = self.wait_alive(i)
+                    if self.on_restart is not None:
+                        self.on_restart(i)
+                    ref = getattr(handle, method).remote(chunks[i], *args)
+        return [out[i] for i in sorted(out)]
+
+    def _note_identity(self, i: int, result, recovered: bool) -> None:
+        """Count a restart the call did not see (the worker died while idle)."""
+        if self.identity is None:
+            return
+        who = self.identity(result)
+        if not recovered and i in self.seen and self.seen[i] != who:
+            self.restarts += 1
+            print(f"[peer-rl] {self.name} worker {i} was restarted between calls; its answer "
+                  "stands (the worker keeps no state)", file=sys.stderr, flush=True)
+        self.seen[i] = who
+
+    def scatter(self, method: str, items: list, *args, step: int | None = None) -> list:
+        """The items split evenly over the workers, `method` on each part, flattened back."""
+        return [x for part in self.map(method, shard(items, len(self)), *args, step=step)
+                for x in part]
+
+    def wait_alive(self, i: int):
+        """Ray restarts a crashed actor (max_restarts); wait until it answers. Past its restarts
+        the actor is replaced if the placement layer can."""
+        deadline = time.monotonic() + self.recovery_timeout_s
+        while True:
+            handle = self.handles[i]
+            try:
+                ray.get(handle.health.remote(), timeout=60)
+                return handle
+            except ray.exceptions.ActorDiedError as exc:
+                if self.replace is None:
+                    raise WorkerGroupFailed(f"{self.name} worker {i} died and cannot be "
+                                            f"restarted: {exc}. "
+                                            + _resume_hint(self.last_checkpoint)) from None
+                self.handles[i] = self.replace(self.name, i)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise WorkerGroupFailed(f"{self.name} worker {i} did not come back within "
+                                        f"{self.recovery_timeout_s:.0f} s "
+                                        "(trainer.recovery_timeout_s). "
+                                        + _resume_hint(self.last_checkpoint))
+            time.sleep(2.0)
+
+    def health(self) -> list[dict]:
+        return ray.get([h.health.remote() for h in self.handles])
+
+
+class PolicyGroup:
+    def __init__(self, handles: list, last_checkpoint: Callable[[], Path | None],
+                 step: Callable[[], int] = lambda: 0):
+        self.handles, self.last_checkpoint, self.step = handles, last_checkpoint, step
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def call(self, method: str, *args) -> list:
+        """All ranks, together; a dead rank ends the run (no partial state)."""
+        return self.collect(self.submit(method, *args))
+
+    def submit(self, method: str, *args) -> list:
+        return [getattr(a, method).remote(*args) for a in self.handles]
+
+    def collect(self, refs: list) -> list:
+        """Results are collected as they finish so that a dead rank is seen at once, not after
+        the survivors time out in a collective; the survivors are then killed."""
+        pending, results = list(refs), {}
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                results[ready[0]] = ray.get(ready[0])
+        except ray.exceptions.RayActorError as exc:
+            for a in self.handles:
+                ray.kill(a, no_restart=True)
+            raise PolicyGroupFailed(
+                f"a policy rank died during step {self.step()} ({type(exc).__name__}); the "
+                "FSDP group cannot continue. " + _resume_hint(self.last_checkpoint)) from None
+        return [results[r] for r in refs]

@@ -1,0 +1,107 @@
+"""peer-rl chain: stage expansion, skipping what is done, stopping on a failure, and the
+comparison report read from the output layout."""
+import json
+
+import pytest
+
+from peer_rl.chain.run import load_chain, run_chain
+from peer_rl.chain.report import write_chain_report
+from peer_rl.config import ConfigError
+
+
+def _chain(tmp_path, stages: str, extra: str = "") -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"out: {tmp_path / 'out'}\nseeds: [3, 7]\n{extra}stages:\n{stages}")
+    return str(path)
+
+
+def test_per_seed_stages_expand_seed_major_and_empty_values_drop_out(tmp_path):
+    chain = _chain(tmp_path, """
+  - {name: a, run: "models list x=${knob}", done: "${out}/a"}
+  - {name: "b_s{seed}", per_seed: true, run: "train trainer.seed={seed}", done: "${out}/b{seed}"}
+  - {name: "c_s{seed}", per_seed: true, run: "train x={seed}", done: "${out}/c{seed}"}
+  - {name: d, run: "models list", done: "${out}/d"}
+""", extra="knob: \"\"\n")
+    values, stages = load_chain(chain)
+    assert [s.name for s in stages] == ["a", "b_s3", "c_s3", "b_s7", "c_s7", "d"]
+    assert stages[0].run == ("models", "list")              # x= (an unset value) is left out
+    assert stages[3].run == ("train", "trainer.seed=7")
+    assert stages[4].done == str(tmp_path / "out" / "c7")
+    _, stages = load_chain(chain, ["knob=5", "seeds=[1]"])
+    assert stages[0].run == ("models", "list", "x=5") and [s.name for s in stages][1:3] == [
+        "b_s1", "c_s1"]
+
+
+@pytest.mark.parametrize("stages, match", [
+    ("  - {name: a, run: x}\n", r"stages\[0\] lacks \['done'\]"),
+    ("  - {name: a, run: x, done: y}\n  - {name: a, run: x, done: z}\n", "repeat: \\['a'\\]"),
+])
+def test_malformed_chains_are_refused_by_name(tmp_path, stages, match):
+    with pytest.raises(ConfigError, match=match):
+        load_chain(_chain(tmp_path, stages))
+
+
+@pytest.mark.e2e   # peer-rl CLI subprocesses
+def test_done_stages_are_skipped_and_a_failure_stops_the_chain(tmp_path, capsys):
+    """Real peer-rl subprocesses: `models list` succeeds but writes no done marker (a stage
+    that did not produce its output fails), an unknown subcommand fails with its exit status;
+    nothing after the failure runs."""
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "first").write_text("")
+    chain = _chain(tmp_path, f"""
+  - {{name: first, run: "no-such-command", done: "{out}/first"}}
+  - {{name: second, run: "no-such-command", done: "{out}/second"}}
+  - {{name: third, run: "models list", done: "{out}/third"}}
+""")
+    assert run_chain(chain) == 2
+    err = capsys.readouterr()
+    assert "1/3 first: done" in err.out and "2/3 second: failed (exit 2)" in err.err
+    assert "third" not in err.out + err.err
+    assert (out / "logs" / "second.log").exists() and not (out / "logs" / "third.log").exists()
+    assert run_chain(chain, only=["third"]) == 1
+    assert "was not written" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="not stages"):
+        run_chain(chain, only=["fourth"])
+
+
+def _eval_rm(path, step1, pref, n=10):
+    m = {"n": n, "step_accuracy": {"step1": step1, "step2": 0.5, "step3": 0.5},
+         "error_recall_mean": 0.25, "preference_accuracy": pref, "consistency": 0.1,
+         "parse_failure_rate": 0.0}
+    path.write_text(json.dumps({"metrics": {"all": m}, "majority_baseline": {
+        "metrics": {"all": {**m, "step_accuracy": {"step1": 0.7, "step2": 0.6, "step3": 0.6},
+                            "error_recall_mean": 0.0, "preference_accuracy": 0.25}}}}))
+
+
+def test_report_gives_mean_and_sd_over_seeds_per_method(tmp_path):
+    out = tmp_path / "out"
+    (out / "eval_rm").mkdir(parents=True)
+    _eval_rm(out / "eval_rm" / "judge.json", 0.8, 0.5)
+    _eval_rm(out / "eval_rm" / "untuned.json", 0.4, 0.2)
+    for run, rewards in (("peer_s0", [1.0, 2.0]), ("peer_s1", [1.5, 3.0]),
+                         ("peer_rur_s0", [0.5, 1.0])):
+        (out / "grpo" / run).mkdir(parents=True)
+        (out / "grpo" / run / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": i + 1, "reward/mean": r, "reward/format_rate": 1.0}) + "\n"
+            for i, r in enumerate(rewards)))
+    for policy, dist1 in (("sft", 0.30), ("peer_s0", 0.40), ("peer_s1", 0.50),
+                          ("peer_rur_s0", 0.45)):
+        (out / "eval" / policy / "diversity").mkdir(parents=True)
+        (out / "eval" / policy / "diversity" / "report.json").write_text(json.dumps(
+            {"summary": {"distinct_1": dist1, "format_rate": 1.0,
+                         "judge_reward": {"mean": 2.0}}}))
+    md = write_chain_report({"out": str(out), "seeds": [0, 1]}).read_text()
+    judge = [line for line in md.splitlines() if line.startswith("| ")][:4]
+    assert judge[1].startswith("| fine-tuned judge | 10 | 0.800 ")
+    assert judge[2].startswith("| majority label | 10 | 0.700 ")
+    assert judge[3].startswith("| untuned SmolLM2 | 10 | 0.400 ")
+    # reward over all steps (first 5 and last 5 are the same two): peer 1.5 and 2.25
+    # -> mean 1.875, sample sd 0.530; peer_rur one run: 0.750
+    assert "| peer | 2 | 2, 2 | 1.875 +- 0.530 |" in md
+    assert "| peer_rur | 1 | 2 | 0.750 |" in md
+    held = md[md.index("## Held-out"):]
+    rows = [line for line in held.splitlines() if line.startswith("| ") and "policy" not in line]
+    assert [r.split(" | ")[0] for r in rows] == ["| sft", "| peer", "| peer_rur"]
+    assert "0.450 +- 0.071" in rows[1]                       # distinct-1 of 0.40 and 0.50
+    assert (out / "curves.png").stat().st_size > 0

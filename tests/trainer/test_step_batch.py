@@ -1,0 +1,29 @@
+"""The policy update's input as the controller builds it from samples (pure, no Ray)."""
+import numpy as np
+
+from peer_rl.trainer.step_batch import update_batch
+from peer_rl.protocol import Sample
+
+
+def test_rows_are_right_padded_and_only_responses_are_masked_in():
+    a = Sample(uid=0, prompt_ids=[1, 2, 3], response_ids=[4], response_logprobs=[-0.1], text="")
+    b = Sample(uid=0, prompt_ids=[1], response_ids=[6, 7], response_logprobs=[-0.2, -0.3],
+               text="")
+    batch = update_batch([a, b], np.array([0.5, -0.5]))
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4], [1, 6, 7, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert batch["response_mask"].tolist() == [[0, 0, 0, 1], [0, 1, 1, 0]]
+    assert batch["advantages"].dtype == np.float32
+    assert "behavior_log_probs" not in batch and "policy_versions" not in batch  # synchronous
+
+
+def test_a_staleness_bound_ships_the_samplers_log_probs_and_versions():
+    a = Sample(uid=0, prompt_ids=[1, 2], response_ids=[5, 6], response_logprobs=[-0.5, -1.5],
+               text="", policy_version=3)
+    b = Sample(uid=1, prompt_ids=[9], response_ids=[8], response_logprobs=[-2.0], text="",
+               policy_version=4)
+    batch = update_batch([a, b], np.array([1.0, -1.0]), max_staleness=1)
+    np.testing.assert_array_equal(batch["behavior_log_probs"],
+                                  np.array([[0.0, 0.0, -0.5, -1.5], [0.0, -2.0, 0.0, 0.0]],
+                                           dtype=np.float32))
+    assert batch["policy_versions"].tolist() == [3, 4] and batch["max_staleness"] == 1
