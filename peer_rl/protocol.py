@@ -1,12 +1,26 @@
-"""Batch types that cross the controller <-> worker boundary (plain, picklable dataclasses).
+"""What crosses the controller <-> worker boundary: one request and one response type per pool
+(plain, picklable dataclasses), and how each pool call is split over the workers and gathered
+(`dispatch`, declared on the worker method, as verl's dispatch modes are).
 
-Workers take and return these; the controller never sees an engine object.
+| pool | method | request | response | dispatch |
+| --- | --- | --- | --- | --- |
+| rollout | generate | list[Prompt], SamplingConfig | list[Sample] | SHARD |
+| reward_model (UnifiReward, PRM + ORM) | score | list[JudgeItem] | list[JudgeResult] | SHARD |
+| reward_model (scalar) | score | list[ScalarItem] | list[float] | SHARD |
+| redundancy | similarities | replies, histories, G | Similarities | ONE |
+| retrieval | search | list[RetrievalQuery], k | RetrievalHits | SHARD |
+
+The policy's update batch is a dict of numpy arrays put into Ray's object store once and read by
+every rank (peer_rl.trainer.step_batch). Workers take and return these; the controller never
+sees an engine object. This module imports nothing of the project: the config schema takes its
+sampling defaults from here, not the other way round.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
-from peer_rl.config import RolloutConfig
+import numpy as np
 
 
 @dataclass
@@ -49,11 +63,12 @@ def seeded(prompts: list[Prompt], run_seed: int, step: int, stream: str, n: int,
 
 @dataclass
 class SamplingConfig:
-    """Per-call sampling settings; defaults are the schema's (peer_rl.config.RolloutConfig)."""
-    n: int = RolloutConfig.n                      # rollout.n: samples per prompt (G)
-    temperature: float = RolloutConfig.temperature
-    top_p: float = RolloutConfig.top_p
-    max_tokens: int = RolloutConfig.response_length
+    """Per-call sampling settings; the schema's rollout.* defaults are these
+    (peer_rl.config.RolloutConfig)."""
+    n: int = 4                    # rollout.n: samples per prompt (G)
+    temperature: float = 1.0      # rollout.temperature
+    top_p: float = 1.0            # rollout.top_p
+    max_tokens: int = 128         # rollout.response_length
     seed: int = 0
 
 
@@ -92,6 +107,92 @@ class JudgeResult:
     parse_failures: int                 # unparseable answers among those asked
     asked: int                          # verdicts requested from the judge
     raw: list[str] = field(default_factory=list)  # judge answers (for logging.log_samples)
+
+
+@dataclass
+class Similarities:
+    """RUR's inputs per reply, in the step's reply order: the largest cosine to its prompt's
+    history utterances, the mean cosine to its group's other replies (both clipped to [0, 1]),
+    the length coefficient tau and the length in English-word equivalents."""
+    s_hist: np.ndarray
+    s_group: np.ndarray
+    tau: np.ndarray
+    n_words: np.ndarray
+
+    def take(self, idx) -> "Similarities":
+        return Similarities(*(np.asarray(getattr(self, f))[idx] for f in _SIMILARITY_FIELDS))
+
+    @classmethod
+    def concat(cls, parts: list["Similarities"]) -> "Similarities":
+        return cls(*(np.concatenate([np.asarray(getattr(p, f)) for p in parts])
+                     for f in _SIMILARITY_FIELDS))
+
+
+_SIMILARITY_FIELDS = ("s_hist", "s_group", "tau", "n_words")
+
+
+@dataclass
+class ScalarItem:
+    """One reply for the scalar reward model (ESCRAG-R1): the dialogue it answers."""
+    history: list[dict]
+    reply: str
+    lang: str
+
+
+@dataclass
+class RetrievalQuery:
+    """The seeker's dialogue and the policy's initial reply; exemplars of `dialogue` (the
+    query's own dialogue id) are never returned."""
+    history: list[dict]
+    reply: str
+    dialogue: str | None = None
+
+
+@dataclass
+class RetrievalHits:
+    """k exemplars per query ({"score", "id", "response", ...}), the own-dialogue exemplars
+    passed over per query, the search's wall time, and the answering processes (a restart
+    shows as a new pid)."""
+    hits: list[list[dict]]
+    excluded: list[int]
+    seconds: float
+    pids: list[int]
+
+    @classmethod
+    def concat(cls, parts: list["RetrievalHits"]) -> "RetrievalHits":
+        return cls([h for p in parts for h in p.hits], [x for p in parts for x in p.excluded],
+                   sum(p.seconds for p in parts), [i for p in parts for i in p.pids])
+
+
+class Dispatch(enum.Enum):
+    """How a pool call is split over the workers and its answers gathered."""
+    SHARD = "shard"   # the first argument's items in near-equal contiguous parts, one per
+                      # worker; the answers concatenated in order (`concat` of a batch type)
+    ONE = "one"       # the whole call on the first worker: what must see a step's items
+                      # together (RUR compares each reply with its group)
+
+
+def dispatch(mode: Dispatch):
+    """Declares a worker method's dispatch mode (read by peer_rl.trainer.worker_group)."""
+    def mark(method):
+        method.dispatch = mode
+        return method
+    return mark
+
+
+def dispatch_of(cls: type, method: str) -> Dispatch:
+    mode = getattr(getattr(cls, method, None), "dispatch", None)
+    if not isinstance(mode, Dispatch):
+        raise TypeError(f"{cls.__name__}.{method} declares no dispatch mode "
+                        "(peer_rl.protocol.dispatch)")
+    return mode
+
+
+def gather(parts: list):
+    """The workers' answers to a SHARD call as one answer, in item order."""
+    if parts and hasattr(type(parts[0]), "concat"):
+        return type(parts[0]).concat(parts)
+    return [x for part in parts for x in part]
 
 
 def shard(items: list, n: int) -> list[list]:

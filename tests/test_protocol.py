@@ -42,3 +42,30 @@ def test_shard_is_contiguous_near_equal_and_keeps_order():
     assert shard(list("abcdefg"), 3) == [["a", "b", "c"], ["d", "e"], ["f", "g"]]
     assert shard([1, 2], 3) == [[1], [2], []]
     assert shard([], 2) == [[], []]
+
+
+def test_each_pool_method_the_methods_call_declares_its_dispatch():
+    """The table in peer_rl.protocol's docstring, held against the worker classes."""
+    from peer_rl.protocol import Dispatch, dispatch_of
+    from workers.redundancy import RedundancyWorker
+    from workers.retrieval import RetrievalWorker
+    from workers.rollout import RolloutWorker
+    from workers.scalar_reward import ScalarRewardWorker
+    from workers.unifireward import PairRewardWorker, UnifiRewardWorker
+
+    declared = {(c.__name__, m): dispatch_of(c, m) for c, m in (
+        (RolloutWorker, "generate"), (UnifiRewardWorker, "score"), (UnifiRewardWorker, "chat"),
+        (PairRewardWorker, "score"), (PairRewardWorker, "chat"), (ScalarRewardWorker, "score"),
+        (RedundancyWorker, "encode"), (RedundancyWorker, "similarities"),
+        (RetrievalWorker, "search"))}
+    assert [k for k, v in declared.items() if v is Dispatch.ONE] == [
+        ("RedundancyWorker", "similarities")]
+
+
+def test_gathering_flattens_lists_and_concatenates_batch_types():
+    from peer_rl.protocol import RetrievalHits, gather
+
+    assert gather([[1, 2], [3]]) == [1, 2, 3]
+    got = gather([RetrievalHits([[{"id": "a"}]], [1], 0.5, [10]),
+                  RetrievalHits([[{"id": "b"}], []], [0, 2], 0.25, [11])])
+    assert got == RetrievalHits([[{"id": "a"}], [{"id": "b"}], []], [1, 0, 2], 0.75, [10, 11])

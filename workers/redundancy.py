@@ -12,6 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from peer_rl.protocol import Dispatch, Similarities, dispatch
 from peer_rl.rewards import (
     count_words,
     group_similarity,
@@ -39,6 +40,7 @@ class RedundancyWorker:
         self.history_cache_size = history_cache_size
         self.encoded = 0                 # texts sent to the model (a cache hit sends none)
 
+    @dispatch(Dispatch.SHARD)
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.model.dim), dtype=np.float32)
@@ -60,7 +62,9 @@ class RedundancyWorker:
             self._history.popitem(last=False)
         return emb[:len(replies)], hist
 
-    def similarities(self, replies: list[str], histories: list[list[str]], group_size: int) -> dict:
+    @dispatch(Dispatch.ONE)
+    def similarities(self, replies: list[str], histories: list[list[str]],
+                     group_size: int) -> Similarities:
         """replies (B*G) grouped by prompt; histories (B) utterance lists -> s_hist, s_group, tau."""
         if len(replies) != len(histories) * group_size:
             raise ValueError(f"{len(replies)} replies for {len(histories)} prompts x G={group_size}")
@@ -69,18 +73,14 @@ class RedundancyWorker:
         rep_emb, hist_emb = self._encode_with_history(replies, flat_hist)
         reply_owner = np.repeat(np.arange(len(histories)), group_size)
         n_words = np.array([count_words(r, self.cjk_chars_per_word) for r in replies])
-        return {
-            "s_hist": history_similarity(rep_emb, hist_emb, owner, reply_owner, self.history_agg),
-            "s_group": group_similarity(rep_emb, group_size, self.group_agg),
-            "n_words": n_words,
-            "tau": length_coefficient(n_words, self.alpha, self.beta),
-        }
+        return Similarities(s_hist=history_similarity(rep_emb, hist_emb, owner, reply_owner, self.history_agg),
+                            s_group=group_similarity(rep_emb, group_size, self.group_agg),
+                            tau=length_coefficient(n_words, self.alpha, self.beta), n_words=n_words)
 
     def reweight(self, rewards, replies: list[str], histories: list[list[str]],
-                 group_size: int) -> dict:
+                 group_size: int) -> tuple[Similarities, np.ndarray]:
         sims = self.similarities(replies, histories, group_size)
-        sims["rewards"] = rur_reweight(rewards, sims["s_hist"], sims["s_group"], sims["tau"])
-        return sims
+        return sims, rur_reweight(rewards, sims.s_hist, sims.s_group, sims.tau)
 
     def health(self) -> dict:
         return {"model": self.model_name, "pid": os.getpid(), "peak_rss_bytes": peak_rss_bytes()}

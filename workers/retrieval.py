@@ -2,7 +2,7 @@
 batched queries. A plain class; the placement layer makes it a Ray actor.
 
 One call embeds every query of a step at once and runs one faiss search; the controller sends
-(history, initial reply, dialogue id or None) triples and gets k exemplars per query, best
+RetrievalQuery items (peer_rl.protocol) and gets k exemplars per query, best
 first, none from the query's own dialogue (peer_rl.retrieval.index.same_dialogue).
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+from peer_rl.protocol import Dispatch, RetrievalHits, RetrievalQuery, dispatch
 from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.encoders import load_embedding_model
@@ -28,19 +29,18 @@ class RetrievalWorker:
         self.start_seconds = time.perf_counter() - t0
         self.queries = 0
 
-    def search(self, queries: list[tuple[list[dict], str, str | None]], k: int) -> dict:
-        """queries: (history, initial reply, dialogue id) -> {"hits": k exemplars per query as
-        {"score", "id", "response", ...}, "excluded": per query, exemplars of its own dialogue
-        passed over, "seconds": the search's wall time, "pid": this process (a restart shows)}."""
+    @dispatch(Dispatch.SHARD)
+    def search(self, queries: list[RetrievalQuery], k: int) -> RetrievalHits:
+        """k exemplars per query, queried with the seeker's last turn and the initial reply;
+        exemplars of the query's own dialogue are passed over (and counted)."""
         t0 = time.perf_counter()
         if not queries:
-            return {"hits": [], "excluded": [], "seconds": 0.0, "pid": os.getpid()}
-        vecs = self.encoder.encode([exemplar_key(h, r) for h, r, _ in queries])
-        res = self.index.search_vectors(vecs, k, [Query(h, d) for h, _, d in queries])
+            return RetrievalHits([], [], 0.0, [os.getpid()])
+        vecs = self.encoder.encode([exemplar_key(q.history, q.reply) for q in queries])
+        res = self.index.search_vectors(vecs, k, [Query(q.history, q.dialogue) for q in queries])
         self.queries += len(queries)
-        return {"hits": [[{"score": h.score, **h.exemplar} for h in row] for row in res.hits],
-                "excluded": res.excluded, "seconds": time.perf_counter() - t0,
-                "pid": os.getpid()}
+        return RetrievalHits([[{"score": h.score, **h.exemplar} for h in row] for row in res.hits],
+                             list(res.excluded), time.perf_counter() - t0, [os.getpid()])
 
     def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "index": self.index_dir,

@@ -11,7 +11,7 @@ import os
 import time
 
 from peer_rl.multimodal import attach_images, for_vllm, strip_tags
-from peer_rl.protocol import Prompt, Sample, SamplingConfig
+from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
 from peer_rl.runtime import peak_rss_bytes
 from workers.vllm_engine import make_llm, on_cpu
 
@@ -67,6 +67,7 @@ class RolloutWorker:
             return strip_tags(prompt.messages)
         return for_vllm(attach_images(prompt.messages, prompt.images))
 
+    @dispatch(Dispatch.SHARD)
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Sample]:
         """sampling.n samples per prompt, in prompt order then sample order.
 

@@ -11,6 +11,7 @@ import math
 import os
 import time
 
+from peer_rl.protocol import Dispatch, ScalarItem, dispatch
 from peer_rl.supervised.bradley_terry import rm_messages
 from peer_rl.prompts.judge import tokenizer_specials
 from peer_rl.runtime import peak_rss_bytes
@@ -31,12 +32,13 @@ class ScalarRewardWorker:
         self.start_seconds = time.perf_counter() - t0
         self.scored = 0
 
-    def score(self, items: list[tuple[list[dict], str, str]]) -> list[float]:
-        """(history, reply, language) -> the reward model's scalar; a prompt longer than the
-        context is kept whole by dropping its oldest turns (the reply is always scored)."""
+    @dispatch(Dispatch.SHARD)
+    def score(self, items: list[ScalarItem]) -> list[float]:
+        """The reward model's scalar per reply; a prompt longer than the context is kept whole
+        by dropping its oldest turns (the reply is always scored)."""
         from vllm.pooling_params import PoolingParams
 
-        prompts = [self._prompt(h, r, lang) for h, r, lang in items]
+        prompts = [self._prompt(it.history, it.reply, it.lang) for it in items]
         outs = self.llm.classify(prompts, pooling_params=PoolingParams(use_activation=False),
                                  use_tqdm=False)
         self.scored += len(items)

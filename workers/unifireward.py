@@ -15,7 +15,7 @@ import time
 
 from peer_rl.prompts.judge import JudgeTemplate, tokenizer_specials
 from peer_rl.multimodal import attach_images, for_vllm
-from peer_rl.protocol import JudgeItem, JudgeResult
+from peer_rl.protocol import Dispatch, dispatch, JudgeItem, JudgeResult
 from peer_rl.rewards import (
     candidate_preference_ok,
     parse_preference,
@@ -63,6 +63,7 @@ class UnifiRewardWorker:
         outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False)
         return [o.outputs[0].text.strip() for o in outs]
 
+    @dispatch(Dispatch.SHARD)
     def chat(self, conversations: list[list[dict]], max_tokens: int, temperature: float = 0.0,
              schema: dict | None = None) -> list[str]:
         """Free-form answers from the judge's engine (the in-training safety evaluation uses it
@@ -115,6 +116,7 @@ class UnifiRewardWorker:
                 return turns
             history = history[1:]
 
+    @dispatch(Dispatch.SHARD)
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
         return [self._result(it, ans) for it, ans in zip(items, self.answers(items))]
 
@@ -184,9 +186,11 @@ class PairRewardWorker:
         steps, prefs = self.process.answers(items), self.outcome.answers(items)
         return [s[:3] + p[3:] for s, p in zip(steps, prefs)]
 
+    @dispatch(Dispatch.SHARD)
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
         return [UnifiRewardWorker._result(it, a) for it, a in zip(items, self.answers(items))]
 
+    @dispatch(Dispatch.SHARD)
     def chat(self, conversations, max_tokens, temperature=0.0, schema=None):
         """Free-form answers (in-training safety judging) from the outcome model's engine."""
         return self.outcome.chat(conversations, max_tokens, temperature, schema)

@@ -47,7 +47,7 @@ class RolloutPoolEndpoint(PoolEndpoint):
             sampling = SamplingConfig(n=n, temperature=temperature, max_tokens=max_tokens,
                                       seed=self.seed)
             texts = defaultdict(list)
-            for s in self.group.scatter("generate", prompts, sampling):
+            for s in self.group.call("generate", prompts, sampling):
                 texts[s.uid].append(s.text)
             for i in idx:
                 replies[i] = Reply(texts=texts[i])
@@ -62,7 +62,7 @@ class JudgePoolEndpoint(PoolEndpoint):
                 assert requests[j].n == 1, "the judge pool answers one text per request"
             schema = requests[idx[0]].schema if self.cfg.structured else None
             convs = [requests[i].messages for i in idx]
-            for i, text in zip(idx, self.group.scatter("chat", convs, max_tokens, temperature,
+            for i, text in zip(idx, self.group.call("chat", convs, max_tokens, temperature,
                                                        schema)):
                 replies[i] = Reply(texts=[text])
         return replies

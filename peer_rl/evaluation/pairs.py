@@ -12,6 +12,7 @@ from peer_rl.supervised.bradley_terry import pairwise_accuracy
 def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, limit: int = 0) -> dict:
     from peer_rl.data.loading import load_subset
+    from peer_rl.protocol import ScalarItem
     from workers.scalar_reward import ScalarRewardWorker
 
     rows = [dict(r) for r in load_subset(root, "preference", files).dataset]
@@ -19,7 +20,8 @@ def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
     t0 = time.perf_counter()
     worker = ScalarRewardWorker(model, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len)
     try:
-        items = [(r["history"], r[k], r["language"]) for r in rows for k in ("chosen", "rejected")]
+        items = [ScalarItem(r["history"], r[k], r["language"]) for r in rows
+                 for k in ("chosen", "rejected")]
         scores = worker.score(items)
     finally:
         worker.close()

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from peer_rl.protocol import Prompt, SamplingConfig, seeded
+from peer_rl.protocol import Prompt, SamplingConfig, Similarities, seeded
 from peer_rl.rewards import rur_reweight
 
 
@@ -15,7 +15,7 @@ def generate(rollout, prompts: list[Prompt], sampling: SamplingConfig, step: int
     """`sampling.n` samples per prompt from the rollout pool, each request seeded by (run seed,
     step, stream, position); results prompt-major."""
     seeded(prompts, sampling.seed, step - 1, stream, sampling.n)
-    samples = rollout.scatter("generate", prompts, sampling, step=step)
+    samples = rollout.call("generate", prompts, sampling, step=step)
     if len(samples) != len(prompts) * sampling.n:
         raise RuntimeError(f"rollout ({stream}) returned {len(samples)} samples for "
                            f"{len(prompts)} prompts x n={sampling.n}")
@@ -23,14 +23,14 @@ def generate(rollout, prompts: list[Prompt], sampling: SamplingConfig, step: int
 
 
 def reweight(redundancy, rows: list[dict], replies: list[str], rewards: np.ndarray, n: int,
-             step: int, timing) -> tuple[dict | None, np.ndarray]:
+             step: int, timing) -> tuple[Similarities | None, np.ndarray]:
     """Stage 5, RUR: s_hist, s_group, tau from the redundancy pool,
     r~ = r / ((1 + tau s_hist)(1 + tau s_group)). Without a redundancy pool (RUR off): r~ = r."""
     t = time.perf_counter()
     red, final = None, rewards
     if redundancy is not None:
         histories = [[u["content"] for u in r["history"]] for r in rows]
-        red = redundancy.map("similarities", [replies], histories, n, step=step)[0]
-        final = rur_reweight(rewards, red["s_hist"], red["s_group"], red["tau"])
+        red = redundancy.call("similarities", replies, histories, n, step=step)
+        final = rur_reweight(rewards, red.s_hist, red.s_group, red.tau)
     timing["redundancy"] = time.perf_counter() - t
     return red, final

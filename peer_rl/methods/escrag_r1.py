@@ -21,7 +21,7 @@ import numpy as np
 from peer_rl.prompts.escrag import final_messages, initial_messages, parse_reasoned
 from peer_rl.methods.base import Groups, Method, Settings, register
 from peer_rl.methods.common import generate, reweight
-from peer_rl.protocol import Prompt, shard
+from peer_rl.protocol import Prompt, RetrievalQuery, ScalarItem
 from peer_rl.methods.scored_batch import ScoredBatch
 
 
@@ -50,8 +50,10 @@ class EscragR1(Method):
         return cls(groups, Settings.from_config(cfg),
                    RetrievalSettings(enable=r.enable, k=r.k, train_initial=r.train_initial))
 
-    def _rewards(self, items: list[tuple], step: int) -> np.ndarray:
-        return np.array(self.groups.reward_model.scatter("score", items, step=step),
+    def _rewards(self, rows: list[dict], samples: list, parsed: list, step: int) -> np.ndarray:
+        items = [ScalarItem(rows[s.uid]["history"], p.reply, rows[s.uid]["language"])
+                 for s, p in zip(samples, parsed)]
+        return np.array(self.groups.reward_model.call("score", items, step=step),
                         dtype=np.float64)
 
     def score(self, rows: list[dict], step: int, timing, samples: list | None = None
@@ -69,13 +71,10 @@ class EscragR1(Method):
             return self._one_pass(rows, step, timing, initial, init_parsed)
 
         t = time.perf_counter()                                           # retrieval
-        queries = [(rows[s.uid]["history"], p.reply, rows[s.uid].get("dialogue"))
-                   for s, p in zip(initial, init_parsed)]
-        group = self.groups.retrieval
-        parts = group.map("search", shard(queries, len(group)), self.retrieval.k, step=step)
-        hits = [h for part in parts for h in part["hits"]]
-        excluded = [x for part in parts for x in part["excluded"]]
-        search_s = sum(part["seconds"] for part in parts)
+        found = self.groups.retrieval.call(
+            "search", [RetrievalQuery(rows[s.uid]["history"], p.reply, rows[s.uid].get("dialogue"))
+                       for s, p in zip(initial, init_parsed)], self.retrieval.k, step=step)
+        hits, excluded, search_s = found.hits, found.excluded, found.seconds
         timing["retrieval"] = time.perf_counter() - t
 
         t = time.perf_counter()                                           # pass 2
@@ -88,8 +87,7 @@ class EscragR1(Method):
         replies = [p.reply for p in parsed]
 
         t = time.perf_counter()                                    # scalar reward, both passes
-        scores = self._rewards([(rows[s.uid]["history"], p.reply, rows[s.uid]["language"])
-                                for s, p in zip(finals + initial, parsed + init_parsed)], step)
+        scores = self._rewards(rows, finals + initial, parsed + init_parsed, step)
         rewards, init_rewards = scores[:B * n], scores[B * n:]
         timing["judge"] = time.perf_counter() - t
         red, final = reweight(self.groups.redundancy, rows, replies, rewards, n, step, timing)
@@ -122,8 +120,7 @@ class EscragR1(Method):
     def _one_pass(self, rows, step, timing, initial, parsed) -> ScoredBatch:
         """Vanilla-GRPO: the initial replies are the samples."""
         t = time.perf_counter()
-        rewards = self._rewards([(rows[s.uid]["history"], p.reply, rows[s.uid]["language"])
-                                 for s, p in zip(initial, parsed)], step)
+        rewards = self._rewards(rows, initial, parsed, step)
         timing["judge"] = time.perf_counter() - t
         replies = [p.reply for p in parsed]
         red, final = reweight(self.groups.redundancy, rows, replies, rewards, self.settings.n,

@@ -59,7 +59,7 @@ class Peer(Method):
         items = self.judge_items(rows, samples, parsed, replies, step)
 
         t = time.perf_counter()                                           # 4. UnifiReward
-        results = self.groups.reward_model.scatter("score", items, step=step)
+        results = self.groups.reward_model.call("score", items, step=step)
         timing["judge"] = time.perf_counter() - t
         rewards = np.array([r.reward for r in results], dtype=np.float64)
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from peer_rl.protocol import Similarities
+
 
 @dataclass
 class ScoredBatch:
@@ -15,7 +17,7 @@ class ScoredBatch:
     replies: list[str]         # the text each sample is judged and compared by
     rewards: np.ndarray        # r_i from the reward model
     final: np.ndarray          # r~_i after RUR (r_i when RUR is off): the advantages' input
-    redundancy: dict | None    # s_hist, s_group, tau, n_words per sample (RUR on)
+    redundancy: Similarities | None   # s_hist, s_group, tau, n_words per sample (RUR on)
     metrics: dict              # the stages' own metrics (reward/..., judge/..., retrieval/...)
     judge_raw: list            # the judge's answers per sample (None for a scalar RM)
 

@@ -68,11 +68,12 @@ class Controller:
             return WorkerGroup(name, getattr(pools, name), t.max_actor_restarts,
                                t.recovery_timeout_s, pools.restart,
                                step=lambda: self.step + 1,
-                               last_checkpoint=lambda: latest_checkpoint(self.out), **hooks)
+                               last_checkpoint=lambda: latest_checkpoint(self.out),
+                               cls=pools.classes.get(name), **hooks)
         self.rollout = group("rollout", on_restart=self._resync_restarted,
                              check=self._check_engine_weights)
         self.reward_model, self.redundancy = group("reward_model"), group("redundancy")
-        self.retrieval = group("retrieval", identity=lambda r: r["pid"])
+        self.retrieval = group("retrieval", identity=lambda r: r.pids[0])
         method = method_class(cfg)
         needs = method.pools(cfg)
         self.method = method.from_config(Groups(**{
@@ -341,8 +342,8 @@ class Controller:
         samples, red, final = scored.samples, scored.redundancy, scored.final
         m: dict = {}
         if red is not None:
-            m |= summarise("rur/s_hist", red["s_hist"]) | summarise("rur/s_group", red["s_group"])
-            m |= summarise("rur/tau", red["tau"])
+            m |= summarise("rur/s_hist", red.s_hist) | summarise("rur/s_group", red.s_group)
+            m |= summarise("rur/tau", red.tau)
             m["reward/rur_mean"] = float(final.mean())
         n_tokens = sum(len(s.response_ids) for s in samples)
         m |= scored.metrics
@@ -364,14 +365,16 @@ class Controller:
 
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
-        red = scored.redundancy or {}
+        red = scored.redundancy
         with open(self.out / "samples.jsonl", "a", encoding="utf-8") as fh:
             for k, s in enumerate(scored.samples):
                 rec = {"step": self.step + 1, "prompt_id": rows[s.uid % len(rows)].get("id"),
                        "uid": s.uid, "text": s.text, "judge": scored.judge_raw[k],
                        "reward": float(scored.rewards[k]),
                        "final_reward": float(scored.final[k])}
-                rec |= {key: float(red[key][k]) for key in ("s_hist", "s_group", "tau") if red}
+                if red is not None:
+                    rec |= {key: float(getattr(red, key)[k]) for key in ("s_hist", "s_group",
+                                                                         "tau")}
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
     def evaluate(self) -> dict:
@@ -379,7 +382,7 @@ class Controller:
         t = time.perf_counter()
         # through the worker group: a redundancy worker restarted meanwhile is waited for
         m = self.evaluator.run(self.rollout, self.reward_model,
-                               lambda texts: self.redundancy.scatter("encode", texts), self.step)
+                               lambda texts: self.redundancy.call("encode", texts), self.step)
         m["timing/eval"] = time.perf_counter() - t
         return m
 

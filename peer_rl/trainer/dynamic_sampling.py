@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from peer_rl.methods.scored_batch import ScoredBatch
+from peer_rl.protocol import Similarities
 
 COUNT_METRICS = ("judge/asked",)       # summed over generation batches, the rest averaged
 
@@ -51,9 +52,7 @@ def select_groups(rows: list[dict], scored: ScoredBatch, keep: list[int]
     idx = [k for k, s in enumerate(scored.samples) if s.uid in new_uid]
     idx.sort(key=lambda k: (new_uid[scored.samples[k].uid], k))
     pick = np.asarray(idx, dtype=np.int64)
-    red = None
-    if scored.redundancy is not None:
-        red = {k: np.asarray(v)[pick] for k, v in scored.redundancy.items()}
+    red = scored.redundancy.take(pick) if scored.redundancy is not None else None
     return [rows[g] for g in keep], ScoredBatch(
         samples=[replace(scored.samples[k], uid=new_uid[scored.samples[k].uid]) for k in idx],
         parsed=[scored.parsed[k] for k in idx], replies=[scored.replies[k] for k in idx],
@@ -78,7 +77,7 @@ def concat(parts: list[tuple[list[dict], ScoredBatch]]) -> tuple[list[dict], Sco
         reds.append(sb.redundancy)
     red = None
     if parts and all(r is not None for r in reds):
-        red = {k: np.concatenate([np.asarray(r[k]) for r in reds]) for k in reds[0]}
+        red = Similarities.concat(reds)
     return rows, ScoredBatch(samples=samples, parsed=parsed, replies=replies,
                              rewards=np.concatenate(rewards) if rewards else np.zeros(0),
                              final=np.concatenate(final) if final else np.zeros(0),

@@ -69,11 +69,30 @@ class PoolFactory:
         self.index_dir = index_dir
         self.pgs: dict = {}
 
-    def rollout(self, i: int):
-        from workers.rollout import RolloutWorker
+    def worker_class(self, pool: str) -> type:
+        """The worker class of a pool (its reward model's by reward_model.kind)."""
+        if pool == "rollout":
+            from workers.rollout import RolloutWorker
+            return RolloutWorker
+        if pool == "reward_model":
+            from workers.scalar_reward import ScalarRewardWorker
+            from workers.unifireward import PairRewardWorker, UnifiRewardWorker
+            return {"scalar": ScalarRewardWorker, "prm_orm": PairRewardWorker,
+                    "unifireward": UnifiRewardWorker}[self.cfg.reward_model.kind]
+        if pool == "redundancy":
+            from workers.redundancy import RedundancyWorker
+            return RedundancyWorker
+        if pool == "retrieval":
+            from workers.retrieval import RetrievalWorker
+            return RetrievalWorker
+        if pool == "actor":
+            from workers.policy import PolicyWorker
+            return PolicyWorker
+        raise KeyError(pool)
 
+    def rollout(self, i: int):
         c, res = self.cfg.rollout, self.cfg.resources.rollout
-        cls = ray.remote(with_faults(RolloutWorker)).options(
+        cls = ray.remote(with_faults(self.worker_class("rollout"))).options(
             **_opts(self.pgs["rollout"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.policy_path, seed=self.cfg.trainer.seed + i,
@@ -83,19 +102,17 @@ class PoolFactory:
                           tensor_parallel_size=c.tensor_model_parallel_size)
 
     def reward_model(self, i: int):
-        from workers.scalar_reward import ScalarRewardWorker
-        from workers.unifireward import PairRewardWorker, UnifiRewardWorker
-
         c, res = self.cfg.reward_model, self.cfg.resources.reward_model
+        worker = self.worker_class("reward_model")
         if c.kind == "scalar":
-            cls = ray.remote(with_faults(ScalarRewardWorker)).options(
+            cls = ray.remote(with_faults(worker)).options(
                 **_opts(self.pgs["reward_model"], i, res, engine_env(),
                         self.cfg.trainer.max_actor_restarts))
             return cls.remote(self.judge_path, seed=self.cfg.trainer.seed,
                               kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
                               gpu_memory_utilization=c.gpu_memory_utilization)
         pair = c.kind == "prm_orm"      # two engines in one actor: they score every item
-        cls = ray.remote(with_faults(PairRewardWorker if pair else UnifiRewardWorker)).options(
+        cls = ray.remote(with_faults(worker)).options(
             **_opts(self.pgs["reward_model"], i, res, engine_env(),
                     self.cfg.trainer.max_actor_restarts))
         engine = dict(seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
@@ -107,10 +124,8 @@ class PoolFactory:
         return cls.remote(self.judge_path, **engine)
 
     def redundancy(self, i: int = 0):
-        from workers.redundancy import RedundancyWorker
-
         r, res = self.cfg.algorithm.rur, self.cfg.resources.redundancy
-        cls = ray.remote(with_faults(RedundancyWorker)).options(
+        cls = ray.remote(with_faults(self.worker_class("redundancy"))).options(
             **_opts(self.pgs["redundancy"], i, res, {"HF_HUB_OFFLINE": "1",
                                                      "TOKENIZERS_PARALLELISM": "false"},
                     self.cfg.trainer.max_actor_restarts))
@@ -119,24 +134,20 @@ class PoolFactory:
                           cjk_chars_per_word=r.cjk_chars_per_word)
 
     def retrieval(self, i: int = 0):
-        from workers.retrieval import RetrievalWorker
-
         r, res = self.cfg.retrieval, self.cfg.resources.retrieval
-        cls = ray.remote(with_faults(RetrievalWorker)).options(
+        cls = ray.remote(with_faults(self.worker_class("retrieval"))).options(
             **_opts(self.pgs["retrieval"], i, res, {"HF_HUB_OFFLINE": "1",
                                                     "TOKENIZERS_PARALLELISM": "false"},
                     self.cfg.trainer.max_actor_restarts))
         return cls.remote(self.index_dir, r.embedding_model)
 
     def actor_group(self) -> list:
-        from workers.policy import PolicyWorker
-
         a, res = self.cfg.actor, self.cfg.resources.actor
         pg = self.pgs["actor"]
         addr, port = ray.get(_node_address.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             pg, placement_group_bundle_index=0)).remote())
         env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-        return [ray.remote(with_faults(PolicyWorker)).options(**_opts(pg, r, res, env)).remote(
+        return [ray.remote(with_faults(self.worker_class("actor"))).options(**_opts(pg, r, res, env)).remote(
             rank=r, world_size=a.world_size, master_addr=addr, master_port=port,
             model_path=self.policy_path, lr=a.lr, weight_decay=a.weight_decay,
             grad_clip=a.grad_clip, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
@@ -177,7 +188,8 @@ class PoolFactory:
                       actor=self.actor_group(),
                       redundancy=[self.redundancy()] if embeds else [],
                       retrieval=[self.retrieval(i) for i in range(sizes.get("retrieval", 0))],
-                      restart=self.restart)
+                      restart=self.restart,
+                      classes={name: self.worker_class(name) for name in sizes})
         # surface constructor failures (bad model path, engine OOM) now, naming the pool
         for name, handles in (("rollout", pools.rollout), ("reward_model", pools.reward_model),
                               ("actor", pools.actor), ("redundancy", pools.redundancy),

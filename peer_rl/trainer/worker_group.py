@@ -1,8 +1,10 @@
 """The controller's runtime: one object per pool of Ray actors, so the controller reads as the
 GRPO loop alone.
 
-`WorkerGroup` fans a stateless pool (rollout, reward model, redundancy, retrieval) out: each
-worker gets its chunk, results come back in worker order. A worker that dies mid-call is
+`WorkerGroup` fans a stateless pool (rollout, reward model, redundancy, retrieval) out. A call
+names the method; how it is split and gathered is what the worker class declares on it
+(peer_rl.protocol.dispatch: SHARD gives each worker its chunk and gathers the answers in item
+order, ONE gives the whole call to the first worker). A worker that dies mid-call is
 restarted by Ray (`max_restarts`); the group waits for it, runs its `on_restart` hook (the
 rollout pool re-syncs the policy's weights into the new engine) and redoes only that worker's
 chunk, so a retried step counts once. `check` may reject a result that a restarted worker gave
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import ray
 
-from peer_rl.protocol import shard
+from peer_rl.protocol import Dispatch, dispatch_of, gather, shard
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Pools:
     redundancy: list = field(default_factory=list)
     retrieval: list = field(default_factory=list)
     restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
+    classes: dict = field(default_factory=dict)   # pool name -> its worker class (dispatch modes)
 
 
 class PoolFailed(RuntimeError):
@@ -66,8 +69,10 @@ class WorkerGroup:
                  check: Callable[[int, str, object], None] | None = None,
                  step: Callable[[], int] = lambda: 0,
                  identity: Callable[[object], object] | None = None,
-                 last_checkpoint: Callable[[], Path | None] | None = None):
+                 last_checkpoint: Callable[[], Path | None] | None = None,
+                 cls: type | None = None):
         self.name, self.handles = name, handles        # the list Pools holds: kept in sync
+        self.cls = cls                                 # the worker class: its dispatch modes
         self.last_checkpoint = last_checkpoint
         self.max_restarts, self.recovery_timeout_s = max_restarts, recovery_timeout_s
         self.replace, self.on_restart, self.check, self.step = replace, on_restart, check, step
@@ -122,10 +127,11 @@ class WorkerGroup:
                   "stands (the worker keeps no state)", file=sys.stderr, flush=True)
         self.seen[i] = who
 
-    def scatter(self, method: str, items: list, *args, step: int | None = None) -> list:
-        """The items split evenly over the workers, `method` on each part, flattened back."""
-        return [x for part in self.map(method, shard(items, len(self)), *args, step=step)
-                for x in part]
+    def call(self, method: str, items, *args, step: int | None = None):
+        """`method(items, *args)` split and gathered as the worker class declares it."""
+        if dispatch_of(self.cls, method) is Dispatch.ONE:
+            return self.map(method, [items], *args, step=step)[0]
+        return gather(self.map(method, shard(items, len(self)), *args, step=step))
 
     def wait_alive(self, i: int):
         """Ray restarts a crashed actor (max_restarts); wait until it answers. Past its restarts

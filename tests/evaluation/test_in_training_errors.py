@@ -8,7 +8,7 @@ import pytest
 
 from peer_rl.config import load_config
 from peer_rl.evaluation.in_training import InTrainingEval
-from peer_rl.protocol import shard
+from peer_rl.protocol import Dispatch, dispatch_of, gather, shard
 
 pytestmark = pytest.mark.e2e
 
@@ -19,9 +19,12 @@ class InProcessGroup:
     def __init__(self, workers):
         self.workers = workers
 
-    def scatter(self, method, items, *args):
-        parts = shard(items, len(self.workers))
-        return [x for w, p in zip(self.workers, parts) for x in getattr(w, method)(p, *args)]
+    def call(self, method, items, *args, step=None):
+        """As WorkerGroup.call, by the method's declared dispatch."""
+        if dispatch_of(type(self.workers[0]), method) is Dispatch.ONE:
+            return getattr(self.workers[0], method)(items, *args)
+        return gather([getattr(w, method)(p, *args)
+                       for w, p in zip(self.workers, shard(items, len(self.workers))) if p])
 
 
 def _closed_port() -> int:

@@ -11,7 +11,7 @@ from peer_rl.config import ConfigError, load_config
 from peer_rl.methods import Groups, Method, method_class, register
 from peer_rl.methods.escrag_r1 import EscragR1
 from peer_rl.methods.peer import Peer
-from peer_rl.protocol import JudgeResult, Sample, request_seed
+from peer_rl.protocol import JudgeResult, Sample, Similarities, request_seed
 from peer_rl.trainer.timeline import Timing
 
 STEPS = "Step 1: a.\nStep 2: b.\nStep 3: c.\nStep 4: I hear you."
@@ -26,13 +26,9 @@ class Recorder:
     def __len__(self):
         return 1
 
-    def scatter(self, method, items, *args, step=None):
+    def call(self, method, items, *args, step=None):
         self.calls.append((method, step, items, args))
         return self.answer(method, items, *args)
-
-    def map(self, method, chunks, *args, step=None):
-        self.calls.append((method, step, chunks, args))
-        return [self.answer(method, c, *args) for c in chunks]
 
 
 def _rollout(method, prompts, sampling):
@@ -103,8 +99,7 @@ def test_peer_scoring_is_a_function_of_rows_and_step_and_names_the_step_in_every
 def test_peer_rur_divides_by_the_redundancy_pools_answer():
     cfg = load_config(["algorithm.rur.enable=true", "rollout.n=2"])
     s = np.array([0.5, 0.0, 1.0, 0.25])
-    red = Recorder(lambda m, replies, hist, n: {"s_hist": s, "s_group": s[::-1],
-                                                 "tau": np.ones(4), "n_words": np.ones(4)})
+    red = Recorder(lambda m, replies, hist, n: Similarities(s, s[::-1], np.ones(4), np.ones(4)))
     method = Peer.from_config(Groups(rollout=Recorder(_rollout), reward_model=Recorder(_judge),
                                      redundancy=red), cfg)
     out = method.score(_rows(2), 3, Timing(3))

@@ -107,13 +107,13 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
         s_hist[k] = min(max(max(cos[:len(utterances)]), 0.0), 1.0)
         s_group[k] = min(max(sum(cos[len(utterances):]) / (G - 1), 0.0), 1.0)
     red = a.redundancy
-    tau = 1.0 / (1.0 + np.exp(-0.5 * (red["n_words"] - 5.0)))
-    np.testing.assert_allclose(red["s_hist"], s_hist, atol=1e-4)
-    np.testing.assert_allclose(red["s_group"], s_group, atol=1e-4)
-    np.testing.assert_allclose(red["tau"], tau, rtol=1e-9)
+    tau = 1.0 / (1.0 + np.exp(-0.5 * (red.n_words - 5.0)))
+    np.testing.assert_allclose(red.s_hist, s_hist, atol=1e-4)
+    np.testing.assert_allclose(red.s_group, s_group, atol=1e-4)
+    np.testing.assert_allclose(red.tau, tau, rtol=1e-9)
     expected = a.rewards / ((1 + tau * s_hist) * (1 + tau * s_group))
     np.testing.assert_allclose(a.final, expected, rtol=1e-3)
-    assert np.all(red["s_group"] > 0) and np.all(red["tau"] > 0)
+    assert np.all(red.s_group > 0) and np.all(red.tau > 0)
     assert np.all(a.final[a.rewards > 0] < a.rewards[a.rewards > 0])  # penalised
 
 

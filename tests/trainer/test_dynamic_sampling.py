@@ -7,6 +7,7 @@ from peer_rl.trainer.dynamic_sampling import (concat, group_values, merge_metric
                                       zero_variance, zero_variance_metrics)
 from peer_rl.protocol import Sample
 from peer_rl.methods.scored_batch import ScoredBatch
+from peer_rl.protocol import Similarities
 
 
 class Parsed:
@@ -23,8 +24,11 @@ def scored(rewards, final=None, complete=None, G=2, tag="x"):
     return ScoredBatch(samples=samples, parsed=[Parsed(c) for c in complete],
                        replies=[f"{tag}{k}" for k in range(n)],
                        rewards=np.array(rewards, float), final=np.array(final, float),
-                       redundancy={"tau": np.arange(n) / 10.0}, metrics={"judge/asked": n,
-                                                                        "reward/format_rate": 1.0},
+                       redundancy=Similarities(s_hist=np.arange(n) / 10.0 + 1,
+                                               s_group=np.arange(n) / 10.0 + 2,
+                                               tau=np.arange(n) / 10.0,
+                                               n_words=np.arange(n) + 3.0),
+                       metrics={"judge/asked": n, "reward/format_rate": 1.0},
                        judge_raw=[[tag, k] for k in range(n)])
 
 
@@ -49,7 +53,10 @@ def test_the_kept_groups_are_renumbered_in_order_with_their_samples():
     assert [s.text for s in out.samples] == ["x4", "x5", "x0", "x1"]
     assert out.replies == ["x4", "x5", "x0", "x1"] and out.judge_raw[0] == ["x", 4]
     np.testing.assert_array_equal(out.rewards, [0.0, 1.0, 1.0, 2.0])
-    np.testing.assert_array_equal(out.redundancy["tau"], [0.4, 0.5, 0.0, 0.1])
+    np.testing.assert_array_equal(out.redundancy.tau, [0.4, 0.5, 0.0, 0.1])
+    # every field follows the same samples
+    np.testing.assert_allclose(out.redundancy.s_hist, out.redundancy.tau + 1)
+    np.testing.assert_allclose(out.redundancy.n_words, out.redundancy.tau * 10 + 3)
     assert [s.uid for s in sb.samples] == [0, 0, 1, 1, 2, 2]       # the input is untouched
 
 
@@ -61,7 +68,7 @@ def test_batches_join_with_uids_past_the_earlier_ones():
     assert [s.uid for s in out.samples] == [0, 0, 1, 1, 2, 2]
     assert [s.text for s in out.samples] == ["x0", "x1", "y0", "y1", "y2", "y3"]
     np.testing.assert_array_equal(out.final, [1.0, 2.0, 0.0, 1.0, 2.0, 0.0])
-    assert len(out.redundancy["tau"]) == 6
+    assert len(out.redundancy.tau) == 6
 
 
 def test_metrics_of_a_step_count_and_weigh_every_batch():

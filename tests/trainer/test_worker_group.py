@@ -108,3 +108,47 @@ def test_a_worker_that_dies_past_max_actor_restarts_ends_the_step_with_the_way_o
     assert f"Last complete checkpoint: {tmp_path / 'step_3'}" in msg and "resume=auto" in msg
     assert group.restarts == 1
     assert (tmp_path / "Echo.ask.calls").read_text() == "3"    # 1 answered, 2 and 3 died
+
+
+def _split_class():
+    from peer_rl.protocol import Dispatch, dispatch
+
+    class Split:
+        @dispatch(Dispatch.SHARD)
+        def each(self, items, tag):
+            import os
+            return [(os.getpid(), tag, x) for x in items]
+
+        @dispatch(Dispatch.ONE)
+        def together(self, items, tag):
+            import os
+            return {"pid": os.getpid(), "tag": tag, "items": list(items)}
+
+        def undeclared(self, items):
+            return items
+
+        def health(self):
+            import os
+            return {"ok": True, "pid": os.getpid()}
+    return Split
+
+
+def test_a_call_is_split_and_gathered_as_the_worker_method_declares(ray_session):
+    from peer_rl.trainer.worker_group import WorkerGroup
+
+    ray = ray_session
+    cls = _split_class()
+    handles = [ray.remote(cls).options(num_cpus=0).remote() for _ in range(2)]
+    pids = [ray.get(h.health.remote())["pid"] for h in handles]
+    group = WorkerGroup("split", handles, max_restarts=0, recovery_timeout_s=60, cls=cls)
+    # SHARD: contiguous near-equal parts (3 then 2), the answers back in item order
+    assert group.call("each", [1, 2, 3, 4, 5], "t") == [
+        (pids[0], "t", 1), (pids[0], "t", 2), (pids[0], "t", 3), (pids[1], "t", 4),
+        (pids[1], "t", 5)]
+    # ONE: every item to the first worker, its answer as it is
+    assert group.call("together", [1, 2, 3], "u") == {"pid": pids[0], "tag": "u",
+                                                        "items": [1, 2, 3]}
+    with pytest.raises(TypeError, match="Split.undeclared declares no dispatch mode"):
+        group.call("undeclared", [1])
+    for h in handles:
+        ray.kill(h)

@@ -27,23 +27,23 @@ def test_similarities_rank_redundant_replies_higher(worker):
         "Have you eaten something warm today?",
     ]
     sims = worker.similarities(replies, history, group_size=4)
-    assert sims["s_hist"][0] == pytest.approx(1.0, abs=1e-5)
-    assert sims["s_hist"][0] > sims["s_hist"][3]
-    assert np.all((sims["s_group"] >= 0) & (sims["s_group"] <= 1))
-    np.testing.assert_allclose(sims["tau"], length_coefficient(sims["n_words"]))
+    assert sims.s_hist[0] == pytest.approx(1.0, abs=1e-5)
+    assert sims.s_hist[0] > sims.s_hist[3]
+    assert np.all((sims.s_group >= 0) & (sims.s_group <= 1))
+    np.testing.assert_allclose(sims.tau, length_coefficient(sims.n_words))
 
 
 def test_identical_group_has_full_in_group_redundancy(worker):
     replies = ["You are not alone in this."] * 4 + ["a", "b c", "d e f", "g"]
     sims = worker.similarities(replies, [["hi"], ["yo"]], group_size=4)
-    np.testing.assert_allclose(sims["s_group"][:4], 1.0, atol=1e-5)
+    np.testing.assert_allclose(sims.s_group[:4], 1.0, atol=1e-5)
 
 
 def test_reweight_is_the_formula(worker):
     replies = ["hello there", "You are not alone and this will pass, I promise you that today."] * 2
     history = "I feel alone tonight."
     rewards = np.array([3.0, 3.0, 2.0, 1.0])
-    out = worker.reweight(rewards, replies, [[history]], group_size=4)
+    sims, reweighted = worker.reweight(rewards, replies, [[history]], group_size=4)
     # worked out here from the embedding model's vectors, loop by loop: s_hist = cosine to the
     # one history utterance, s_group = mean cosine to the other three replies; tau by hand:
     # sigmoid(0.5 (L - 5)) for L = 2 and L = 13 words
@@ -54,11 +54,11 @@ def test_reweight_is_the_formula(worker):
         s_hist = min(max(float(e[k] @ e[4]), 0.0), 1.0)
         s_group = min(max(sum(float(e[k] @ e[j]) for j in range(4) if j != k) / 3, 0.0), 1.0)
         t = tau[k % 2]
-        assert out["tau"][k] == pytest.approx(t, rel=1e-6)
-        assert out["rewards"][k] == pytest.approx(
+        assert sims.tau[k] == pytest.approx(t, rel=1e-6)
+        assert reweighted[k] == pytest.approx(
             rewards[k] / ((1 + t * s_hist) * (1 + t * s_group)), rel=1e-4)
     # same similarity structure, the 2-word reply keeps more of its reward than the 13-word one
-    assert out["rewards"][0] / 3.0 > out["rewards"][1] / 3.0
+    assert reweighted[0] / 3.0 > reweighted[1] / 3.0
 
 
 def test_wrong_group_layout_is_refused(worker):
@@ -94,7 +94,7 @@ def test_default_model_separates_chinese_near_duplicates_from_unrelated(default_
     group = [ZH_NEAR[0][0], ZH_NEAR[0][1], ZH_NEAR[0][0], ZH_NEAR[0][1],
              ZH_FAR[0][1], ZH_FAR[1][1], ZH_FAR[2][1], ZH_NEAR[1][0]]
     sims = default_worker.similarities(group, [["我最近总是睡不着。"], ["我考试没考好。"]], 4)
-    assert sims["s_group"][:4].min() > sims["s_group"][4:].max()
+    assert sims.s_group[:4].min() > sims.s_group[4:].max()
 
 
 def test_the_english_model_does_not_separate_chinese(worker, default_worker):
@@ -122,8 +122,8 @@ def test_history_is_encoded_once_per_text_and_the_cache_changes_no_value():
     assert uncached.encoded == 2 * (8 + 3)
     for a, b in ((a1, b1), (a2, b2)):
         for key in ("s_hist", "s_group", "tau"):
-            np.testing.assert_allclose(a[key], b[key], atol=1e-5)
+            np.testing.assert_allclose(getattr(a, key), getattr(b, key), atol=1e-5)
     # s_hist by hand for one reply: its largest cosine to its own prompt's utterances (>= 0)
     e = cached.model.encode([step2[5]] + histories[1])
-    assert a2["s_hist"][5] == pytest.approx(max(0.0, float(e[0] @ e[1]), float(e[0] @ e[2])),
+    assert a2.s_hist[5] == pytest.approx(max(0.0, float(e[0] @ e[1]), float(e[0] @ e[2])),
                                             abs=1e-5)

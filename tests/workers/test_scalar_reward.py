@@ -35,13 +35,15 @@ def test_the_pooling_engine_scores_like_transformers(trained_rm):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from peer_rl.supervised.bradley_terry import rm_messages
+    from peer_rl.protocol import ScalarItem
     from workers.scalar_reward import ScalarRewardWorker
 
     model_dir = str(trained_rm / "final")
     hist = [{"role": "seeker", "content": "I failed the exam again."}]
-    items = [(hist, "That must sting after all your work. What happened?", "en"),
-             (hist, "Exams don't matter. Move on.", "en"),
-             ([{"role": "seeker", "content": "我又没考上。"}], "又一次落空，真的很难受。", "zh")]
+    items = [ScalarItem(hist, "That must sting after all your work. What happened?", "en"),
+             ScalarItem(hist, "Exams don't matter. Move on.", "en"),
+             ScalarItem([{"role": "seeker", "content": "我又没考上。"}], "又一次落空，真的很难受。",
+                        "zh")]
     worker = ScalarRewardWorker(model_dir, kv_cache_gib=0.5, max_model_len=1024)
     try:
         got = worker.score(items)
@@ -50,8 +52,9 @@ def test_the_pooling_engine_scores_like_transformers(trained_rm):
     tok = AutoTokenizer.from_pretrained(model_dir)
     hf = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
-        want = [float(hf(**tok(tok.apply_chat_template(rm_messages(h, r, lang), tokenize=False),
+        want = [float(hf(**tok(tok.apply_chat_template(rm_messages(it.history, it.reply, it.lang),
+                                                   tokenize=False),
                                return_tensors="pt", add_special_tokens=False)).logits[0, 0])
-                for h, r, lang in items]
+                for it in items]
     assert got == pytest.approx(want, abs=1e-4)
     assert got[0] > got[1]          # the trained model prefers the supportive reply
