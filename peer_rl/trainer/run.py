@@ -19,7 +19,7 @@ def resolve_models(cfg) -> tuple[str, str]:
     policy, judge = cfg.model.path, cfg.reward_model.path
     if not policy or not judge:
         from peer_rl.supervised.tiny_models import default_cache_dir
-        from peer_rl.supervised import tiny_cache
+        from peer_rl.trainer import tiny_cache
 
         cache, address = cfg.model.tiny_cache_dir or default_cache_dir(), cfg.ray.address
         if cfg.reward_model.kind == "scalar":
