@@ -13,9 +13,20 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from peer_rl.trainer.faults import with_faults
 from peer_rl.methods import method_class
+from peer_rl.trainer.faults import with_faults
 from peer_rl.trainer.worker_group import Pools
+
+# pool -> worker class ("module:Class"; the reward model's by reward_model.kind)
+WORKERS = {"rollout": "workers.rollout:RolloutWorker",
+           "reward_model": {"unifireward": "workers.unifireward:UnifiRewardWorker",
+                            "prm_orm": "workers.unifireward:PairRewardWorker",
+                            "scalar": "workers.scalar_reward:ScalarRewardWorker"},
+           "redundancy": "workers.redundancy:RedundancyWorker",
+           "retrieval": "workers.retrieval:RetrievalWorker",
+           "actor": "workers.policy:PolicyWorker"}
+_PLAIN_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
 
 def engine_env() -> dict:
     """Environment for an actor that runs vLLM: no hub access, quiet engine logs.
@@ -70,51 +81,37 @@ class PoolFactory:
         self.pgs: dict = {}
 
     def worker_class(self, pool: str) -> type:
-        """The worker class of a pool (its reward model's by reward_model.kind)."""
-        if pool == "rollout":
-            from workers.rollout import RolloutWorker
-            return RolloutWorker
-        if pool == "reward_model":
-            from workers.scalar_reward import ScalarRewardWorker
-            from workers.unifireward import PairRewardWorker, UnifiRewardWorker
-            return {"scalar": ScalarRewardWorker, "prm_orm": PairRewardWorker,
-                    "unifireward": UnifiRewardWorker}[self.cfg.reward_model.kind]
-        if pool == "redundancy":
-            from workers.redundancy import RedundancyWorker
-            return RedundancyWorker
-        if pool == "retrieval":
-            from workers.retrieval import RetrievalWorker
-            return RetrievalWorker
-        if pool == "actor":
-            from workers.policy import PolicyWorker
-            return PolicyWorker
-        raise KeyError(pool)
+        """The worker class of a pool (WORKERS), imported only when its pool starts."""
+        import importlib
+
+        entry = WORKERS[pool]
+        if isinstance(entry, dict):
+            entry = entry[self.cfg.reward_model.kind]
+        module, name = entry.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def _actor(self, pool: str, i: int, env: dict):
+        """Pool `pool`'s worker class as a Ray actor class on bundle i of its placement group
+        (armed by PEER_RL_FAULTS where that names it)."""
+        return ray.remote(with_faults(self.worker_class(pool))).options(
+            **_opts(self.pgs[pool], i, self.cfg.resources[pool], env,
+                    self.cfg.trainer.max_actor_restarts))
 
     def rollout(self, i: int):
-        c, res = self.cfg.rollout, self.cfg.resources.rollout
-        cls = ray.remote(with_faults(self.worker_class("rollout"))).options(
-            **_opts(self.pgs["rollout"], i, res, engine_env(),
-                    self.cfg.trainer.max_actor_restarts))
-        return cls.remote(self.policy_path, seed=self.cfg.trainer.seed + i,
-                          kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
-                          gpu_memory_utilization=c.gpu_memory_utilization,
-                          enforce_eager=c.enforce_eager,
-                          tensor_parallel_size=c.tensor_model_parallel_size)
+        c = self.cfg.rollout
+        return self._actor("rollout", i, engine_env()).remote(
+            self.policy_path, seed=self.cfg.trainer.seed + i, kv_cache_gib=c.kv_cache_gib,
+            max_model_len=c.max_model_len, gpu_memory_utilization=c.gpu_memory_utilization,
+            enforce_eager=c.enforce_eager, tensor_parallel_size=c.tensor_model_parallel_size)
 
     def reward_model(self, i: int):
-        c, res = self.cfg.reward_model, self.cfg.resources.reward_model
-        worker = self.worker_class("reward_model")
+        c = self.cfg.reward_model
+        cls = self._actor("reward_model", i, engine_env())
         if c.kind == "scalar":
-            cls = ray.remote(with_faults(worker)).options(
-                **_opts(self.pgs["reward_model"], i, res, engine_env(),
-                        self.cfg.trainer.max_actor_restarts))
             return cls.remote(self.judge_path, seed=self.cfg.trainer.seed,
                               kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
                               gpu_memory_utilization=c.gpu_memory_utilization)
         pair = c.kind == "prm_orm"      # two engines in one actor: they score every item
-        cls = ray.remote(with_faults(worker)).options(
-            **_opts(self.pgs["reward_model"], i, res, engine_env(),
-                    self.cfg.trainer.max_actor_restarts))
         engine = dict(seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
                       max_tokens=c.max_tokens, max_model_len=c.max_model_len,
                       gpu_memory_utilization=c.gpu_memory_utilization / (2 if pair else 1),
@@ -124,30 +121,26 @@ class PoolFactory:
         return cls.remote(self.judge_path, **engine)
 
     def redundancy(self, i: int = 0):
-        r, res = self.cfg.algorithm.rur, self.cfg.resources.redundancy
-        cls = ray.remote(with_faults(self.worker_class("redundancy"))).options(
-            **_opts(self.pgs["redundancy"], i, res, {"HF_HUB_OFFLINE": "1",
-                                                     "TOKENIZERS_PARALLELISM": "false"},
-                    self.cfg.trainer.max_actor_restarts))
-        return cls.remote(r.embedding_model, batch_size=r.batch_size, alpha=r.alpha, beta=r.beta,
-                          history_agg=r.history_agg, group_agg=r.group_agg,
-                          cjk_chars_per_word=r.cjk_chars_per_word)
+        r = self.cfg.algorithm.rur
+        return self._actor("redundancy", i, _PLAIN_ENV).remote(
+            r.embedding_model, batch_size=r.batch_size, alpha=r.alpha, beta=r.beta,
+            history_agg=r.history_agg, group_agg=r.group_agg,
+            cjk_chars_per_word=r.cjk_chars_per_word)
 
     def retrieval(self, i: int = 0):
-        r, res = self.cfg.retrieval, self.cfg.resources.retrieval
-        cls = ray.remote(with_faults(self.worker_class("retrieval"))).options(
-            **_opts(self.pgs["retrieval"], i, res, {"HF_HUB_OFFLINE": "1",
-                                                    "TOKENIZERS_PARALLELISM": "false"},
-                    self.cfg.trainer.max_actor_restarts))
-        return cls.remote(self.index_dir, r.embedding_model)
+        return self._actor("retrieval", i, _PLAIN_ENV).remote(
+            self.index_dir, self.cfg.retrieval.embedding_model)
 
     def actor_group(self) -> list:
         a, res = self.cfg.actor, self.cfg.resources.actor
         pg = self.pgs["actor"]
-        addr, port = ray.get(_node_address.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-            pg, placement_group_bundle_index=0)).remote())
+        addr, port = ray.get(_node_address.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=0)).remote())
         env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-        return [ray.remote(with_faults(self.worker_class("actor"))).options(**_opts(pg, r, res, env)).remote(
+        # policy ranks are never restarted by Ray (max_restarts 0): a dead rank ends the step
+        return [ray.remote(with_faults(self.worker_class("actor"))).options(
+            **_opts(pg, r, res, env)).remote(
             rank=r, world_size=a.world_size, master_addr=addr, master_port=port,
             model_path=self.policy_path, lr=a.lr, weight_decay=a.weight_decay,
             grad_clip=a.grad_clip, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
