@@ -9,9 +9,8 @@ from peer_rl.evaluation.cases import (CaseFileError, load_diversity_prompts, loa
                                       load_profiles, load_role_cards)
 from peer_rl.evaluation.config import SAMPLE_EVAL
 
-# published benchmark files, when a checkout has them beside it (as the ESConv import test)
-REFERENCE = Path(os.environ.get("PEER_RL_REFERENCE",
-                                Path(__file__).resolve().parents[3] / "shared" / "reference"))
+# published benchmark files, read only under --reference from $PEER_RL_REFERENCE
+REFERENCE = Path(os.environ.get("PEER_RL_REFERENCE", "PEER_RL_REFERENCE-is-not-set"))
 
 
 def test_role_cards_as_esc_eval_publishes_them(tmp_path):
