@@ -62,22 +62,23 @@ def update_step(path: str, tokens: int, seq: int) -> dict:
     import numpy as np
     import torch
 
+    from peer_rl.protocol import UpdateBatch
+    from peer_rl.worker_settings import PolicySettings
     from workers.policy import PolicyWorker
 
     rows = max(1, tokens // seq)
     t0 = time.perf_counter()
-    w = PolicyWorker(0, 1, "127.0.0.1", _port(), path, lr=1e-6, ppo_mini_batch_size=rows,
-                     ppo_micro_batch_size=rows, ppo_max_token_len_per_gpu=tokens,
-                     logits_chunk_size=1024, gradient_checkpointing=True,
-                     ref_param_offload=True)
+    w = PolicyWorker(0, 1, "127.0.0.1", _port(), path, PolicySettings(
+        lr=1e-6, ppo_mini_batch_size=rows, ppo_micro_batch_size=rows,
+        ppo_max_token_len_per_gpu=tokens, logits_chunk_size=1024, gradient_checkpointing=True,
+        ref_param_offload=True))
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     vocab = w.model.get_output_embeddings().weight.shape[0]
     resp = np.zeros((rows, seq), np.int64)
     resp[:, seq // 2:] = 1
-    batch = {"input_ids": rng.integers(0, vocab, (rows, seq)),
-             "attention_mask": np.ones((rows, seq), np.int64), "response_mask": resp,
-             "advantages": rng.standard_normal(rows).astype(np.float32)}
+    batch = UpdateBatch(rng.integers(0, vocab, (rows, seq)), np.ones((rows, seq), np.int64), resp,
+                        rng.standard_normal(rows).astype(np.float32))
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.synchronize()

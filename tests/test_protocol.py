@@ -62,6 +62,23 @@ def test_each_pool_method_the_methods_call_declares_its_dispatch():
         ("RedundancyWorker", "similarities")]
 
 
+def test_every_policy_call_the_trainer_makes_goes_to_all_ranks_and_nothing_else_can():
+    """The controller's and the weight sync's policy calls are declared Dispatch.ALL; a method
+    that is not (here `shutdown`, which the placement layer sends rank by rank) is refused
+    before any rank is asked."""
+    from peer_rl.protocol import Dispatch, dispatch_of
+    from peer_rl.trainer.worker_group import PolicyGroup
+    from workers.policy import PolicyWorker
+
+    for method in ("update", "compute_log_prob", "save_checkpoint", "load_checkpoint",
+                   "export_hf", "health", "weight_metas", "host_weight_sync",
+                   "join_weight_sync", "send_weights"):
+        assert dispatch_of(PolicyWorker, method) is Dispatch.ALL, method
+    group = PolicyGroup([], PolicyWorker, lambda: None)
+    with pytest.raises(TypeError, match="PolicyWorker.shutdown declares no dispatch mode"):
+        group.submit("shutdown")
+
+
 def test_gathering_flattens_lists_and_concatenates_batch_types():
     from peer_rl.protocol import RetrievalHits, gather
 

@@ -6,6 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from peer_rl.models.pinned import extract_gguf, fetch, read_card, wheel_path
+from peer_rl.worker_settings import EngineSettings
 
 NAME = "smollm2-135m-instruct"
 PROMPTS = ["I lost my job today and I feel like a failure.",
@@ -48,7 +49,7 @@ def test_vllm_decodes_it_greedily_as_transformers_does(smollm2):
         ids = tok(text, return_tensors="pt").input_ids
         out = model.generate(ids, max_new_tokens=32, do_sample=False)
         expected.append(out[0, ids.shape[1]:].tolist())
-    llm = make_llm(smollm2, kv_cache_gib=1, max_model_len=2048)
+    llm = make_llm(smollm2, EngineSettings(kv_cache_gib=1, max_model_len=2048))
     got = [list(o.outputs[0].token_ids) for o in
            llm.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0), use_tqdm=False)]
     assert got == expected

@@ -5,9 +5,9 @@ and the GPU machine, which has no Ray, can drive it directly. Every rank receive
 batch and shards it itself, so the controller just broadcasts one object reference.
 
 Conventions
-- Batches: `input_ids`, `attention_mask`, `response_mask` (N, T), right-padded prompt+response;
-  `advantages` (N,). Optional: `old_log_probs`, `ref_log_prob` (N, T) to skip recomputation, and
-  a scalar `temperature` (the rollout temperature; logits are divided by it, as verl does).
+- Batches are peer_rl.protocol.UpdateBatch: right-padded prompt + response rows, the response
+  mask, advantages; optionally old and reference log-probs (recomputation skipped) and the
+  sampler's (async training). Settings are peer_rl.worker_settings.PolicySettings.
 - Log-probs are returned token-aligned, (N, T): column t is log p(input_ids[t] | input_ids[:t]),
   i.e. it comes from the logits at position t-1 (column 0 has no prediction and is 0; padding is
   0). This lines up with `response_mask` and with the sampler's per-token log-probs.
@@ -40,10 +40,10 @@ from peer_rl.algos import (
     kl_penalty,
     logprobs_from_logits,
 )
-from peer_rl.config import ActorConfig as _A
-from peer_rl.config import RolloutConfig
 from peer_rl.micro_batches import by_count, by_token_budget
 from peer_rl.runtime import fsync_tree, peak_rss_bytes
+from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
+from peer_rl.worker_settings import PolicySettings
 from workers import fsdp
 
 
@@ -65,41 +65,20 @@ class PolicyWorker:
     broadcast would save host memory for large models).
     """
 
-    # defaults are the config schema's (peer_rl.config.ActorConfig); the mini-batch here counts
-    # sequences, the schema's prompts
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
-                 model_path: str, lr: float = _A.lr, weight_decay: float = _A.weight_decay,
-                 grad_clip: float = _A.grad_clip, kl_loss_coef: float = _A.kl_loss_coef,
-                 kl_loss_type: str = _A.kl_loss_type, clip_ratio: float = _A.clip_ratio,
-                 entropy_coeff: float = _A.entropy_coeff,
-                 ppo_mini_batch_size: int = _A.ppo_mini_batch_size * RolloutConfig.n,
-                 ppo_micro_batch_size: int = _A.ppo_micro_batch_size,
-                 ppo_epochs: int = _A.ppo_epochs, seed: int = 0, backend: str | None = None,
-                 freeze_vision_tower: bool = _A.freeze_vision_tower,
-                 gradient_checkpointing: bool = _A.gradient_checkpointing,
-                 logits_chunk_size: int = _A.logits_chunk_size,
-                 ppo_max_token_len_per_gpu: int = _A.ppo_max_token_len_per_gpu,
-                 ref_param_offload: bool = _A.ref_param_offload,
-                 behavior_weight_cap: float = _A.behavior_weight_cap,
-                 loss_mode: str = "vanilla", loss_agg_mode: str = _A.loss_agg_mode,
-                 clip_ratio_low: float | None = _A.clip_ratio_low,
-                 clip_ratio_high: float | None = _A.clip_ratio_high,
-                 clip_ratio_c: float = _A.clip_ratio_c,
-                 loss_scale_factor: float | None = _A.loss_scale_factor):
+                 model_path: str, settings: PolicySettings | None = None, *, rollout_n: int = 1,
+                 seed: int = 0, backend: str | None = None):
+        """`rollout_n`: rows each prompt brings, so that a mini-batch of
+        settings.ppo_mini_batch_size prompts is that many times as many rows (verl's
+        normalisation); 1 where the rows are not groups."""
+        s = self.settings = settings or PolicySettings()
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
-        self.master_addr = master_addr
-        self.gradient_checkpointing = gradient_checkpointing
-        self.freeze_vision_tower = freeze_vision_tower
-        self.grad_clip, self.kl_loss_coef, self.kl_loss_type = grad_clip, kl_loss_coef, kl_loss_type
-        self.clip_ratio, self.entropy_coeff, self.seed = clip_ratio, entropy_coeff, seed
-        self.mini, self.micro, self.ppo_epochs = ppo_mini_batch_size, ppo_micro_batch_size, ppo_epochs
-        self.max_tokens, self.logits_chunk = ppo_max_token_len_per_gpu, logits_chunk_size
-        self.ref_param_offload = ref_param_offload
-        self.behavior_weight_cap = behavior_weight_cap
-        self.policy_loss = get_policy_loss_fn(loss_mode)
-        self.loss_agg_mode, self.loss_scale_factor = loss_agg_mode, loss_scale_factor
-        self.clip = {"clip_ratio": clip_ratio, "clip_ratio_low": clip_ratio_low,
-                     "clip_ratio_high": clip_ratio_high, "clip_ratio_c": clip_ratio_c}
+        self.master_addr, self.seed = master_addr, seed
+        self.mini = s.ppo_mini_batch_size * rollout_n
+        self.policy_loss = get_policy_loss_fn(s.policy_loss.loss_mode)
+        self.loss_agg_mode = s.loss_agg_mode
+        self.clip = {"clip_ratio": s.clip_ratio, "clip_ratio_low": s.clip_ratio_low,
+                     "clip_ratio_high": s.clip_ratio_high, "clip_ratio_c": s.clip_ratio_c}
         self.global_step = 0
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if self.backend == "nccl":
@@ -127,10 +106,10 @@ class PolicyWorker:
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
         self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
         self.model = self._load_sharded(mp, trainable=True)
-        self.ref = self._load_sharded(mp, offload=ref_param_offload).requires_grad_(False)
+        self.ref = self._load_sharded(mp, offload=s.ref_param_offload).requires_grad_(False)
         # frozen parameters get no gradient and no optimizer state
         self.optim = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
-                                       lr=lr, weight_decay=weight_decay)
+                                       lr=s.lr, weight_decay=s.weight_decay)
 
     # ------------------------------------------------------------------ model plumbing
     def _load_sharded(self, mp, trainable: bool = False, offload: bool = False) -> torch.nn.Module:
@@ -140,12 +119,12 @@ class PolicyWorker:
         if not hasattr(self, "hf_keys"):
             self.hf_keys = list(model.state_dict())  # the keys from_pretrained(...).state_dict() use
             self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
-        if trainable and self.freeze_vision_tower and self.vision is not None:
+        if trainable and self.settings.freeze_vision_tower and self.vision is not None:
             self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
-        if trainable and self.gradient_checkpointing:
+        if trainable and self.settings.gradient_checkpointing:
             fsdp.checkpoint_layers(model)
-        if self.logits_chunk > 0:
-            self._heads[id(model)] = fsdp.logprob_head(model, self.logits_chunk)
+        if self.settings.logits_chunk_size > 0:
+            self._heads[id(model)] = fsdp.logprob_head(model, self.settings.logits_chunk_size)
         return fsdp.shard(model, self.mesh, mp, offload=offload)
 
     def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:
@@ -159,7 +138,7 @@ class PolicyWorker:
                     vision: dict | None = None):
         """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T),
         with a gradient only when actor.entropy_coeff is set (else a metric)."""
-        mode = ("grad" if self.entropy_coeff else "metric") if entropy else "none"
+        mode = ("grad" if self.settings.entropy_coeff else "metric") if entropy else "none"
         head = self._heads.get(id(model))
         if head is not None:                  # chunked: no full-vocabulary logits anywhere
             head.update(labels=ids[:, 1:], temperature=temperature, entropy=mode)
@@ -176,7 +155,7 @@ class PolicyWorker:
         logp = F.pad(logprobs_from_logits(logits, ids[:, 1:]), (1, 0))
         if not entropy:
             return logp, None
-        if self.entropy_coeff:
+        if self.settings.entropy_coeff:
             return logp, F.pad(entropy_from_logits(logits), (1, 0))
         with torch.no_grad():                 # metric only: keep the (B, T, V) graph small
             return logp, F.pad(entropy_from_logits(logits), (1, 0))
@@ -185,14 +164,14 @@ class PolicyWorker:
         """Positions into `rows` (this rank's rows of a mini-batch), one tensor per forward:
         by token budget (actor.ppo_max_token_len_per_gpu; the count agreed over ranks, since
         each forward all-gathers) or by actor.ppo_micro_batch_size when the budget is 0."""
-        if not self.max_tokens:
-            groups = by_count(len(rows), self.micro)
+        if not self.settings.ppo_max_token_len_per_gpu:
+            groups = by_count(len(rows), self.settings.ppo_micro_batch_size)
         else:
             lengths = attn[rows].sum(1).tolist()
-            n = torch.tensor([len(by_token_budget(lengths, self.max_tokens))], device=self.device)
+            n = torch.tensor([len(by_token_budget(lengths, self.settings.ppo_max_token_len_per_gpu))], device=self.device)
             if self.world_size > 1:
                 dist.all_reduce(n, op=dist.ReduceOp.MAX)
-            groups = by_token_budget(lengths, self.max_tokens, int(n))
+            groups = by_token_budget(lengths, self.settings.ppo_max_token_len_per_gpu, int(n))
         return [torch.tensor(g, dtype=torch.long) for g in groups]
 
     def _shard_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,62 +213,64 @@ class PolicyWorker:
         return out
 
     # ------------------------------------------------------------------ public API
-    def compute_log_prob(self, batch: dict) -> dict:
+    @dispatch(Dispatch.ALL)
+    def compute_log_prob(self, batch: UpdateBatch) -> LogProbs:
         """Current-policy and reference log-probs, (N, T) float32 numpy, token-aligned."""
-        ids, attn = _tensor(batch["input_ids"], torch.long), _tensor(batch["attention_mask"], torch.long)
-        old, ref = self._log_probs(ids, attn, float(batch.get("temperature", 1.0)),
-                                   batch.get("images"))
-        return {"old_log_probs": old.numpy(), "ref_log_prob": ref.numpy()}
+        ids, attn = _tensor(batch.input_ids, torch.long), _tensor(batch.attention_mask, torch.long)
+        old, ref = self._log_probs(ids, attn, float(batch.temperature), batch.images)
+        return LogProbs(old.numpy(), ref.numpy())
 
-    def _staleness(self, batch: dict) -> dict:
+    def _staleness(self, batch: UpdateBatch) -> dict:
         """The bound of trainer.async_training, checked where it matters: every sample's policy
         version (stamped by the engine that drew it) against this policy's own update count."""
-        if "policy_versions" not in batch:
+        if batch.policy_versions is None:
             return {}
-        lag = self.global_step - np.asarray(batch["policy_versions"], dtype=np.int64)
-        bound = int(batch.get("max_staleness", 0))
+        lag = self.global_step - np.asarray(batch.policy_versions, dtype=np.int64)
+        bound = int(batch.max_staleness)
         if lag.min() < 0 or lag.max() > bound:
             raise ValueError(f"update {self.global_step + 1}: samples drawn by policy versions "
                              f"{sorted(set((self.global_step - lag).tolist()))}, but this policy "
                              f"has {self.global_step} update(s) and the staleness bound is {bound}")
         return {"async/staleness_max": float(lag.max()), "async/staleness_mean": float(lag.mean())}
 
-    def _behavior_weight(self, batch: dict, old: torch.Tensor, mask: torch.Tensor):
+    def _behavior_weight(self, batch: UpdateBatch, old: torch.Tensor, mask: torch.Tensor):
         """Decoupled PPO's importance weight pi_old / pi_behavior per token, capped at
         actor.behavior_weight_cap; None without the sampler's log-probs or with cap 0."""
-        if "behavior_log_probs" not in batch or not self.behavior_weight_cap:
+        if batch.behavior_log_probs is None or not self.settings.behavior_weight_cap:
             return None, {}
-        behav = _tensor(batch["behavior_log_probs"], torch.float32)
+        behav = _tensor(batch.behavior_log_probs, torch.float32)
         log_w = ((old - behav) * mask).clamp(-20.0, 20.0)
-        w = log_w.exp().clamp(max=self.behavior_weight_cap)
+        w = log_w.exp().clamp(max=self.settings.behavior_weight_cap)
         tokens = mask.sum().clamp_min(1.0)
         return w, {"async/behavior_weight_mean": float((w * mask).sum() / tokens),
-                   "async/behavior_weight_capped": float(((log_w.exp() > self.behavior_weight_cap)
+                   "async/behavior_weight_capped": float(((log_w.exp() > self.settings.behavior_weight_cap)
                                                           .float() * mask).sum() / tokens),
                    "async/behavior_abs_log_ratio": float((log_w.abs() * mask).sum() / tokens)}
 
-    def update(self, batch: dict) -> dict:
+    @dispatch(Dispatch.ALL)
+    def update(self, batch: UpdateBatch) -> dict:
         """ppo_epochs x seeded mini-batches of clipped loss + KL - entropy; one step per mini-batch."""
         t0 = time.perf_counter()
         async_metrics = self._staleness(batch)
         image_s0 = self.vision.seconds if self.vision is not None else 0.0
-        ids, attn = _tensor(batch["input_ids"], torch.long), _tensor(batch["attention_mask"], torch.long)
-        adv = _tensor(batch["advantages"], torch.float32)
-        temperature = float(batch.get("temperature", 1.0))
-        mask = (_tensor(batch["response_mask"]) * attn).float()
+        ids, attn = _tensor(batch.input_ids, torch.long), _tensor(batch.attention_mask, torch.long)
+        adv = _tensor(batch.advantages, torch.float32)
+        temperature = float(batch.temperature)
+        mask = (_tensor(batch.response_mask) * attn).float()
         mask[:, 0] = 0.0                      # column 0 has no prediction
-        behavior = "behavior_log_probs" in batch and bool(self.behavior_weight_cap)
+        behavior = batch.behavior_log_probs is not None and bool(self.settings.behavior_weight_cap)
         # one optimizer step on the whole batch, no behaviour weights: the old policy is the
         # policy as it stands, so the clipped ratio's anchor is the training forward's own
         # log-probs (detached) and the separate no-grad pass over the policy is skipped
-        one_step = self.ppo_epochs == 1 and len(ids) <= self.mini and not behavior
-        if "old_log_probs" in batch and "ref_log_prob" in batch:
-            old, ref = _tensor(batch["old_log_probs"], torch.float32), _tensor(batch["ref_log_prob"], torch.float32)
+        one_step = self.settings.ppo_epochs == 1 and len(ids) <= self.mini and not behavior
+        if batch.old_log_probs is not None and batch.ref_log_prob is not None:
+            old = _tensor(batch.old_log_probs, torch.float32)
+            ref = _tensor(batch.ref_log_prob, torch.float32)
         elif one_step:
-            old, (ref,) = None, self._log_probs(ids, attn, temperature, batch.get("images"),
+            old, (ref,) = None, self._log_probs(ids, attn, temperature, batch.images,
                                                 models=(self.ref,))
         else:
-            old, ref = self._log_probs(ids, attn, temperature, batch.get("images"))
+            old, ref = self._log_probs(ids, attn, temperature, batch.images)
         behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
         t1 = time.perf_counter()
 
@@ -298,13 +279,13 @@ class PolicyWorker:
         # fractions and approx KL token-weighted; tokens
         sums = torch.zeros(7, dtype=torch.float64)
         grad_norms, skipped, steps = [], 0, 0
-        for _ in range(self.ppo_epochs):
+        for _ in range(self.settings.ppo_epochs):
             for mb in torch.randperm(len(ids), generator=gen).split(self.mini):
                 # what no micro-batch sees: every rank holds the full batch, so these are global
                 info = {"dp_size": self.world_size, "batch_num_tokens": mask[mb].sum().clamp_min(1.0),
                         "global_batch_size": (mask[mb].sum(1) > 0).sum().clamp_min(1),
                         # a constant for the whole update (never a micro-batch's own width)
-                        "loss_scale_factor": self.loss_scale_factor or ids.shape[1]}
+                        "loss_scale_factor": self.settings.loss_scale_factor or ids.shape[1]}
                 config = {**self.clip, "global_batch_info": info}
                 rows, weight = self._shard_rows(mb)
                 self.optim.zero_grad(set_to_none=True)
@@ -315,7 +296,7 @@ class PolicyWorker:
                     logp, ent = self._token_logp(
                         self.model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
                         temperature, entropy=True,
-                        vision=self._vision_kwargs(ids[r, :L], batch.get("images"), r))
+                        vision=self._vision_kwargs(ids[r, :L], batch.images, r))
                     anchor = logp.detach() if old is None else old[r, :L].to(self.device)
                     pg, pg_metrics = self.policy_loss(
                         anchor, logp, adv[r, None].to(self.device), m,
@@ -324,10 +305,10 @@ class PolicyWorker:
                     # each term is this micro-batch's share of the mini-batch's aggregate,
                     # times world_size (FSDP averages gradients over ranks): summed, they are
                     # the one-batch loss whatever the micro-batching and the world size
-                    kl = agg_loss(kl_penalty(logp, ref[r, :L].to(self.device), self.kl_loss_type),
+                    kl = agg_loss(kl_penalty(logp, ref[r, :L].to(self.device), self.settings.kl_loss_type),
                                   m, self.loss_agg_mode, **info)
                     entropy = agg_loss(ent, m, self.loss_agg_mode, **info)
-                    loss = pg + self.kl_loss_coef * kl - self.entropy_coeff * entropy
+                    loss = pg + self.settings.kl_loss_coef * kl - self.settings.entropy_coeff * entropy
                     loss.backward()
                     tokens = float(m.sum())
                     sums += torch.tensor([
@@ -336,7 +317,7 @@ class PolicyWorker:
                         pg_metrics["actor/pg_clipfrac"] * tokens,
                         pg_metrics["actor/pg_clipfrac_lower"] * tokens,
                         pg_metrics["actor/ppo_kl"] * tokens, tokens], dtype=torch.float64)
-                norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.grad_clip,
+                norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.settings.grad_clip,
                                                    self.world_size)
                 skipped += not stepped
                 steps += 1
@@ -402,12 +383,14 @@ class PolicyWorker:
             self._sync_pairs = [(k, by_id[id(probe[k])]) for k in keys]
         return self._sync_pairs
 
+    @dispatch(Dispatch.ALL)
     def weight_metas(self, dtype: str) -> list[tuple[str, list[int], str]]:
         """(checkpoint name, shape, dtype) of the tensors `send_weights` broadcasts, in order;
         `dtype` is the engines' (they load in it)."""
         tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
         return [(ck, list(tensors[k].shape), dtype) for k, ck in self._sync_names()]
 
+    @dispatch(Dispatch.ALL)
     def host_weight_sync(self, world_size: int) -> tuple[str, int] | None:
         """Rank 0: open the rendezvous of a new weight-sync group of `world_size` members (this
         rank and every engine worker) and return its address; others None. The group forms in
@@ -421,6 +404,7 @@ class PolicyWorker:
         self._sync_world = world_size
         return self.master_addr, int(self._sync_store.port)
 
+    @dispatch(Dispatch.ALL)
     def join_weight_sync(self) -> None:
         """Rank 0 joins the group hosted by `host_weight_sync` as its rank 0 (returns once the
         engines have joined too). Other ranks take no part in the group: they only help gather
@@ -431,6 +415,7 @@ class PolicyWorker:
             self._sync_group = weight_sync.open_group(self._sync_store, 0, self._sync_world,
                                                       self.backend)
 
+    @dispatch(Dispatch.ALL)
     def send_weights(self, metas: list, bucket_bytes: int) -> dict:
         """Broadcast the current weights to the engines, bucket by bucket. Collective: every
         rank gathers each FSDP-sharded tensor in turn (one at a time, so no rank holds the full
@@ -461,6 +446,7 @@ class PolicyWorker:
         sd = fsdp.full_state_dict(self.model)
         return self._hf_state(sd, checkpoint_names=True) if self.rank == 0 else None
 
+    @dispatch(Dispatch.ALL)
     def save_checkpoint(self, directory: str, hf_model: bool = True) -> None:
         """dcp/ (every rank writes its slices of the weights and AdamW state in parallel;
         workers.fsdp.save_sharded) and, with `hf_model`, model/ (rank 0, HF format, fp32 master
@@ -474,6 +460,7 @@ class PolicyWorker:
         dist.barrier()
         return {"rank": self.rank, "host": socket.gethostname(), "files": fsync_tree(d)}
 
+    @dispatch(Dispatch.ALL)
     def write_probe(self, directory: str) -> dict:
         """A file in `directory` the controller must be able to see: trainer.output_dir on
         node-local disk would leave each node's shards where no other node can read them."""
@@ -483,6 +470,7 @@ class PolicyWorker:
         path.write_text(str(os.getpid()))
         return {"rank": self.rank, "host": socket.gethostname(), "path": str(path)}
 
+    @dispatch(Dispatch.ALL)
     def export_hf(self, directory: str) -> None:
         """The policy as a plain Hugging Face model directory (rank 0 writes). Collective."""
         sd = fsdp.full_state_dict(self.model)
@@ -494,6 +482,7 @@ class PolicyWorker:
         del sd
         dist.barrier()
 
+    @dispatch(Dispatch.ALL)
     def load_checkpoint(self, directory: str) -> dict:
         """Restore weights, AdamW state and step counter from dcp/, resharded to this group's
         world size (it may differ from the one that wrote it). Collective. Returns the saved
@@ -503,6 +492,7 @@ class PolicyWorker:
         dist.barrier()
         return extra
 
+    @dispatch(Dispatch.ALL)
     def health(self) -> dict:
         return {"ok": dist.is_initialized(), "rank": self.rank, "world_size": self.world_size,
                 "backend": self.backend, "device": str(self.device), "host": socket.gethostname(),

@@ -20,22 +20,19 @@ from peer_rl.rewards import (
     length_coefficient,
     rur_reweight,
 )
-from peer_rl.encoders import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+from peer_rl.encoders import load_embedding_model
 from peer_rl.runtime import peak_rss_bytes
+from peer_rl.worker_settings import RedundancySettings
 
 class RedundancyWorker:
-    def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, device: str | None = None,
-                 batch_size: int = 64, alpha: float = 0.5, beta: float = 5.0,
-                 history_agg: str = "max", group_agg: str = "mean",
-                 cjk_chars_per_word: float = 1.5, history_cache_size: int = 200_000):
+    def __init__(self, settings: RedundancySettings | None = None, device: str | None = None,
+                 history_cache_size: int = 200_000):
         import torch
 
+        s = self.settings = settings or RedundancySettings()
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model_name = model
-        self.model = load_embedding_model(model, device, batch_size)
-        self.batch_size, self.alpha, self.beta = batch_size, alpha, beta
-        self.history_agg, self.group_agg = history_agg, group_agg
-        self.cjk_chars_per_word = cjk_chars_per_word
+        self.model_name = s.embedding_model
+        self.model = load_embedding_model(s.embedding_model, device, s.batch_size)
         self._history: OrderedDict[str, np.ndarray] = OrderedDict()
         self.history_cache_size = history_cache_size
         self.encoded = 0                 # texts sent to the model (a cache hit sends none)
@@ -72,10 +69,10 @@ class RedundancyWorker:
         owner = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
         rep_emb, hist_emb = self._encode_with_history(replies, flat_hist)
         reply_owner = np.repeat(np.arange(len(histories)), group_size)
-        n_words = np.array([count_words(r, self.cjk_chars_per_word) for r in replies])
-        return Similarities(s_hist=history_similarity(rep_emb, hist_emb, owner, reply_owner, self.history_agg),
-                            s_group=group_similarity(rep_emb, group_size, self.group_agg),
-                            tau=length_coefficient(n_words, self.alpha, self.beta), n_words=n_words)
+        n_words = np.array([count_words(r, self.settings.cjk_chars_per_word) for r in replies])
+        return Similarities(s_hist=history_similarity(rep_emb, hist_emb, owner, reply_owner, self.settings.history_agg),
+                            s_group=group_similarity(rep_emb, group_size, self.settings.group_agg),
+                            tau=length_coefficient(n_words, self.settings.alpha, self.settings.beta), n_words=n_words)
 
     def reweight(self, rewards, replies: list[str], histories: list[list[str]],
                  group_size: int) -> tuple[Similarities, np.ndarray]:

@@ -13,6 +13,7 @@ import time
 from peer_rl.multimodal import attach_images, for_vllm, strip_tags
 from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
 from peer_rl.runtime import peak_rss_bytes
+from peer_rl.worker_settings import RolloutSettings
 from workers.vllm_engine import make_llm, on_cpu
 
 log = logging.getLogger(__name__)
@@ -31,15 +32,12 @@ class RolloutWorker:
     policy version of the weights that drew it (set with every weight sync).
     """
 
-    def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
-                 max_model_len: int = 2048, gpu_memory_utilization: float = 0.5,
-                 enforce_eager: bool = False, tensor_parallel_size: int = 1):
+    def __init__(self, model_path: str, settings: RolloutSettings | None = None, seed: int = 0):
         t0 = time.perf_counter()
         self.model_path = model_path
-        self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
-                            max_model_len=max_model_len,
-                            gpu_memory_utilization=gpu_memory_utilization,
-                            enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
+        s = settings or RolloutSettings()
+        self.llm = make_llm(model_path, s, seed=seed,
+                            tensor_parallel_size=s.tensor_model_parallel_size,
                             logprobs_mode="processed_logprobs")
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
         # A reply must not contain image placeholders: in the engine a sampled <|image_pad|> is

@@ -15,17 +15,15 @@ from peer_rl.protocol import Dispatch, ScalarItem, dispatch
 from peer_rl.supervised.bradley_terry import rm_messages
 from peer_rl.prompts.judge import tokenizer_specials
 from peer_rl.runtime import peak_rss_bytes
+from peer_rl.worker_settings import JudgeSettings
 from workers.vllm_engine import make_llm, on_cpu
 
 
 class ScalarRewardWorker:
-    def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
-                 max_model_len: int = 4096, gpu_memory_utilization: float = 0.3):
+    def __init__(self, model_path: str, settings: JudgeSettings | None = None, seed: int = 0):
         t0 = time.perf_counter()
         self.model_path = model_path
-        self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
-                            max_model_len=max_model_len,
-                            gpu_memory_utilization=gpu_memory_utilization, runner="pooling",
+        self.llm = make_llm(model_path, settings or JudgeSettings(), seed=seed, runner="pooling",
                             enable_prefix_caching=False, worker_extension_cls="")
         self.tokenizer = self.llm.get_tokenizer()
         self.max_len = self.llm.llm_engine.model_config.max_model_len

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 from peer_rl.prompts.judge import JudgeTemplate, tokenizer_specials
 from peer_rl.multimodal import attach_images, for_vllm
@@ -23,6 +24,7 @@ from peer_rl.rewards import (
     peer_reward,
 )
 from peer_rl.runtime import peak_rss_bytes
+from peer_rl.worker_settings import JudgeSettings
 from workers.vllm_engine import make_llm
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
@@ -37,17 +39,13 @@ class UnifiRewardWorker:
     answers score 0 and are counted in `parse_failures`, never raised.
     """
 
-    def __init__(self, model_path: str, seed: int = 0, kv_cache_gib: float = 1.0,
-                 max_tokens: int = 16, max_model_len: int = 4096,
-                 gpu_memory_utilization: float = 0.3, enforce_eager: bool = False):
+    def __init__(self, model_path: str, settings: JudgeSettings | None = None, seed: int = 0):
         t0 = time.perf_counter()
+        s = settings or JudgeSettings()
         self.model_path = model_path
         self.template = JudgeTemplate.load(model_path)
-        self.max_tokens = max_tokens
-        self.llm = make_llm(model_path, seed=seed, kv_cache_gib=kv_cache_gib,
-                            max_model_len=max_model_len, enable_prefix_caching=True,
-                            gpu_memory_utilization=gpu_memory_utilization,
-                            enforce_eager=enforce_eager)
+        self.max_tokens = s.max_tokens
+        self.llm = make_llm(model_path, s, seed=seed, enable_prefix_caching=True)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
@@ -167,9 +165,13 @@ class PairRewardWorker:
     PEER's (0.5 a true step, 0.5 a reply at least as good as the reference, 1 the format).
     Each model must carry the template role of its slot, so swapped paths fail at start."""
 
-    def __init__(self, model_path: str, outcome_path: str, **engine):
-        self.process = UnifiRewardWorker(model_path, **engine)
-        self.outcome = UnifiRewardWorker(outcome_path, **engine)
+    def __init__(self, model_path: str, outcome_path: str, settings: JudgeSettings | None = None,
+                 seed: int = 0):
+        # two engines in one actor, each scoring every item: they share its GPU share
+        s = settings or JudgeSettings()
+        s = replace(s, gpu_memory_utilization=s.gpu_memory_utilization / 2)
+        self.process = UnifiRewardWorker(model_path, s, seed=seed)
+        self.outcome = UnifiRewardWorker(outcome_path, s, seed=seed)
         for worker, role in ((self.process, "process"), (self.outcome, "outcome")):
             if worker.template.role != role:
                 raise ValueError(

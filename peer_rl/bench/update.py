@@ -53,6 +53,8 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float) -> 
     import torch
 
     from peer_rl.bench.models import random_policy
+    from peer_rl.protocol import UpdateBatch
+    from peer_rl.worker_settings import PolicySettings
     from workers.policy import PolicyWorker
 
     peak = [0.0]
@@ -65,16 +67,16 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float) -> 
     # one forward over the whole batch unless the setting says otherwise
     hp = {"ppo_mini_batch_size": rows, "ppo_micro_batch_size": rows,
           "ppo_max_token_len_per_gpu": rows * seq} | SETTINGS[setting]
-    w = PolicyWorker(0, 1, "127.0.0.1", port, random_policy(model), **hp)
+    w = PolicyWorker(0, 1, "127.0.0.1", port, random_policy(model), PolicySettings(**hp))
     rng = np.random.default_rng(0)
     vocab = w.model.get_output_embeddings().weight.shape[0]
     ids = rng.integers(0, vocab, (rows, seq))
     response = np.zeros((rows, seq), np.int64)
     response[:, seq // 2:] = 1
-    batch = {"input_ids": ids, "attention_mask": np.ones((rows, seq), np.int64),
-             "response_mask": response, "advantages": rng.standard_normal(rows).astype(np.float32),
-             "old_log_probs": np.full((rows, seq), -11.0, np.float32),
-             "ref_log_prob": np.full((rows, seq), -11.0, np.float32)}
+    batch = UpdateBatch(ids, np.ones((rows, seq), np.int64), response,
+                        rng.standard_normal(rows).astype(np.float32),
+                        old_log_probs=np.full((rows, seq), -11.0, np.float32),
+                        ref_log_prob=np.full((rows, seq), -11.0, np.float32))
     before = _rss_gb()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()

@@ -98,11 +98,12 @@ def judge_rewards(records: list[dict], reward_model: str, max_tokens: int = 8,
                   seed: int = 0) -> dict:
     """The training reward of every reply, from the UnifiReward judge at `reward_model`
     (in-process vLLM): its mean and spread, and the judge's verdict rates."""
+    from peer_rl.worker_settings import JudgeSettings
     from workers.unifireward import UnifiRewardWorker
 
     ok = [r for r in records if "error" not in r]
     items = judge_items(ok, seed=seed)
-    worker = UnifiRewardWorker(reward_model, seed=seed, max_tokens=max_tokens)
+    worker = UnifiRewardWorker(reward_model, JudgeSettings(max_tokens=max_tokens), seed=seed)
     try:
         results = worker.score(items)
     finally:

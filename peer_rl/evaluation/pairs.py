@@ -13,12 +13,14 @@ def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, limit: int = 0) -> dict:
     from peer_rl.data.loading import load_subset
     from peer_rl.protocol import ScalarItem
+    from peer_rl.worker_settings import JudgeSettings
     from workers.scalar_reward import ScalarRewardWorker
 
     rows = [dict(r) for r in load_subset(root, "preference", files).dataset]
     rows = rows[:limit] if limit else rows
     t0 = time.perf_counter()
-    worker = ScalarRewardWorker(model, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len)
+    worker = ScalarRewardWorker(
+        model, JudgeSettings(kv_cache_gib=kv_cache_gib, max_model_len=max_model_len))
     try:
         items = [ScalarItem(r["history"], r[k], r["language"]) for r in rows
                  for k in ("chosen", "rejected")]

@@ -272,10 +272,12 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     if own:
         from workers.unifireward import PairRewardWorker, UnifiRewardWorker
 
-        engine = dict(seed=seed, kv_cache_gib=kv_cache_gib, max_tokens=max_tokens,
-                      max_model_len=max_model_len)
-        worker = (PairRewardWorker(str(model), str(outcome_model), **engine) if pair
-                  else UnifiRewardWorker(str(model), **engine))
+        from peer_rl.worker_settings import JudgeSettings
+
+        engine = JudgeSettings(kv_cache_gib=kv_cache_gib, max_tokens=max_tokens,
+                               max_model_len=max_model_len)
+        worker = (PairRewardWorker(str(model), str(outcome_model), engine, seed=seed) if pair
+                  else UnifiRewardWorker(str(model), engine, seed=seed))
     # a text-only judge reads visual rows on their words alone, as it was trained on them
     images = images and bool(getattr(worker, "multimodal", True))
     try:

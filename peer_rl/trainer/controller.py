@@ -61,7 +61,8 @@ class Controller:
         self.step = 0
         self.staleness = cfg.trainer.async_training.staleness
         t = cfg.trainer
-        self.policy = PolicyGroup(pools.actor, lambda: latest_checkpoint(self.out),
+        self.policy = PolicyGroup(pools.actor, pools.classes["actor"],
+                                  lambda: latest_checkpoint(self.out),
                                   lambda: self.step + 1)
 
         def group(name: str, **hooks) -> WorkerGroup:
@@ -302,9 +303,8 @@ class Controller:
             norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
 
         t = time.perf_counter()                                          # 7. policy update
-        batch = update_batch(samples, adv, self.staleness)
-        batch["temperature"] = float(cfg.rollout.temperature)
-        # one object in the store, read by every rank (passing the dict would serialise it
+        batch = update_batch(samples, adv, self.staleness, float(cfg.rollout.temperature))
+        # one object in the store, read by every rank (passing the batch would serialise it
         # once per rank)
         refs = self.policy.submit("update", ray.put(batch))
         ahead = None

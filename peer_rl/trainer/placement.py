@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -16,6 +17,13 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from peer_rl.methods import method_class
 from peer_rl.trainer.faults import with_faults
 from peer_rl.trainer.worker_group import Pools
+from peer_rl.worker_settings import (
+    JudgeSettings,
+    PolicySettings,
+    RedundancySettings,
+    RolloutSettings,
+    narrow,
+)
 
 # pool -> worker class ("module:Class"; the reward model's by reward_model.kind)
 WORKERS = {"rollout": "workers.rollout:RolloutWorker",
@@ -25,7 +33,9 @@ WORKERS = {"rollout": "workers.rollout:RolloutWorker",
            "redundancy": "workers.redundancy:RedundancyWorker",
            "retrieval": "workers.retrieval:RetrievalWorker",
            "actor": "workers.policy:PolicyWorker"}
+_ENGINE_POOLS = {"rollout", "reward_model"}          # their workers run vLLM (engine_env)
 _PLAIN_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+_POLICY_ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
 
 def engine_env() -> dict:
@@ -90,76 +100,64 @@ class PoolFactory:
         module, name = entry.split(":")
         return getattr(importlib.import_module(module), name)
 
-    def _actor(self, pool: str, i: int, env: dict):
+    def _actor(self, pool: str, i: int, env: dict, max_restarts: int | None = None):
         """Pool `pool`'s worker class as a Ray actor class on bundle i of its placement group
-        (armed by PEER_RL_FAULTS where that names it)."""
+        (armed by PEER_RL_FAULTS where that names it); restarted by Ray up to
+        trainer.max_actor_restarts times unless `max_restarts` says otherwise."""
+        restarts = self.cfg.trainer.max_actor_restarts if max_restarts is None else max_restarts
         return ray.remote(with_faults(self.worker_class(pool))).options(
-            **_opts(self.pgs[pool], i, self.cfg.resources[pool], env,
-                    self.cfg.trainer.max_actor_restarts))
+            **_opts(self.pgs[pool], i, self.cfg.resources[pool], env, restarts))
 
-    def rollout(self, i: int):
-        c = self.cfg.rollout
-        return self._actor("rollout", i, engine_env()).remote(
-            self.policy_path, seed=self.cfg.trainer.seed + i, kv_cache_gib=c.kv_cache_gib,
-            max_model_len=c.max_model_len, gpu_memory_utilization=c.gpu_memory_utilization,
-            enforce_eager=c.enforce_eager, tensor_parallel_size=c.tensor_model_parallel_size)
+    def worker_args(self, pool: str, i: int = 0,
+                    rendezvous: tuple[str, int] = ("", 0)) -> tuple[tuple, dict]:
+        """What worker i of `pool` is constructed with: its settings narrowed from its config
+        section (peer_rl.worker_settings), model paths and seed; a policy rank also the group's
+        rendezvous. Pure, so a test can bind it to the class's signature without Ray."""
+        return getattr(self, f"_{pool}_args")(i, rendezvous)
 
-    def reward_model(self, i: int):
+    def _rollout_args(self, i, _):
+        return (self.policy_path, narrow(RolloutSettings, self.cfg.rollout)), {
+            "seed": self.cfg.trainer.seed + i}
+
+    def _reward_model_args(self, i, _):
         c = self.cfg.reward_model
-        cls = self._actor("reward_model", i, engine_env())
-        if c.kind == "scalar":
-            return cls.remote(self.judge_path, seed=self.cfg.trainer.seed,
-                              kv_cache_gib=c.kv_cache_gib, max_model_len=c.max_model_len,
-                              gpu_memory_utilization=c.gpu_memory_utilization)
-        pair = c.kind == "prm_orm"      # two engines in one actor: they score every item
-        engine = dict(seed=self.cfg.trainer.seed, kv_cache_gib=c.kv_cache_gib,
-                      max_tokens=c.max_tokens, max_model_len=c.max_model_len,
-                      gpu_memory_utilization=c.gpu_memory_utilization / (2 if pair else 1),
-                      enforce_eager=c.enforce_eager)
-        if pair:
-            return cls.remote(self.judge_path, c.outcome_path, **engine)
-        return cls.remote(self.judge_path, **engine)
+        paths = (self.judge_path, c.outcome_path) if c.kind == "prm_orm" else (self.judge_path,)
+        return (*paths, narrow(JudgeSettings, c)), {"seed": self.cfg.trainer.seed}
 
-    def redundancy(self, i: int = 0):
-        r = self.cfg.algorithm.rur
-        return self._actor("redundancy", i, _PLAIN_ENV).remote(
-            r.embedding_model, batch_size=r.batch_size, alpha=r.alpha, beta=r.beta,
-            history_agg=r.history_agg, group_agg=r.group_agg,
-            cjk_chars_per_word=r.cjk_chars_per_word)
+    def _redundancy_args(self, i, _):
+        return (narrow(RedundancySettings, self.cfg.algorithm.rur),), {}
 
-    def retrieval(self, i: int = 0):
-        return self._actor("retrieval", i, _PLAIN_ENV).remote(
-            self.index_dir, self.cfg.retrieval.embedding_model)
+    def _retrieval_args(self, i, _):
+        return (self.index_dir, self.cfg.retrieval.embedding_model), {}
+
+    def _actor_args(self, rank, rendezvous):
+        a = self.cfg.actor
+        # a constant, so that every micro-batch divides alike (verl's default, the mask's width,
+        # changes with each micro-batch's longest row here)
+        settings = replace(narrow(PolicySettings, a), loss_scale_factor=(
+            a.loss_scale_factor or self.cfg.rollout.response_length))
+        return (rank, a.world_size, *rendezvous, self.policy_path, settings), {
+            "rollout_n": self.cfg.rollout.n, "seed": self.cfg.trainer.seed}
+
+    def start(self, pool: str, i: int = 0):
+        """Worker i of an engine or encoder pool as a Ray actor on its bundle (also how a
+        crashed one is replaced: Pools.restart)."""
+        args, kwargs = self.worker_args(pool, i)
+        env = engine_env() if pool in _ENGINE_POOLS else _PLAIN_ENV
+        return self._actor(pool, i, env).remote(*args, **kwargs)
 
     def actor_group(self) -> list:
-        a, res = self.cfg.actor, self.cfg.resources.actor
-        pg = self.pgs["actor"]
-        addr, port = ray.get(_node_address.options(
+        """Every policy rank, with the rendezvous on rank 0's node."""
+        rendezvous = ray.get(_node_address.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                pg, placement_group_bundle_index=0)).remote())
-        env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+                self.pgs["actor"], placement_group_bundle_index=0)).remote())
         # policy ranks are never restarted by Ray (max_restarts 0): a dead rank ends the step
-        return [ray.remote(with_faults(self.worker_class("actor"))).options(
-            **_opts(pg, r, res, env)).remote(
-            rank=r, world_size=a.world_size, master_addr=addr, master_port=port,
-            model_path=self.policy_path, lr=a.lr, weight_decay=a.weight_decay,
-            grad_clip=a.grad_clip, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
-            clip_ratio=a.clip_ratio, entropy_coeff=a.entropy_coeff,
-            # the worker counts sequences; the recipe counts prompts (verl's meaning)
-            ppo_mini_batch_size=a.ppo_mini_batch_size * self.cfg.rollout.n,
-            ppo_micro_batch_size=a.ppo_micro_batch_size,
-            ppo_epochs=a.ppo_epochs, seed=self.cfg.trainer.seed,
-            freeze_vision_tower=a.freeze_vision_tower,
-            gradient_checkpointing=a.gradient_checkpointing, logits_chunk_size=a.logits_chunk_size,
-            ppo_max_token_len_per_gpu=a.ppo_max_token_len_per_gpu,
-            ref_param_offload=a.ref_param_offload, behavior_weight_cap=a.behavior_weight_cap,
-            loss_mode=a.policy_loss.loss_mode, loss_agg_mode=a.loss_agg_mode,
-            clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high,
-            clip_ratio_c=a.clip_ratio_c,
-            # a constant, so that every micro-batch divides alike (verl's default, the mask's
-            # width, changes with each micro-batch's longest row here)
-            loss_scale_factor=a.loss_scale_factor or self.cfg.rollout.response_length)
-            for r in range(a.world_size)]
+        ranks = []
+        for r in range(self.cfg.actor.world_size):
+            args, kwargs = self.worker_args("actor", r, rendezvous)
+            ranks.append(self._actor("actor", r, _POLICY_ENV, max_restarts=0).remote(
+                *args, **kwargs))
+        return ranks
 
     def make_pools(self) -> Pools:
         cfg = self.cfg
@@ -176,12 +174,14 @@ class PoolFactory:
         for name, n in sizes.items():
             self.pgs[name] = _pool_pg(name, cfg.resources[name], n, cfg.ray.placement_timeout_s,
                                       "SPREAD" if name == "rollout" else "PACK")
-        pools = Pools(rollout=[self.rollout(i) for i in range(sizes["rollout"])],
-                      reward_model=[self.reward_model(i) for i in range(sizes["reward_model"])],
+        pools = Pools(rollout=[self.start("rollout", i) for i in range(sizes["rollout"])],
+                      reward_model=[self.start("reward_model", i)
+                                    for i in range(sizes["reward_model"])],
                       actor=self.actor_group(),
-                      redundancy=[self.redundancy()] if embeds else [],
-                      retrieval=[self.retrieval(i) for i in range(sizes.get("retrieval", 0))],
-                      restart=self.restart,
+                      redundancy=[self.start("redundancy")] if embeds else [],
+                      retrieval=[self.start("retrieval", i)
+                                 for i in range(sizes.get("retrieval", 0))],
+                      restart=self.start,
                       classes={name: self.worker_class(name) for name in sizes})
         # surface constructor failures (bad model path, engine OOM) now, naming the pool
         for name, handles in (("rollout", pools.rollout), ("reward_model", pools.reward_model),
@@ -192,9 +192,6 @@ class PoolFactory:
             except ray.exceptions.RayActorError as exc:
                 raise RuntimeError(f"pool {name!r} failed to start: {exc}") from None
         return pools
-
-    def restart(self, pool: str, i: int):
-        return getattr(self, pool)(i)
 
     def shutdown(self, pools: Pools | None = None) -> None:
         """Stop engines cleanly (their core processes), then free the placement groups."""

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from peer_rl.protocol import UpdateBatch
 
-def update_batch(samples: list, advantages: np.ndarray, max_staleness: int = 0) -> dict:
+
+def update_batch(samples: list, advantages: np.ndarray, max_staleness: int = 0,
+                 temperature: float = 1.0) -> UpdateBatch:
     """The policy update's input: right-padded prompt + response rows, the response mask (the
     loss covers response tokens only), advantages; with a staleness bound, also the sampler's
     log-probs and each sample's policy version (decoupled PPO's weight, the bound's check)."""
@@ -18,15 +21,15 @@ def update_batch(samples: list, advantages: np.ndarray, max_staleness: int = 0) 
         input_ids[i, :len(seq)] = seq
         attention[i, :len(seq)] = 1
         response[i, len(s.prompt_ids):len(seq)] = 1
-    batch = {"input_ids": input_ids, "attention_mask": attention, "response_mask": response,
-             "advantages": advantages.astype(np.float32)}
+    extra = {}
     if max_staleness:
         behavior = np.zeros((n, T), dtype=np.float32)
         for i, s in enumerate(samples):
             start = len(s.prompt_ids)
             behavior[i, start:start + len(s.response_logprobs)] = s.response_logprobs
-        batch |= {"behavior_log_probs": behavior, "max_staleness": max_staleness,
-                  "policy_versions": np.array([s.policy_version for s in samples])}
+        extra = {"behavior_log_probs": behavior, "max_staleness": max_staleness,
+                 "policy_versions": np.array([s.policy_version for s in samples])}
     if any(s.images for s in samples):   # the frames the engine saw: the update sees them too
-        batch["images"] = [list(s.images) for s in samples]
-    return batch
+        extra["images"] = [list(s.images) for s in samples]
+    return UpdateBatch(input_ids, attention, response, advantages.astype(np.float32),
+                       temperature=temperature, **extra)

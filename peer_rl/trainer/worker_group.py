@@ -162,9 +162,13 @@ class WorkerGroup:
 
 
 class PolicyGroup:
-    def __init__(self, handles: list, last_checkpoint: Callable[[], Path | None],
+    """The policy's ranks: every call goes to all of them together (methods declared
+    Dispatch.ALL on `cls`)."""
+
+    def __init__(self, handles: list, cls: type, last_checkpoint: Callable[[], Path | None],
                  step: Callable[[], int] = lambda: 0):
-        self.handles, self.last_checkpoint, self.step = handles, last_checkpoint, step
+        self.handles, self.cls = handles, cls
+        self.last_checkpoint, self.step = last_checkpoint, step
 
     def __len__(self) -> int:
         return len(self.handles)
@@ -174,6 +178,9 @@ class PolicyGroup:
         return self.collect(self.submit(method, *args))
 
     def submit(self, method: str, *args) -> list:
+        if dispatch_of(self.cls, method) is not Dispatch.ALL:
+            raise TypeError(f"{self.cls.__name__}.{method} is not declared Dispatch.ALL: the "
+                            "policy's ranks must all take part in each call")
         return [getattr(a, method).remote(*args) for a in self.handles]
 
     def collect(self, refs: list) -> list:

@@ -9,6 +9,7 @@ import pytest
 from peer_rl.config import load_config
 from peer_rl.evaluation.in_training import InTrainingEval
 from peer_rl.protocol import Dispatch, dispatch_of, gather, shard
+from peer_rl.worker_settings import RolloutSettings
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +41,7 @@ def test_an_unreachable_judge_is_recorded_and_training_goes_on(tiny_models, caps
     cfg = load_config([f"model.path={tiny_models['policy']}", "eval.diversity_prompts=2",
                        "eval.n=2", "eval.safety_probes=2", "eval.max_tokens=8",
                        f"eval.judge_url=http://127.0.0.1:{_closed_port()}/v1"])
-    worker = RolloutWorker(tiny_models["policy"], kv_cache_gib=0.5, max_model_len=2048)
+    worker = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=0.5))
     try:
         out = InTrainingEval(cfg).run(InProcessGroup([worker]), None,
                                       load_embedding_model(MULTILINGUAL_USE).encode, step=3)

@@ -11,6 +11,7 @@ import pytest
 import ray
 
 from peer_rl.config import load_config
+from peer_rl.protocol import UpdateBatch
 from peer_rl.trainer.controller import Controller
 from peer_rl.trainer.placement import PoolFactory
 from peer_rl.runtime import init_ray
@@ -53,9 +54,9 @@ def test_pools_are_placed_per_recipe(system):
 def _fixed_batch(advantages):
     seq = list(range(3, 60))
     n = len(advantages)
-    return {"input_ids": np.array([seq] * n), "attention_mask": np.ones((n, len(seq)), dtype=np.int64),
-            "response_mask": np.ones((n, len(seq)), dtype=np.int64),
-            "advantages": np.asarray(advantages, dtype=np.float32)}
+    return UpdateBatch(np.array([seq] * n), np.ones((n, len(seq)), dtype=np.int64),
+                       np.ones((n, len(seq)), dtype=np.int64),
+                       np.asarray(advantages, dtype=np.float32))
 
 
 def test_one_step_writes_metrics_and_checkpoint(system):
@@ -72,11 +73,7 @@ def test_weight_sync_after_an_update_matches_policy_logprobs(system):
     ray.get([a.update.remote(_fixed_batch([1.0, 1.0])) for a in pools.actor])  # a nonzero update
     ctl._sync_weights()
     assert ray.get(pools.rollout[0].weights_checksum.remote()) != before
-    batch = _fixed_batch([0.0])
-    policy = ray.get([a.compute_log_prob.remote(batch) for a in pools.actor])[0]["old_log_probs"][0]
-    engine = np.array(ray.get(pools.rollout[0].prompt_logprobs.remote([batch["input_ids"][0].tolist()]))[0])
-    diff = np.abs(policy[1:] - engine).max()
-    assert diff < 1e-4, diff
+    _engine_matches_policy(pools)
 
 
 def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_path):
@@ -141,17 +138,17 @@ def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system
     assert recs[-1]["faults/actor_restarts"] == 1
     assert ray.get(pools.rollout[0].health.remote())["pid"] != pid  # a new process
     # the restarted engine carries the trained weights, not the initial checkpoint
-    batch = _fixed_batch([0.0])
-    policy = ray.get([a.compute_log_prob.remote(batch) for a in pools.actor])[0]["old_log_probs"][0]
-    engine = np.array(ray.get(pools.rollout[0].prompt_logprobs.remote([batch["input_ids"][0].tolist()]))[0])
-    assert np.abs(policy[1:] - engine).max() < 1e-4
+    _engine_matches_policy(pools)
 
 
 def _engine_matches_policy(pools) -> None:
+    """The rollout engine's prompt log-probs of a fixed row equal the policy's (float32 CPU)."""
     batch = _fixed_batch([0.0])
-    policy = ray.get([a.compute_log_prob.remote(batch) for a in pools.actor])[0]["old_log_probs"][0]
-    engine = np.array(ray.get(pools.rollout[0].prompt_logprobs.remote([batch["input_ids"][0].tolist()]))[0])
-    assert np.abs(policy[1:] - engine).max() < 1e-4
+    policy = ray.get([a.compute_log_prob.remote(batch) for a in pools.actor])[0].old_log_probs[0]
+    engine = np.array(ray.get(pools.rollout[0].prompt_logprobs.remote(
+        [batch.input_ids[0].tolist()]))[0])
+    diff = np.abs(policy[1:] - engine).max()
+    assert diff < 1e-4, diff
 
 
 def test_a_rollout_engine_restarted_between_steps_is_resynced_before_its_samples_count(
@@ -214,10 +211,7 @@ def test_a_rollout_worker_killed_while_the_next_step_is_scored_ahead(system, grp
     assert recs[-1]["faults/actor_restarts"] == 1
     assert all(r["async/staleness_max"] <= 1 for r in recs)
     assert recs[0]["timing/overlap"] > 0
-    batch = _fixed_batch([0.0])          # the restarted engine ends with the trained weights
-    policy = ray.get([a.compute_log_prob.remote(batch) for a in pools.actor])[0]["old_log_probs"][0]
-    engine = np.array(ray.get(pools.rollout[0].prompt_logprobs.remote([batch["input_ids"][0].tolist()]))[0])
-    assert np.abs(policy[1:] - engine).max() < 1e-4
+    _engine_matches_policy(pools)        # the restarted engine ends with the trained weights
 
 
 def test_policy_rank_death_stops_the_step_cleanly(system, tmp_path):
@@ -254,7 +248,7 @@ def test_a_worker_dying_past_max_actor_restarts_stops_the_step_keeping_the_last_
     armed = PoolFactory(one, grpo_models["policy"], grpo_models["judge"])
     armed.pgs = pools.factory.pgs                       # the same placement group, its bundle
     ray.kill(pools.redundancy[0], no_restart=True)      # frees the bundle for the armed actor
-    pools.redundancy[0] = armed.redundancy()
+    pools.redundancy[0] = armed.start("redundancy")
     try:
         ctl = Controller(one, pools, rows, tmp_path)
         with pytest.raises(PoolFailed) as info:
@@ -271,5 +265,5 @@ def test_a_worker_dying_past_max_actor_restarts_stops_the_step_keeping_the_last_
     finally:
         monkeypatch.delenv("PEER_RL_FAULTS")
         ray.kill(pools.redundancy[0], no_restart=True)
-        pools.redundancy[0] = pools.factory.redundancy()   # unarmed, for the other tests
+        pools.redundancy[0] = pools.factory.start("redundancy")   # unarmed, for the other tests
         ray.get(pools.redundancy[0].health.remote())

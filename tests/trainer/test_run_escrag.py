@@ -84,7 +84,7 @@ def test_the_loss_covers_the_final_reply_only_given_its_full_prompt():
                    response_logprobs=[0.0] * 3, text="")
     short = Sample(uid=0, prompt_ids=[1, 2], response_ids=[5], response_logprobs=[0.0], text="")
     batch = update_batch([final, short], np.array([1.0, -1.0]))
-    assert batch["input_ids"][0].tolist() == list(range(100, 112)) + [7, 8, 9]
-    assert batch["response_mask"][0].tolist() == [0] * 12 + [1, 1, 1]
-    assert batch["response_mask"][1].tolist() == [0, 0, 1] + [0] * 12
-    assert batch["attention_mask"][1].tolist() == [1, 1, 1] + [0] * 12
+    assert batch.input_ids[0].tolist() == list(range(100, 112)) + [7, 8, 9]
+    assert batch.response_mask[0].tolist() == [0] * 12 + [1, 1, 1]
+    assert batch.response_mask[1].tolist() == [0, 0, 1] + [0] * 12
+    assert batch.attention_mask[1].tolist() == [1, 1, 1] + [0] * 12

