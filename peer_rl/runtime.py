@@ -12,15 +12,24 @@ QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "err
              "PYTHONWARNINGS": "ignore", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
-def _quiet_this_process() -> None:
-    """The driver's share of QUIET_ENV (its interpreter has already read the environment)."""
+def quiet_driver() -> None:
+    """The driver's share of QUIET_ENV (its interpreter has already read the environment):
+    no library deprecation notes, no weight-writing bars, no notice that the local cluster
+    uses token authentication. peer-rl's own lines and bars, and every warning, stay."""
+    import logging
     import warnings
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
     from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
 
     disable_progress_bars()
+    hf_logging.disable_progress_bar()          # its flag was read at import: set it as well
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+        logging.ERROR)
+    # "Started a local Ray instance": init_ray says so in its own line, with the dashboard
+    logging.getLogger("ray._private.worker").setLevel(logging.WARNING)
 
 
 def init_ray(cfg, dashboard: bool = False) -> None:
@@ -40,14 +49,16 @@ def init_ray(cfg, dashboard: bool = False) -> None:
     verbose = bool(getattr(getattr(cfg, "logging", None), "verbose", True))
     if not verbose:   # a key the job's own runtime env sets is left to it (Ray refuses both)
         env |= {k: v for k, v in QUIET_ENV.items() if k not in os.environ}
-        _quiet_this_process()
+        quiet_driver()
     kwargs = {"address": address, "log_to_driver": True, "runtime_env": {"env_vars": env}}
     if address == "local":
         kwargs |= {"num_cpus": cfg.ray.num_cpus or os.cpu_count(), "include_dashboard": dashboard,
                    "dashboard_host": cfg.ray.dashboard_host}
     ctx = ray.init(**kwargs)
     how = "started a local Ray cluster" if address == "local" else f"joined Ray at {address}"
-    print(f"[peer-rl] {how} (GCS {ctx.address_info.get('gcs_address', '?')})", flush=True)
+    board = f", dashboard http://{ctx.dashboard_url}" if ctx.dashboard_url else ""
+    print(f"[peer-rl] {how} (GCS {ctx.address_info.get('gcs_address', '?')}{board})",
+          flush=True)
 
 
 def peak_rss_bytes() -> int:

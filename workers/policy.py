@@ -276,8 +276,9 @@ class PolicyWorker:
 
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.global_step)
         # loss, kl, entropy (each a mini-batch aggregate, summed over mini-batches); clip
-        # fractions and approx KL token-weighted; tokens
-        sums = torch.zeros(7, dtype=torch.float64)
+        # fractions and approx KL token-weighted; tokens; positions the training forwards
+        # computed and those that were real tokens of weighted rows (the rest is padding)
+        sums = torch.zeros(9, dtype=torch.float64)
         grad_norms, skipped, steps = [], 0, 0
         for _ in range(self.settings.ppo_epochs):
             for mb in torch.randperm(len(ids), generator=gen).split(self.mini):
@@ -316,7 +317,8 @@ class PolicyWorker:
                         float(entropy.detach()) / self.world_size,
                         pg_metrics["actor/pg_clipfrac"] * tokens,
                         pg_metrics["actor/pg_clipfrac_lower"] * tokens,
-                        pg_metrics["actor/ppo_kl"] * tokens, tokens], dtype=torch.float64)
+                        pg_metrics["actor/ppo_kl"] * tokens, tokens, len(r) * L,
+                        float((attn[r, :L] * (w > 0)[:, None]).sum())], dtype=torch.float64)
                 norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.settings.grad_clip,
                                                    self.world_size)
                 skipped += not stepped
@@ -334,13 +336,15 @@ class PolicyWorker:
         tok, steps = max(float(red[6]), 1.0), max(steps, 1)
         pg, kl, ent = (float(x) / steps for x in red[:3])
         clip, clip_lower, akl = (float(x) / tok for x in red[3:6])
-        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in red[7:])
+        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in red[9:])
+        padding = 1.0 - float(red[8]) / max(float(red[7]), 1.0)
         return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/clip_frac": clip,
                 "actor/pg_clipfrac_lower": clip_lower,
                 "actor/entropy": ent, "actor/approx_kl": akl,
                 "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
                 "actor/skipped_steps": float(skipped), "actor/tokens": float(red[6]),
+                "actor/padding_share": padding,
                 "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
                 "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image,
                 **async_metrics, **behavior_metrics}
@@ -441,10 +445,13 @@ class PolicyWorker:
         return {"bytes": sent, "seconds": time.perf_counter() - t0}
 
     def full_state(self) -> dict | None:
-        """Rank 0: the full weights in checkpoint (HF) names, tied duplicates included; others
-        None. Collective."""
+        """Rank 0: a snapshot of the full weights in checkpoint (HF) names, tied duplicates
+        included; others None. Collective. Copies: on one rank the gathered state is the
+        parameters' own storage, which the next update would change under the caller."""
         sd = fsdp.full_state_dict(self.model)
-        return self._hf_state(sd, checkpoint_names=True) if self.rank == 0 else None
+        if self.rank != 0:
+            return None
+        return {k: v.clone() for k, v in self._hf_state(sd, checkpoint_names=True).items()}
 
     @dispatch(Dispatch.ALL)
     def save_checkpoint(self, directory: str, hf_model: bool = True) -> None:

@@ -41,6 +41,18 @@ def _log(msg: str) -> None:
     print(f"[peer-rl] {msg}", flush=True)
 
 
+def _quiet_train_reports() -> None:
+    """Ray Train logs each report (every metric, the checkpoint path) at INFO under a logger
+    named by its file's path, outside the `ray.train` tree that LoggingConfig sets."""
+    import logging
+
+    try:
+        from ray.train.v2._internal.execution import context
+    except ImportError:           # another Ray: its reports keep their level
+        return
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
+
+
 # ============================================================================ worker side
 def _load_model(path: str, gradient_checkpointing: bool, freeze_vision: bool):
     import torch
@@ -117,6 +129,10 @@ def train_loop(config: dict) -> None:
                                              example_view, load_examples, lr_schedule,
                                              rank_rows)
 
+    verbose = config.get("verbose", True)
+    if not verbose:      # the driver draws the progress from metrics.jsonl (StepBar)
+        _quiet_train_reports()
+
     ctx = ray.train.get_context()
     rank, ws = ctx.get_world_rank(), ctx.get_world_size()
     use_cuda = torch.cuda.is_available() and config["use_gpu"]
@@ -169,7 +185,7 @@ def train_loop(config: dict) -> None:
         fsdp.load_sharded(ckpt_dir / "optim", model, optim, include_model=False)
         if rank == 0:
             _log(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
-    if rank == 0:
+    if rank == 0 and verbose:
         _log(f"{ws} rank(s), {dist.get_backend()} on {device.type}; {n} examples; "
              f"steps {start_step + 1}..{total}")
 
@@ -244,12 +260,13 @@ def train_loop(config: dict) -> None:
                     "epoch": step * bs / n, "resumed_from_step": start_step}
             if bt:   # tokens/s means pairs/s here; the train pairwise accuracy of the window
                 last["pairwise_accuracy"] = window.get("acc", 0.0) / window["steps"]
-            if rank == 0:
+            if rank == 0 and verbose:
                 rate = (f"{last['target_tokens_per_s']:.1f} pairs/s train acc "
                         f"{last['pairwise_accuracy']:.3f}" if bt else
                         f"{last['target_tokens_per_s']:.0f} target tok/s")
                 _log(f"step {done}/{total} loss {last['loss']:.4f} lr {lr:.2e} "
                      f"grad_norm {last['grad_norm']:.3f} {rate}")
+            if rank == 0:
                 sink.log(done, {k: v for k, v in last.items() if k != "step"})
             window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "acc": 0.0,
                       "t0": time.perf_counter()}

@@ -36,7 +36,9 @@ def _supervised(args) -> int:
     from peer_rl.trainer.supervised import run_supervised
 
     cfg = load_supervised_config(args.overrides, args.kind)
-    run_supervised(cfg, cfg.kind)     # train-rm runs UnifiReward (rm) or scalar (bt) recipes
+    # train-rm runs UnifiReward (rm) or scalar (bt) recipes; the last line is the model's path
+    # (for scripts), which the default run's first-time training does not print
+    print(run_supervised(cfg, cfg.kind), flush=True)
     return 0
 
 

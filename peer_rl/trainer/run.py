@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from peer_rl.config import load_config, save_config
-from peer_rl.runtime import init_ray
+from peer_rl.runtime import init_ray, quiet_driver
 
 
 def resolve_models(cfg) -> tuple[str, str]:
@@ -218,6 +218,8 @@ def run(overrides: list[str]) -> Path:
     from peer_rl.trainer.preemption import RunStopped, StopRequest
 
     cfg = load_config(overrides)
+    if not cfg.logging.verbose:
+        quiet_driver()
     out = Path(cfg.trainer.output_dir).resolve()
     check_fresh_output(cfg, out)
     out.mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,11 @@ the newest checkpoint's model into `<trainer.output_dir>/final` (final.tmp, then
 wording the model was trained on (the judge's template, the policy's instruction)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +20,55 @@ from workers.supervised_trainer import (RUN_NAME, STATE_FILE, TRAIN_TIME_FILE, i
 
 def _log(msg: str) -> None:
     print(f"[peer-rl] {msg}", flush=True)
+
+
+class StepBar:
+    """The driver's progress bar of a supervised run, read off the metrics.jsonl rank 0 writes
+    every trainer.log_freq steps: without logging.verbose the workers print no step lines
+    (Ray would prefix each with its process), so this is what the console shows."""
+
+    def __init__(self, metrics: Path, total: int, name: str, poll_s: float = 1.0):
+        self.metrics, self.total, self.name, self.poll_s = metrics, total, name, poll_s
+        self.stop, self.thread, self.bar = threading.Event(), None, None
+
+    def latest(self) -> dict | None:
+        """The newest record (None before the first); a line being written is skipped."""
+        try:
+            lines = self.metrics.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return None
+        for line in reversed(lines):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+        return None
+
+    def _show(self) -> None:
+        rec = self.latest()
+        if rec is not None and int(rec["step"]) != self.bar.n:   # a log file gets one line each
+            self.bar.n = min(int(rec["step"]), self.total)
+            self.bar.set_postfix(loss=f"{rec.get('loss', float('nan')):.4f}", refresh=False)
+            self.bar.refresh()
+
+    def _poll(self) -> None:
+        while not self.stop.wait(self.poll_s):
+            self._show()
+
+    def __enter__(self):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, desc=self.name, unit="step", dynamic_ncols=True)
+        self.thread = threading.Thread(target=self._poll, daemon=True, name="step-bar")
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self._show()
+        self.bar.close()
+        return False
 
 
 def resolve_model(cfg, kind: str) -> str:
@@ -153,10 +204,12 @@ def run_supervised(cfg, kind: str) -> Path:
     from peer_rl.supervised.config import JUDGE_KINDS
     from peer_rl.data.bundled import sample_root
     from peer_rl.supervised.examples import load_examples, steps_per_epoch
-    from peer_rl.runtime import init_ray
+    from peer_rl.runtime import init_ray, quiet_driver
 
     if cfg.kind != kind:
         raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
+    if not cfg.logging.verbose:
+        quiet_driver()
     out = Path(cfg.trainer.output_dir).resolve()
     storage = out / "ray_train"
     if cfg.resume == "disable" and (storage / RUN_NAME).exists():
@@ -227,7 +280,7 @@ def run_supervised(cfg, kind: str) -> Path:
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
         "freeze_vision_tower": cfg.model.freeze_vision_tower,
         "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
-        "output_dir": str(out), "extra_files": extra,
+        "output_dir": str(out), "extra_files": extra, "verbose": bool(cfg.logging.verbose),
     }
     resources = {"CPU": float(cfg.resources.cpus_per_worker)}
     if use_gpu:
@@ -236,6 +289,10 @@ def run_supervised(cfg, kind: str) -> Path:
     # doubles every line, and dill (datasets' fingerprinting) then leaks disassembly it meant to
     # capture. Propagated to the controller and workers (ray/train/v2/_internal/constants.py).
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    # Ray Train's preemption watcher only observes (a lost node fails the attempt either way,
+    # and FailureConfig retries it); its start-up prints an error line from Ray's core worker
+    # about its constructor arguments on every run
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     import ray
 
     started_ray = not ray.is_initialized()
@@ -255,8 +312,11 @@ def run_supervised(cfg, kind: str) -> Path:
             logging_config=LoggingConfig("INFO" if cfg.logging.verbose else "WARNING")),
     )
     t0 = time.perf_counter()
+    bar = None if cfg.logging.verbose else StepBar(out / "metrics.jsonl", int(total),
+                                                   "train-rm" if kind in JUDGE_KINDS else kind)
     try:
-        result = trainer.fit()
+        with bar or contextlib.nullcontext():
+            result = trainer.fit()
         if result.error:
             raise result.error
         if result.checkpoint is None:
@@ -281,5 +341,4 @@ def run_supervised(cfg, kind: str) -> Path:
              f"{out / 'eval_rm.json'}")
     if kind == "bt":
         _log(f"score the reward model: peer-rl eval pairs --model {final}")
-    print(final, flush=True)
     return final

@@ -72,8 +72,16 @@ def _sc_train(w: PolicyWorker, out: str, arg=None) -> dict:
     update_s = time.perf_counter() - t
     # 7 rows: a 3-row mini-batch splits 2 + 1 over 2 ranks (the second rank pads a zero-weight row)
     metrics7 = w.update(make_batch(n=7, seed=4))
-    return {"lp": lp, "metrics": metrics, "metrics7": metrics7, "update_s": update_s,
-            "weights": w.full_state(), "health": w.health()}
+    out = {"lp": lp, "metrics": metrics, "metrics7": metrics7, "update_s": update_s,
+           "weights": w.full_state(), "health": w.health()}
+    # two rows of 16 and 8 tokens: in one forward the short one is padded to 16
+    ids = np.zeros((2, 16), np.int64)
+    ids[0], ids[1, :8] = np.arange(1, 17), np.arange(1, 9)
+    attn = (ids > 0).astype(np.int64)
+    resp = attn.copy()
+    resp[:, :4] = 0
+    return out | {"padded": w.update(UpdateBatch(ids, attn, resp,
+                                                 np.array([1.0, -1.0], np.float32)))}
 
 
 def _sc_ckpt(w: PolicyWorker, out: str, arg=None) -> dict:
@@ -350,6 +358,15 @@ def test_world2_matches_world1(tiny_model, world1, world2):
             assert m1[k] == pytest.approx(m2[k], rel=1e-4, abs=1e-6), k
     assert m2["actor/lr"] == HP["lr"] and m2["timing_s/update_total"] > 0
     assert r2a["health"]["world_size"] == 2 and r2b["health"]["rank"] == 1
+
+
+def test_the_padding_share_counts_the_positions_forwards_computed_beyond_the_rows(world1,
+                                                                                  world2):
+    """Rows of 16 and 8 tokens: one rank computes both at width 16 (32 positions, 24 real:
+    a quarter is padding, in each of the two epochs); two ranks take one row each, each cut
+    to its own length (no padding)."""
+    assert world1[0]["padded"]["actor/padding_share"] == pytest.approx(0.25)
+    assert [r["padded"]["actor/padding_share"] for r in world2] == [0.0, 0.0]
 
 
 def test_every_loss_and_aggregation_gives_the_one_batch_gradient_at_world_sizes_1_and_2(
