@@ -35,7 +35,6 @@ WORKERS = {"rollout": "workers.rollout:RolloutWorker",
            "actor": "workers.policy:PolicyWorker"}
 _ENGINE_POOLS = {"rollout", "reward_model"}          # their workers run vLLM (engine_env)
 _PLAIN_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-_POLICY_ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
 
 def engine_env() -> dict:
@@ -45,6 +44,13 @@ def engine_env() -> dict:
     """
     return {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
+
+
+def policy_env(res) -> dict:
+    """A policy rank's environment: as many compute threads as its bundle reserves whole CPUs
+    (at least one), so a rank never takes cores its neighbours were promised."""
+    return {"TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": str(max(1, int(res.cpus_per_worker)))}
 
 
 def _bundle(res) -> dict:
@@ -155,7 +161,8 @@ class PoolFactory:
         ranks = []
         for r in range(self.cfg.actor.world_size):
             args, kwargs = self.worker_args("actor", r, rendezvous)
-            ranks.append(self._actor("actor", r, _POLICY_ENV, max_restarts=0).remote(
+            ranks.append(self._actor("actor", r, policy_env(self.cfg.resources.actor),
+                                     max_restarts=0).remote(
                 *args, **kwargs))
         return ranks
 

@@ -67,3 +67,12 @@ def test_the_process_and_outcome_pair_gets_both_paths():
                                        "reward_model.outcome_path=/m/orm"]), "p", "/m/prm")
     got = _bound(factory, "reward_model")
     assert (got["model_path"], got["outcome_path"]) == ("/m/prm", "/m/orm")
+
+
+def test_a_policy_rank_computes_on_the_whole_cpus_its_bundle_reserves():
+    from peer_rl.trainer.placement import policy_env
+
+    threads = {cpus: policy_env(load_config([f"resources.actor.cpus_per_worker={cpus}"])
+                                .resources.actor)["OMP_NUM_THREADS"]
+               for cpus in (0.25, 1, 2.5, 8)}
+    assert threads == {0.25: "1", 1: "1", 2.5: "2", 8: "8"}
