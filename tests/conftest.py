@@ -94,8 +94,10 @@ class VllmServer:
     """`python -m vllm.entrypoints.openai.api_server` as a user starts it; stop() kills it the
     way a crash would (SIGKILL of its process group), start() brings it back on the same port."""
 
-    def __init__(self, model: str, log_dir):
+    def __init__(self, model: str, log_dir, served_name: str = "tiny-policy",
+                 max_model_len: int = 2048):
         self.model, self.log_dir, self.proc = model, log_dir, None
+        self.served_name, self.max_model_len = served_name, max_model_len
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -106,8 +108,9 @@ class VllmServer:
         log = open(self.log_dir / f"server_{time.time():.0f}.log", "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
-             "--served-model-name", "tiny-policy", "--host", "127.0.0.1", "--port",
-             str(self.port), "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
+             "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port",
+             str(self.port), "--dtype", "float32", "--max-model-len", str(self.max_model_len),
+             "--enforce-eager",
              "--structured-outputs-config",
              '{"backend": "xgrammar", "disable_any_whitespace": true}'],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -1,8 +1,9 @@
 """UnifiReward worker: the generative judge scoring process (Steps 1-3) and outcome (reply).
 
-Scoring is 4 batched greedy rounds: round k for every item at once, each round's
-conversation carrying the judge's earlier answers as assistant turns (system + 4 x (user,
-assistant)), so the shared system/history prefix is served from vLLM's prefix cache.
+Scoring is 4 batched greedy rounds: every item's next round at once, each round's conversation
+carrying the judge's earlier answers as assistant turns (system + 4 x (user, assistant), laid out
+by peer_rl.prompts.judge_rounds, which the verl plug-in shares), so the shared system/history
+prefix is served from vLLM's prefix cache.
 A judge whose template has role `process` (a PRM) is asked rounds 1-3 only, one with role
 `outcome` (an ORM) one turn with the history and both replies; PairRewardWorker holds one of
 each and scores like UnifiReward (`reward_model.kind=prm_orm`, PEER's comparison).
@@ -14,15 +15,10 @@ import os
 import time
 from dataclasses import replace
 
-from peer_rl.prompts.judge import JudgeTemplate, tokenizer_specials
+from peer_rl.prompts.judge import JudgeTemplate
+from peer_rl.prompts.judge_rounds import JudgeRounds, answer_all, judge_result
 from peer_rl.multimodal import attach_images, for_vllm
 from peer_rl.protocol import Dispatch, dispatch, JudgeItem, JudgeResult
-from peer_rl.rewards import (
-    candidate_preference_ok,
-    parse_preference,
-    parse_step_verdict,
-    peer_reward,
-)
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import JudgeSettings
 from workers.vllm_engine import make_llm
@@ -49,8 +45,8 @@ class UnifiRewardWorker:
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
-        # the policy's text must not be able to close a judge turn (judge_prompt.untrusted)
-        self.template.specials = tokenizer_specials(self.tokenizer)
+        self.rounds = JudgeRounds(self.template, self.tokenizer, self.max_model_len,
+                                  self.max_tokens)
         self.start_seconds = time.perf_counter() - t0
 
     def answer(self, conversations: list[list[dict]]) -> list[str]:
@@ -87,65 +83,16 @@ class UnifiRewardWorker:
         turns[at] = attach_images([turns[at]], list(item.images))[0]
         return turns
 
-    def _turns(self, item: JudgeItem, history: list[dict]) -> list[dict | None]:
-        """The 4 round slots this judge is asked (None: not asked), by its template's role."""
-        role = self.template.role
-        if role == "outcome":
-            first, second = ((item.reply, item.reference) if item.candidate_first
-                             else (item.reference, item.reply))
-            return [None, None, None, self.template.outcome_turn(first, second, history,
-                                                                 item.lang)]
-        turns = self.template.item_turns(item, history)
-        return turns[:3] + [None] if role == "process" else turns
-
-    def _fit(self, item: JudgeItem) -> list[dict | None]:
-        """Drop the oldest history turns until the full 4-round chat fits the context."""
-        lang = self.template.language(item.lang)
-        history = list(item.history)
-        while True:
-            turns = self._turns(item, history)
-            msgs = [self.template.system(lang)]
-            for t in turns:
-                if t is not None:
-                    msgs += [t, {"role": "assistant", "content": "x" * 8}]
-            text = self.tokenizer.apply_chat_template(msgs, tokenize=False)
-            n = len(self.tokenizer.encode(text, add_special_tokens=False))
-            if n + 4 * self.max_tokens <= self.max_model_len or not history:
-                return turns
-            history = history[1:]
-
     @dispatch(Dispatch.SHARD)
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
-        return [self._result(it, ans) for it, ans in zip(items, self.answers(items))]
+        return [judge_result(it, ans) for it, ans in zip(items, self.answers(items))]
 
     def answers(self, items: list[JudgeItem]) -> list[list[str | None]]:
-        """The judge's 4 answer slots per item (None where this judge does not ask)."""
-        if not items:
-            return []
-        turns = [self._with_images(it, self._fit(it)) for it in items]
-        convs = [[self.template.system(self.template.language(it.lang))] for it in items]
-        answers: list[list[str | None]] = [[None] * 4 for _ in items]
-        for k in range(4):
-            asked = [i for i, t in enumerate(turns) if t[k] is not None]
-            if not asked:
-                continue
-            replies = self.answer([convs[i] + [turns[i][k]] for i in asked])
-            for i, text in zip(asked, replies):
-                convs[i] += [turns[i][k], {"role": "assistant", "content": text}]
-                answers[i][k] = text
-        return answers
-
-    @staticmethod
-    def _result(item: JudgeItem, ans: list[str | None]) -> JudgeResult:
-        steps = [None if a is None else parse_step_verdict(a) for a in ans[:3]]
-        verdict = parse_preference(ans[3]) if ans[3] is not None else None
-        pref_ok = candidate_preference_ok(verdict, item.candidate_first)
-        asked = sum(a is not None for a in ans)
-        failures = sum(a is not None and v is None for a, v in zip(ans, steps + [verdict]))
-        return JudgeResult(
-            step_verdicts=steps, preference=None if verdict is None else int(verdict),
-            preference_ok=pref_ok, reward=peer_reward(steps, pref_ok, item.format_complete),
-            parse_failures=failures, asked=asked, raw=[a or "" for a in ans])
+        """The judge's 4 answer slots per item (None where this judge does not ask): every
+        item's next round in one batched call (judge_rounds.answer_all)."""
+        dialogues = [self.rounds.dialogue(it, self._with_images(it, self.rounds.turns(it)))
+                     for it in items]
+        return answer_all(dialogues, self.answer)
 
     def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "model": self.model_path,
@@ -190,7 +137,7 @@ class PairRewardWorker:
 
     @dispatch(Dispatch.SHARD)
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
-        return [UnifiRewardWorker._result(it, a) for it, a in zip(items, self.answers(items))]
+        return [judge_result(it, a) for it, a in zip(items, self.answers(items))]
 
     @dispatch(Dispatch.SHARD)
     def chat(self, conversations, max_tokens, temperature=0.0, schema=None):

@@ -7,6 +7,7 @@ from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.protocol import JudgeItem
 from peer_rl.rewards import Preference
 from peer_rl.worker_settings import JudgeSettings
+from peer_rl.prompts.judge_rounds import judge_result
 from workers.unifireward import UnifiRewardWorker
 
 HISTORY = [{"role": "seeker", "content": "I failed my exam again and I feel useless."},
@@ -26,13 +27,13 @@ def item(steps=STEPS, complete=True, first=True, lang="en", history=HISTORY):
 
 
 def test_result_parsing_without_engine():
-    """Answer parsing and reward mapping (a staticmethod: no engine needed)."""
+    """Answer parsing and reward mapping (judge_rounds.judge_result: no engine needed)."""
     it = item(complete=True, first=False)
-    r = UnifiRewardWorker._result(it, ["True", "no idea", None, "The first sentence is better"])
+    r = judge_result(it, ["True", "no idea", None, "The first sentence is better"])
     assert r.step_verdicts == [True, None, None] and r.preference == Preference.FIRST
     assert r.preference_ok is False  # "first" was the reference
     assert (r.asked, r.parse_failures, r.reward) == (3, 1, 1.5)
-    r = UnifiRewardWorker._result(item(complete=False), ["正确", "False", "True", "差不多"])
+    r = judge_result(item(complete=False), ["正确", "False", "True", "差不多"])
     assert r.step_verdicts == [True, False, True] and r.preference_ok is True
     assert (r.asked, r.parse_failures, r.reward) == (4, 0, 1.5)  # no +1 for the format
 

