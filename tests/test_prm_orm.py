@@ -8,7 +8,7 @@ import sys
 import pytest
 from train_util import metrics, train
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]   # ~3 min: two train-rm runs, a GRPO run
 
 
 def _train_rm(recipe, out, judge):

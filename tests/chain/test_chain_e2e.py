@@ -34,6 +34,7 @@ def smollm2_shaped(tmp_path_factory) -> str:
 
 
 @pytest.mark.e2e
+@pytest.mark.long          # ~3.5 min: six stages, each its own Ray cluster
 def test_the_chain_hands_each_stage_on(smollm2_shaped, tmp_path, capsys):
     out = tmp_path / "chain"
     local = "ray.address=local"

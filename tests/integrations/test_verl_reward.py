@@ -59,6 +59,12 @@ GROUPS = [
                    format_structured(ZH_STEPS + ["也许可以先发一条简短的消息。"], "zh"),
                    "",                                                # empty reply
                    "步骤1： 吵架。\n步骤2： 难过。\n步骤4： 你可以先道歉。"]},  # Step 3 missing
+    {"uid": "group-en-2", "row": {"history": HISTORY_EN[:1], "language": "en",
+                                  "solution": "That is frustrating; you can try again.",
+                                  "messages": policy_messages(HISTORY_EN[:1], "en")},
+     "responses": [format_structured(EN_STEPS + [reply], "en") for reply in (
+         "Third time is hard, and you kept going.", "What part of the test went wrong?",
+         "Many people need several tries.", "You sound very disappointed.")]},
 ]
 
 
@@ -151,21 +157,24 @@ def test_rewards_and_rur_factors_equal_peer_rls_own_scoring(report, expected):
     # the trained judge answers in its verdict vocabulary (a random one would not)
     results = expected["results"]
     assert sum(r.parse_failures for r in results) < sum(r.asked for r in results) / 2
-    # every group was whole, in spite of being split across two reward-loop workers
-    assert extra["rur/group_complete"] == [1.0] * 8
-    assert extra["rur/group_members"] == [4.0] * 8
+    # every group was whole, the middle one in spite of being split across the two
+    # reward-loop workers (12 samples in chunks of 6)
+    assert extra["rur/group_complete"] == [1.0] * len(GROUPS) * N
+    assert extra["rur/group_members"] == [4.0] * len(GROUPS) * N
 
 
 def test_malformed_and_partial_responses_are_judged_as_peer_rl_judges_them(report):
     extra = report["verl"]["extra"]
     # by hand: complete, complete, complete, no steps | complete, complete, empty, no Step 3
-    assert extra["reward/format"] == [1, 1, 1, 0, 1, 1, 0, 0]
+    # | four complete
+    assert extra["reward/format"] == [1, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 1]
     # asked: 4 rounds when every step is there; only the reply round without steps; 3 rounds
     # (Steps 1, 2 and the reply) when Step 3 is missing
-    assert extra["judge/asked"] == [4, 4, 4, 1, 4, 4, 1, 3]
-    # identical replies in a group get identical factors and rewards
+    assert extra["judge/asked"] == [4, 4, 4, 1, 4, 4, 1, 3, 4, 4, 4, 4]
+    # identical replies in a group get the same factors and rewards (the encoder is not
+    # bitwise batch-invariant: the same text at two batch positions differs by ~1e-8)
     for key in ("rur/s_group", "rur/s_hist", "rur/tau", "reward/peer"):
-        assert extra[key][0] == extra[key][2], key
+        assert abs(extra[key][0] - extra[key][2]) <= 1e-6, key
     assert extra["rur/s_group"][0] > 0.5          # each has a duplicate among its three peers
 
 
@@ -197,7 +206,7 @@ def test_a_group_of_one_has_no_peer_and_no_wait(report):
 def test_start_up_errors_name_the_key(report):
     b = report["behaviours"]
     assert not b["bad_key"]["ok"] and "judge_pth" in b["bad_key"]["error"]
-    assert not b["num_workers"]["ok"] and "reward.num_workers=3" in b["num_workers"]["error"]
+    assert not b["num_workers"]["ok"] and "reward.num_workers=5" in b["num_workers"]["error"]
     off = b["rur_off"]
     assert off["ok"] and not any(k.startswith("rur/") for k in off["value"]["reward_extra_info"])
     assert off["value"]["reward_score"] == off["value"]["reward_extra_info"]["reward/peer"]

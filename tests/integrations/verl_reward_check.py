@@ -5,8 +5,8 @@ argv: the cases JSON the test wrote, the report JSON to write. The config is com
 examples/verl/peer_rur.yaml as `python -m verl.trainer.main_ppo` composes it and checked with
 verl's validate_config; the batch is a DataProto laid out as verl's rollout lays it out (left-
 padded prompts, right-padded responses ending in EOS, `uid` per prompt repeated n times); the
-main figures come from verl's own RewardLoopManager (Ray reward-loop workers, contiguous chunks
-that split each group across two workers).
+main figures come from verl's own RewardLoopManager (two Ray reward-loop workers; their
+contiguous chunks of 6 split the middle group between them).
 """
 import asyncio
 import json
@@ -34,8 +34,8 @@ def config(case: dict, *overrides: str):
             f"actor_rollout_ref.model.path={case['policy']}",
             f"reward.reward_kwargs.judge_path={case['judge']}",
             f"reward.reward_kwargs.judge_url={case['judge_url']}",
-            "trainer.n_gpus_per_node=1", "data.train_batch_size=2", "reward.num_workers=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "trainer.n_gpus_per_node=1", "data.train_batch_size=3", "reward.num_workers=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=3",
             *overrides])
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg),
                     use_critic=need_critic(cfg))
@@ -86,7 +86,7 @@ def with_verl_workers(cfg, data: DataProto) -> dict:
     import ray
     from verl.experimental.reward_loop.reward_loop import RewardLoopManager
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         out = RewardLoopManager(cfg).compute_rm_score(data)
     finally:
@@ -130,7 +130,7 @@ async def behaviours(case: dict, tok, data: DataProto) -> dict:
     out["validation"] = await timed(lambda: m.run_single(val))
     out["bad_key"] = await timed(lambda: asyncio.to_thread(
         manager, "+reward.reward_kwargs.judge_pth=/x"))
-    out["num_workers"] = await timed(lambda: asyncio.to_thread(manager, "reward.num_workers=3"))
+    out["num_workers"] = await timed(lambda: asyncio.to_thread(manager, "reward.num_workers=5"))
     out["rur_off"] = await timed(lambda: manager("reward.reward_kwargs.rur=false")
                                  .run_single(data[0:1]))
     return out

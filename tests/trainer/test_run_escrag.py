@@ -46,6 +46,7 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
     assert json.loads((out / "index" / "index.json").read_text())["count"] == 152
 
 
+@pytest.mark.long          # ~50 s; the two-pass run above keeps ESCRAG-R1 training in CI
 def test_vanilla_grpo_is_one_pass_with_the_same_prompt_and_reward(tmp_path, tiny_models,
                                                                   trained_scalar_rm):
     """recipe=escrag_grpo_tiny (retrieval.enable=false): no retrieval pool, no index, no second
