@@ -296,6 +296,9 @@ class PeerRewardManager(RewardManagerBase):
         response_ids = item.batch["responses"]
         n_valid = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
         text = self.tokenizer.decode(response_ids[:n_valid], skip_special_tokens=True)
+        if "uid" not in item.non_tensor_batch:
+            raise ValueError("a sample without non_tensor_batch['uid']: the PEER reward groups "
+                             "replies by the prompt id verl's trainer assigns")
         return str(item.non_tensor_batch["uid"]), text, item.non_tensor_batch
 
     def group_size(self, data: DataProto) -> int:

@@ -203,6 +203,14 @@ def test_a_group_of_one_has_no_peer_and_no_wait(report):
         assert out["seconds"] < 30                     # no group timeout (600 s) waited
 
 
+def test_a_sample_without_its_group_or_history_is_refused_naming_the_key(report):
+    b = report["behaviours"]
+    assert not b["no_uid"]["ok"] and "non_tensor_batch['uid']" in b["no_uid"]["error"]
+    err = b["no_history"]["error"]
+    assert not b["no_history"]["ok"] and "'extra_info'" in err and "'history'" in err
+    assert "uid=group-en" in err and "peer-rl data to-verl" in err
+
+
 def test_start_up_errors_name_the_key(report):
     b = report["behaviours"]
     assert not b["bad_key"]["ok"] and "judge_pth" in b["bad_key"]["error"]

@@ -109,6 +109,11 @@ async def timed(coro_fn) -> dict:
                 "seconds": time.perf_counter() - t}
 
 
+def _without_history(one: DataProto) -> DataProto:
+    one.non_tensor_batch["extra_info"] = np.array([{"language": "en"}], dtype=object)
+    return one
+
+
 async def behaviours(case: dict, tok, data: DataProto) -> dict:
     """Defined behaviour in one process (no Ray: the in-process barrier)."""
     def manager(*overrides):
@@ -126,8 +131,12 @@ async def behaviours(case: dict, tok, data: DataProto) -> dict:
     out["group_of_one"] = await timed(lambda: m.run_single(one))
     m = manager()
     val = data[0:1]
-    val.meta_info["validate"] = True      # val_kwargs.n = 1 by default
+    val.meta_info = {**val.meta_info, "validate": True}     # val_kwargs.n = 1 by default
     out["validation"] = await timed(lambda: m.run_single(val))
+    no_uid = data[0:1]
+    no_uid.non_tensor_batch.pop("uid")
+    out["no_uid"] = await timed(lambda: m.run_single(no_uid))
+    out["no_history"] = await timed(lambda: m.run_single(_without_history(data[0:1])))
     out["bad_key"] = await timed(lambda: asyncio.to_thread(
         manager, "+reward.reward_kwargs.judge_pth=/x"))
     out["num_workers"] = await timed(lambda: asyncio.to_thread(manager, "reward.num_workers=5"))
