@@ -152,7 +152,7 @@ class GroupBarrier:
         self.timeout_s, self.keep_groups = timeout_s, keep_groups
         self.groups: OrderedDict[str, _Group] = OrderedDict()
 
-    def _close(self, uid: str, g: _Group) -> None:
+    def _close(self, g: _Group) -> None:
         replies = [r for _, r in g.members]
         sims = self.worker.similarities(replies, [g.history], len(replies))
         for k, (member, reply) in enumerate(g.members):
@@ -182,7 +182,7 @@ class GroupBarrier:
             return self._late(g, reply)
         g.members.append((member, reply))
         if len(g.members) >= g.size:
-            self._close(uid, g)
+            self._close(g)
         else:
             try:
                 await asyncio.wait_for(g.done.wait(), self.timeout_s)
@@ -191,7 +191,7 @@ class GroupBarrier:
                     logger.warning("RUR group uid=%s: %d of %d replies after %.0f s; scored "
                                    "with the replies that came", uid, len(g.members), g.size,
                                    self.timeout_s)
-                    self._close(uid, g)
+                    self._close(g)
         return g.results[member]
 
 

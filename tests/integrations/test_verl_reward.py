@@ -191,6 +191,15 @@ def test_a_group_that_never_completes_is_answered_after_the_timeout(report):
     for member in out["value"]:
         info = member["reward_extra_info"]
         assert info["rur/group_complete"] == 0.0 and info["rur/group_members"] == 3.0
+    # a straggler after the close is scored against the three that came; a copy of a member
+    # (verl's padding) gets that member's answer (sample 0's reply is also sample 2's, so
+    # either twin's: equal within 1e-6, the encoder's batch-position spread)
+    late = report["behaviours"]["late"]["value"]["reward_extra_info"]
+    assert late["rur/group_members"] == 4.0 and late["rur/group_complete"] == 0.0
+    copy = report["behaviours"]["late_copy"]["value"]["reward_extra_info"]
+    first = out["value"][0]["reward_extra_info"]
+    assert copy["rur/group_members"] == first["rur/group_members"] == 3.0
+    assert abs(copy["rur/s_group"] - first["rur/s_group"]) <= 1e-6
 
 
 def test_a_group_of_one_has_no_peer_and_no_wait(report):

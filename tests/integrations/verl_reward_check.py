@@ -126,6 +126,8 @@ async def behaviours(case: dict, tok, data: DataProto) -> dict:
     m = manager("+reward.reward_kwargs.group_timeout_s=3")
     out["incomplete"] = await timed(lambda: asyncio.gather(
         *(m.run_single(data[i:i + 1]) for i in range(3))))
+    out["late"] = await timed(lambda: m.run_single(data[3:4]))   # the 4th, after the close
+    out["late_copy"] = await timed(lambda: m.run_single(data[0:1]))   # a copy of a member
     m = manager("actor_rollout_ref.rollout.n=1", "reward.num_workers=1")
     one = data[4:5]
     out["group_of_one"] = await timed(lambda: m.run_single(one))
