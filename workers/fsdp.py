@@ -112,12 +112,14 @@ def mixed_precision(device: torch.device, bf16: bool = True) -> MixedPrecisionPo
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
-    """The model's repeated blocks (its _no_split_modules) outside any vision tower."""
+    """The model's repeated blocks (its _no_split_modules) outside any vision tower, before or
+    after fully_shard (which swaps each block's class for an FSDP subclass of it)."""
     tower = vision_tower(model)
     inside = {id(m) for m in tower.modules()} if tower is not None else set()
     layer_cls = set(getattr(model, "_no_split_modules", None) or [])
     return [m for m in model.modules()
-            if type(m).__name__ in layer_cls and m is not model and id(m) not in inside]
+            if any(c.__name__ in layer_cls for c in type(m).__mro__)
+            and m is not model and id(m) not in inside]
 
 
 def checkpoint_layers(model) -> int:

@@ -67,10 +67,12 @@ class PolicyWorker:
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
                  model_path: str, settings: PolicySettings | None = None, *, rollout_n: int = 1,
-                 seed: int = 0, backend: str | None = None):
+                 seed: int = 0, backend: str | None = None, max_row_len: int = 0):
         """`rollout_n`: rows each prompt brings, so that a mini-batch of
         settings.ppo_mini_batch_size prompts is that many times as many rows (verl's
-        normalisation); 1 where the rows are not groups."""
+        normalisation); 1 where the rows are not groups. `max_row_len`: the longest row a batch
+        can hold (prompt + reply, the rollout's max_model_len; 0 = the token budget), which
+        gradient_checkpointing=auto estimates attention's share from."""
         s = self.settings = settings or PolicySettings()
         self.rank, self.world_size, self.model_path = rank, world_size, model_path
         self.master_addr, self.seed = master_addr, seed
@@ -107,6 +109,9 @@ class PolicyWorker:
         self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
         self.model = self._load_sharded(mp, trainable=True)
         self.ref = self._load_sharded(mp, offload=s.ref_param_offload).requires_grad_(False)
+        self.recompute, self.recompute_line = self._choose_recomputation(max_row_len)
+        if self.recompute:      # the forward is wrapped on the instance: sharding is unaffected
+            fsdp.checkpoint_layers(self.model)
         # frozen parameters get no gradient and no optimizer state
         self.optim = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
                                        lr=s.lr, weight_decay=s.weight_decay)
@@ -121,11 +126,51 @@ class PolicyWorker:
             self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
         if trainable and self.settings.freeze_vision_tower and self.vision is not None:
             self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
-        if trainable and self.settings.gradient_checkpointing:
-            fsdp.checkpoint_layers(model)
         if self.settings.logits_chunk_size > 0:
             self._heads[id(model)] = fsdp.logprob_head(model, self.settings.logits_chunk_size)
         return fsdp.shard(model, self.mesh, mp, offload=offload)
+
+    def _choose_recomputation(self, max_row_len: int) -> tuple[bool, str]:
+        """actor.gradient_checkpointing: true / false as set; auto from the estimated activations
+        of a forward at the token budget against this node's free memory over its ranks, read
+        now that both models are loaded (peer_rl.activation_memory). One answer for all ranks:
+        recomputation wherever any rank needs it."""
+        import json
+
+        import psutil
+
+        from peer_rl.activation_memory import (choose_recomputation, stored_activation_bytes,
+                                               training_state_bytes)
+
+        s = self.settings
+        config = json.loads(Path(self.model_path, "config.json").read_text(encoding="utf-8"))
+        text = config.get("text_config") or config
+        row = min(max_row_len or s.ppo_max_token_len_per_gpu or 4096,
+                  text.get("max_position_embeddings") or 10**9)
+        tokens = s.ppo_max_token_len_per_gpu or s.ppo_micro_batch_size * row
+        gpu = self.device.type == "cuda"
+        activations = stored_activation_bytes(config, tokens, min(row, tokens),
+                                              2 if gpu else 4)
+        shard = sum((p.to_local() if hasattr(p, "to_local") else p).numel()
+                    for p in self.model.parameters() if p.requires_grad)
+        if gpu:
+            available, local = torch.cuda.mem_get_info(self.device)[0], 1
+        else:
+            hosts = [None] * self.world_size
+            dist.all_gather_object(hosts, socket.gethostname())
+            available, local = psutil.virtual_memory().available, hosts.count(socket.gethostname())
+        on, line = choose_recomputation(str(s.gradient_checkpointing).lower(), activations,
+                                        training_state_bytes(shard), available, local)
+        flag = torch.tensor([int(on)], device=self.device)
+        if self.world_size > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if bool(flag.item()) != on:
+            line += "; on, as another rank needs it"
+        return bool(flag.item()), line
+
+    def recomputation(self) -> dict:
+        """Whether this rank recomputes activations, and the start-up line saying why."""
+        return {"on": self.recompute, "line": self.recompute_line}
 
     def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:
         """pixel values, grids and image-token types of `rows` (workers.vision); {} if none."""

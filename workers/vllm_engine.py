@@ -42,7 +42,12 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     engine = engine or EngineSettings()
     max_model_len = engine.max_model_len
     cpu = on_cpu()
+    if engine.max_num_seqs:
+        kwargs.setdefault("max_num_seqs", engine.max_num_seqs)
     if cpu:
+        if engine.kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib={engine.kv_cache_gib}: a CPU engine needs a KV cache "
+                             "size (a training run sizes 0 from its step: fit_kv_cache)")
         # the KV cache as an explicit size in bytes, so a fraction of a GiB is honoured;
         # VLLM_CPU_KVCACHE_SPACE (whole GiB) would override it, so it is not left set
         os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)

@@ -6,6 +6,7 @@ place (with the CLI) where peer_rl reaches into workers/.
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import replace
@@ -91,8 +92,13 @@ def _node_address() -> tuple[str, int]:
 class PoolFactory:
     """Creates (and re-creates, after a crash) the actors of every pool."""
 
-    def __init__(self, cfg, policy_path: str, judge_path: str, index_dir: str = ""):
+    def __init__(self, cfg, policy_path: str, judge_path: str, index_dir: str = "",
+                 longest_prompt: int = 0):
+        """`longest_prompt`: the data's longest rollout prompt in tokens (0: unknown, as for
+        ESCRAG-R1's second pass, whose prompts carry the retrieved exemplars); a rollout
+        sequence is then at most that plus rollout.response_length."""
         self.cfg, self.policy_path, self.judge_path = cfg, policy_path, judge_path
+        self.longest_prompt = longest_prompt
         self.index_dir = index_dir
         self.pgs: dict = {}
 
@@ -121,14 +127,62 @@ class PoolFactory:
         rendezvous. Pure, so a test can bind it to the class's signature without Ray."""
         return getattr(self, f"_{pool}_args")(i, rendezvous)
 
+    def step_sequences(self, pool: str) -> int:
+        """The most sequences one engine of `pool` is given at once in a step: its share of the
+        batch's prompts x rollout.n (the controller shards prompts to rollout engines and
+        samples to reward engines, the first shards a row longer)."""
+        c, n = self.cfg, self.cfg.rollout.n
+        if pool == "rollout":
+            return math.ceil(c.data.train_batch_size / c.rollout.num_workers) * n
+        return math.ceil(c.data.train_batch_size * n / c.reward_model.num_workers)
+
+    def _rollout_row(self) -> int:
+        """The longest rollout sequence: the longest prompt plus the reply (0: unknown)."""
+        return self.longest_prompt and self.longest_prompt + self.cfg.rollout.response_length
+
+    def engine_settings(self, pool: str):
+        """The settings each engine of `pool` starts with; on CPU kv_cache_gib 0 sized from the
+        step (peer_rl.kv_cache.fit_kv_cache; the models' own config.json say the bytes per
+        token); GPU engines as configured (gpu_memory_utilization sizes their cache)."""
+        from peer_rl.kv_cache import fit_kv_cache
+
+        if self.cfg.resources[pool].gpus_per_worker:      # vLLM sizes it from the device
+            return narrow(RolloutSettings if pool == "rollout" else JudgeSettings, self.cfg[pool])
+        if pool == "rollout":
+            return fit_kv_cache(narrow(RolloutSettings, self.cfg.rollout), self.policy_path,
+                                self.step_sequences(pool), self._rollout_row())
+        path = self.judge_path
+        if self.cfg.reward_model.kind == "prm_orm":   # one size for both: the larger model's
+            from peer_rl.kv_cache import kv_bytes_per_token, read_config
+
+            path = max((self.judge_path, self.cfg.reward_model.outcome_path),
+                       key=lambda m: kv_bytes_per_token(read_config(m)))
+        return fit_kv_cache(narrow(JudgeSettings, self.cfg.reward_model), path,
+                            self.step_sequences(pool))
+
+    def kv_cache_line(self) -> str:
+        """A start-up line: each CPU engine's KV cache and how it was chosen ("" when the
+        engines have GPUs, where gpu_memory_utilization sizes it)."""
+        parts = []
+        for pool in ("rollout", "reward_model"):
+            if self.cfg.resources[pool].gpus_per_worker:
+                continue
+            s = self.engine_settings(pool)
+            row = min((pool == "rollout" and self._rollout_row()) or s.max_model_len,
+                      s.max_model_len)
+            how = (f"{s.max_num_seqs} sequence(s) of the step x {row} tokens"
+                   if self.cfg[pool].kv_cache_gib == 0 else f"{pool}.kv_cache_gib")
+            parts.append(f"{pool} {s.kv_cache_gib * 1024:.1f} MiB ({how})")
+        return "KV cache per CPU engine: " + "; ".join(parts) if parts else ""
+
     def _rollout_args(self, i, _):
-        return (self.policy_path, narrow(RolloutSettings, self.cfg.rollout)), {
+        return (self.policy_path, self.engine_settings("rollout")), {
             "seed": self.cfg.trainer.seed + i}
 
     def _reward_model_args(self, i, _):
         c = self.cfg.reward_model
         paths = (self.judge_path, c.outcome_path) if c.kind == "prm_orm" else (self.judge_path,)
-        return (*paths, narrow(JudgeSettings, c)), {"seed": self.cfg.trainer.seed}
+        return (*paths, self.engine_settings("reward_model")), {"seed": self.cfg.trainer.seed}
 
     def _redundancy_args(self, i, _):
         return (narrow(RedundancySettings, self.cfg.algorithm.rur),), {}
@@ -143,7 +197,8 @@ class PoolFactory:
         settings = replace(narrow(PolicySettings, a), loss_scale_factor=(
             a.loss_scale_factor or self.cfg.rollout.response_length))
         return (rank, a.world_size, *rendezvous, self.policy_path, settings), {
-            "rollout_n": self.cfg.rollout.n, "seed": self.cfg.trainer.seed}
+            "rollout_n": self.cfg.rollout.n, "seed": self.cfg.trainer.seed,
+            "max_row_len": self.cfg.rollout.max_model_len}
 
     def start(self, pool: str, i: int = 0):
         """Worker i of an engine or encoder pool as a Ray actor on its bundle (also how a

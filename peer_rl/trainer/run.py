@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from peer_rl.config import load_config, save_config
@@ -209,6 +210,18 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
         shutil.rmtree(probe, ignore_errors=True)
 
 
+def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
+    """The longest PEER prompt in the policy's tokens, each checked to leave room for its reply
+    (peer_rl.trainer.prompt_lengths); 0 for ESCRAG-R1, whose prompts the method builds."""
+    if cfg.reward_model.kind == "scalar":
+        return 0
+    from peer_rl.trainer.prompt_lengths import check_prompt_room, prompt_lengths
+
+    lengths = prompt_lengths(rows, policy)
+    check_prompt_room(rows, lengths, cfg.rollout.max_model_len, cfg.rollout.response_length)
+    return max(lengths, default=0)
+
+
 def run(overrides: list[str]) -> Path:
     from peer_rl.trainer.checkpoints import STATE_FILE, resume_checkpoint, saved_prompt_selection
     from peer_rl.trainer.controller import Controller
@@ -238,12 +251,20 @@ def run(overrides: list[str]) -> Path:
     check_modalities(cfg, rows, policy)
     check_languages(Counter(row_language(r) for r in rows), policy, "model.path")
     t0 = time.perf_counter()
+    # the prompts' token lengths (seconds of imports) while the local cluster starts
+    lengths = ThreadPoolExecutor(1).submit(measured_prompts, cfg, rows, policy)
     stop = StopRequest("the current step")   # from here on a SIGTERM ends the run cleanly
     with stop:
         init_ray(cfg)
+        import ray
+
         stop.install()                       # Ray's driver took SIGTERM over (it aborts)
+        longest = lengths.result()
         index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
-        factory = PoolFactory(cfg, policy, judge, index)
+        factory = PoolFactory(cfg, policy, judge, index, longest)
+        kv_line = factory.kv_cache_line()
+        if kv_line:
+            print(f"[peer-rl] {kv_line}", flush=True)
         pools = None
         try:
             pools = factory.make_pools()
@@ -253,13 +274,13 @@ def run(overrides: list[str]) -> Path:
                   + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""),
                   flush=True)
             check_shared_output(pools.actor, out)
+            print(f"[peer-rl] actor: {ray.get(pools.actor[0].recomputation.remote())['line']}",
+                  flush=True)
             controller = Controller(cfg, pools, rows, out, policy_template=template,
                                     side_files=card_files(policy))
             steps = controller.fit(stop)
         finally:
             factory.shutdown(pools)
-            import ray
-
             ray.shutdown()  # flush actor logs now, before the summary lines below
     if stop.signal:
         saved = out / "checkpoints" / f"step_{steps}"

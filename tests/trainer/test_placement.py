@@ -4,6 +4,7 @@ import inspect
 
 from peer_rl.config import load_config
 from peer_rl.trainer.placement import WORKERS, PoolFactory
+from peer_rl.trainer.tiny_cache import SHIPPED_DIR
 from peer_rl.worker_settings import (
     JudgeSettings,
     PolicyLossConfig,
@@ -38,14 +39,19 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
                        "rollout.max_model_len=1024", "actor.lr=3e-6", "actor.world_size=2",
                        "actor.policy_loss.loss_mode=gspo", "reward_model.max_tokens=12",
                        "algorithm.rur.alpha=0.25"])
-    factory = PoolFactory(cfg, "/m/policy", "/m/judge", "/m/index")
+    factory = PoolFactory(cfg, str(SHIPPED_DIR / "policy"), str(SHIPPED_DIR / "judge"), "/m/index")
     second = _bound(factory, "rollout", 1)
-    assert second["model_path"] == "/m/policy" and second["seed"] == 8
+    assert second["model_path"] == str(SHIPPED_DIR / "policy") and second["seed"] == 8
     assert type(second["settings"]) is RolloutSettings
-    # the default recipe (recipes/tiny.yaml) sizes the engines' KV caches at 0.5 GiB
-    assert second["settings"] == RolloutSettings(max_model_len=1024, kv_cache_gib=0.5)
+    # kv_cache_gib 0 (the schema's default) sizes each engine's KV cache for its step: the tiny
+    # models keep 2 layers x 2 KV heads x 64 dims x K and V x 4 bytes = 2,048 bytes a token.
+    # Rollout: 4 prompts x n=6 = 24 sequences of 1,024 tokens (8 blocks of 128) = 48 MiB.
+    assert second["settings"] == RolloutSettings(max_model_len=1024, kv_cache_gib=48 / 1024,
+                                                 max_num_seqs=24)
+    # the judge: 24 samples of its 4,096-token max_model_len = 192 MiB
     judge = _bound(factory, "reward_model", 1)
-    assert judge["settings"] == JudgeSettings(max_tokens=12, kv_cache_gib=0.5)
+    assert judge["settings"] == JudgeSettings(max_tokens=12, kv_cache_gib=192 / 1024,
+                                              max_num_seqs=24)
     assert judge["seed"] == 7
     assert _bound(factory, "redundancy")["settings"] == RedundancySettings(alpha=0.25)
     assert _bound(factory, "retrieval") == {"index_dir": "/m/index",
@@ -53,20 +59,32 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
     rank = _bound(factory, "actor", 1, rendezvous=("10.0.0.5", 29500))
     assert (rank["rank"], rank["world_size"], rank["master_addr"], rank["master_port"]) == \
         (1, 2, "10.0.0.5", 29500)
-    assert rank["rollout_n"] == 6 and rank["seed"] == 7
-    # the schema's defaults, the recipe's (tiny.yaml: token budget 4096, recomputation) and
+    assert rank["rollout_n"] == 6 and rank["seed"] == 7 and rank["max_row_len"] == 1024
+    # the schema's defaults (recomputation auto), the recipe's (tiny.yaml: token budget 4096) and
     # the command line's, and Dr. GRPO's divisor resolved to the reply length (null in the
     # section)
     assert rank["settings"] == PolicySettings(
         lr=3e-6, policy_loss=PolicyLossConfig("gspo"), ppo_max_token_len_per_gpu=4096,
-        gradient_checkpointing=True, loss_scale_factor=96)
+        gradient_checkpointing="auto", loss_scale_factor=96)
 
 
-def test_the_process_and_outcome_pair_gets_both_paths():
-    factory = PoolFactory(load_config(["reward_model.kind=prm_orm", "reward_model.path=/m/prm",
-                                       "reward_model.outcome_path=/m/orm"]), "p", "/m/prm")
+def test_the_process_and_outcome_pair_gets_both_paths_and_the_larger_kv_cache(tmp_path):
+    import json
+
+    for name, layers in (("prm", 2), ("orm", 6)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"num_hidden_layers": layers, "num_attention_heads": 2, "hidden_size": 128,
+             "max_position_embeddings": 4096}))
+    prm, orm = str(tmp_path / "prm"), str(tmp_path / "orm")
+    factory = PoolFactory(load_config(["reward_model.kind=prm_orm", f"reward_model.path={prm}",
+                                       f"reward_model.outcome_path={orm}",
+                                       "reward_model.max_model_len=1024"]), "p", prm)
     got = _bound(factory, "reward_model")
-    assert (got["model_path"], got["outcome_path"]) == ("/m/prm", "/m/orm")
+    assert (got["model_path"], got["outcome_path"]) == (prm, orm)
+    # both engines get the outcome model's size (6 layers x 2 heads x 64 dims x K, V x 4 bytes
+    # = 6,144 bytes a token) for the tiny recipe's 4 x 4 = 16 samples of 1,024 tokens
+    assert got["settings"].kv_cache_gib * 2**30 == 16 * 1024 * 6144
 
 
 def test_a_policy_rank_computes_on_the_whole_cpus_its_bundle_reserves():
@@ -76,3 +94,14 @@ def test_a_policy_rank_computes_on_the_whole_cpus_its_bundle_reserves():
                                 .resources.actor)["OMP_NUM_THREADS"]
                for cpus in (0.25, 1, 2.5, 8)}
     assert threads == {0.25: "1", 1: "1", 2.5: "2", 8: "8"}
+
+
+def test_gpu_engines_are_left_to_vllms_own_sizing():
+    cfg = load_config(["resources.rollout.gpus_per_worker=1",
+                       "resources.reward_model.gpus_per_worker=1"])
+    factory = PoolFactory(cfg, str(SHIPPED_DIR / "policy"), str(SHIPPED_DIR / "judge"),
+                          longest_prompt=500)
+    for pool in ("rollout", "reward_model"):
+        s = factory.engine_settings(pool)
+        assert (s.kv_cache_gib, s.max_num_seqs) == (0.0, 0)
+    assert factory.kv_cache_line() == ""

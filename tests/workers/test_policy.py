@@ -64,16 +64,42 @@ def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> UpdateBatch:
 
 
 # ---------------------------------------------------------------- spawned scenarios (per rank)
+def _count_layer_forwards(w: PolicyWorker) -> list[int]:
+    """Count the policy's decoder-layer forwards that build a graph (training forwards and
+    their recomputation in backward), beneath any checkpoint wrapper."""
+    from functools import partial
+
+    from workers.fsdp import decoder_layers
+
+    calls = [0]
+
+    def counting(inner):
+        def counted(*a, **kw):
+            calls[0] += torch.is_grad_enabled()
+            return inner(*a, **kw)
+        return counted
+
+    for layer in decoder_layers(w.model):
+        f = layer.forward
+        if isinstance(f, partial):        # checkpoint(forward, ...): count the inner forward
+            layer.forward = partial(f.func, counting(f.args[0]), *f.args[1:], **f.keywords)
+        else:
+            layer.forward = counting(f)
+    return calls
+
+
 def _sc_train(w: PolicyWorker, out: str, arg=None) -> dict:
     b = make_batch()
     lp = w.compute_log_prob(b)
+    calls = _count_layer_forwards(w)
     t = time.perf_counter()
     metrics = w.update(b)
     update_s = time.perf_counter() - t
+    layer_calls = calls[0]
     # 7 rows: a 3-row mini-batch splits 2 + 1 over 2 ranks (the second rank pads a zero-weight row)
     metrics7 = w.update(make_batch(n=7, seed=4))
     out = {"lp": lp, "metrics": metrics, "metrics7": metrics7, "update_s": update_s,
-           "weights": w.full_state(), "health": w.health()}
+           "weights": w.full_state(), "health": w.health(), "layer_calls": layer_calls}
     # two rows of 16 and 8 tokens: in one forward the short one is padded to 16
     ids = np.zeros((2, 16), np.int64)
     ids[0], ids[1, :8] = np.arange(1, 17), np.arange(1, 9)
@@ -280,6 +306,8 @@ def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
                      seed=SEED)
     try:
         res = SCENARIOS[scenario](w, out, arg)
+        if isinstance(res, dict):
+            res["recomputation"] = w.recomputation()
     finally:
         w.shutdown()
     with open(os.path.join(out, f"rank{rank}.pkl"), "wb") as f:
@@ -310,7 +338,9 @@ def world1(tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def world2(tiny_model, tmp_path_factory):
-    return run_group(2, tiny_model, "train", tmp_path_factory.mktemp("w2"))
+    # recomputation left to the estimate, which finds the tiny model's activations small
+    return run_group(2, tiny_model, "train", tmp_path_factory.mktemp("w2"),
+                     gradient_checkpointing="auto")
 
 
 @pytest.fixture(scope="module")
@@ -416,6 +446,12 @@ def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, 
     decoder layer recomputed in backward gives the same weights and metrics."""
     (gc_a, _) = run_group(2, tiny_model, "train", tmp_path, gradient_checkpointing=True)
     plain = world2[0]
+    assert gc_a["recomputation"]["on"] and "gradient_checkpointing=true" in \
+        gc_a["recomputation"]["line"]
+    # auto, on the tiny model with this machine's memory: off, and the estimate said
+    assert not plain["recomputation"]["on"]
+    assert plain["recomputation"]["line"].startswith("recomputation off (auto: activations ~")
+    assert gc_a["layer_calls"] == 2 * plain["layer_calls"] > 0     # each recomputed in backward
     assert max_diff(plain["weights"], gc_a["weights"]) < 1e-6
     for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
         assert gc_a["metrics"][k] == pytest.approx(plain["metrics"][k], rel=1e-6, abs=1e-9), k

@@ -37,6 +37,35 @@ def test_the_kv_cache_is_the_size_asked_not_whole_gib(worker):
     assert cache.kv_cache_memory_bytes == 3 * 2**28
 
 
+def test_the_engine_lays_out_as_many_tokens_as_the_sizing_counts(worker, tiny_models):
+    """peer_rl.kv_cache's bytes per token and block size are vLLM's own: the 0.75 GiB cache
+    holds exactly 0.75 GiB / kv_bytes_per_token tokens in blocks of CPU_BLOCK_SIZE, so a cache
+    sized from the step holds the step's sequences."""
+    from peer_rl.kv_cache import CPU_BLOCK_SIZE, kv_bytes_per_token, read_config
+
+    cache = worker.llm.llm_engine.vllm_config.cache_config
+    assert cache.block_size == CPU_BLOCK_SIZE
+    per_token = kv_bytes_per_token(read_config(tiny_models["policy"]), 4)
+    assert cache.num_gpu_blocks * cache.block_size * per_token == 3 * 2**28
+
+
+def test_prompt_lengths_are_the_engines_own(worker, tiny_models):
+    """The driver's count of a prompt's tokens (peer_rl.trainer.prompt_lengths, which sizes the
+    KV cache and refuses prompts with no room for a reply) against the prompt ids vLLM itself
+    built, for English, Chinese and a prompt with two frames."""
+    from peer_rl.trainer.prompt_lengths import prompt_lengths
+
+    faces = [str(sample_root() / "grpo" / "images" / f) for f in
+             ("face_anxious_1.png", "face_anxious_1.png")]
+    visual = policy_messages(HISTORY_EN, "en", visual=True)     # untagged: both frames attach
+    prompts = [Prompt(0, policy_messages(HISTORY_EN, "en")),
+               Prompt(1, policy_messages(HISTORY_ZH, "zh")),
+               Prompt(2, visual, images=faces)]
+    samples = worker.generate(prompts, SamplingConfig(n=1, max_tokens=2, seed=1))
+    rows = [{"messages": p.messages, "images": p.images} for p in prompts]
+    assert prompt_lengths(rows, tiny_models["policy"]) == [len(s.prompt_ids) for s in samples]
+
+
 def hf_logprobs(model, ids: list[int]) -> list[float]:
     with torch.no_grad():
         logp = model(torch.tensor([ids])).logits.float().log_softmax(-1)[0]
