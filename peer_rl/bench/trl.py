@@ -64,14 +64,14 @@ def _run_tree(cmd: list[str]) -> tuple[subprocess.CompletedProcess, int]:
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), peak[0]
 
 
-def _peer_rl(model: str, steps: int) -> dict:
+def _peer_rl(model: str, steps: int, overrides: list[str] = ()) -> dict:
     with tempfile.TemporaryDirectory(prefix="peer-rl-bench-trl-") as tmp:
         cmd = [sys.executable, "-m", "peer_rl.cli", "train", f"model.path={model}",
                "data.train_files=[grpo/textual.jsonl]", f"data.train_batch_size={PROMPTS}",
                f"actor.ppo_mini_batch_size={PROMPTS}",        # one optimizer step per rollout
                f"rollout.n={G}", f"rollout.response_length={NEW_TOKENS}",
                f"trainer.total_steps={steps}", "trainer.save_freq=0",
-               "trainer.save_hf_model=false", f"trainer.output_dir={tmp}"]
+               "trainer.save_hf_model=false", f"trainer.output_dir={tmp}", *overrides]
         _, peak = _run_tree(cmd)
         recs = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     return {"steps": [r["timing/step"] for r in recs], "peak": peak,
@@ -163,6 +163,8 @@ def table(rows: list[tuple[str, dict]]) -> str:
         step, update = _median_after_first(r["steps"]), _median_after_first(r["update"])
         out.append(f"{name:44s} {step:7.1f} {r['steps'][0]:8.1f} {update:9.1f} "
                    f"{100 * update / step:8.0f}% {r['peak'] / 1e9:8.1f}")
+    if len(rows) < 2:
+        return "\n".join(out)
     ours, equal = rows[0][1], rows[1][1]
     ratio = _median_after_first(ours["steps"]) / _median_after_first(equal["steps"])
     share = _median_after_first(ours["update"]) / _median_after_first(ours["steps"])
@@ -179,6 +181,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-defaults", action="store_true",
                     help="skip the TRL-at-its-defaults row (beta 0)")
     ap.add_argument("--json", default="", help="also write every side's raw figures here")
+    ap.add_argument("--peer", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for peer-rl's side (repeatable), e.g. actor.world_size=1")
+    ap.add_argument("--peer-only", action="store_true",
+                    help="run peer-rl's side alone (its row; no ratios)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -193,7 +199,10 @@ def main(argv: list[str]) -> int:
     kl = float(load_config([]).actor.kl_loss_coef)
     model = random_policy(args.model)
     print(f"[bench trl] peer-rl: {args.steps} PEER-RUR steps on {model} ...", flush=True)
-    rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)", _peer_rl(model, args.steps))]
+    rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)", _peer_rl(model, args.steps, args.peer))]
+    if args.peer_only:
+        print(table(rows))
+        return 0
     print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps ...", flush=True)
     rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)", _trl(model, args.steps, kl)))
     if not args.no_defaults:

@@ -17,3 +17,9 @@ def test_the_table_takes_medians_after_the_first_step_and_ratios_against_equal_w
     assert lines[4] == ("step-time ratio peer-rl / TRL at equal work: 0.50 (goal <= 0.5); "
                         "peer-rl's update share 50% (goal <= 50%); peak memory ratio 1.5x "
                         "(goal <= 2x)")
+
+
+def test_peer_rls_side_alone_is_its_row_without_ratios():
+    ours = {"steps": [300.0, 90.0, 110.0], "update": [200.0, 40.0, 60.0], "peak": 9e9}
+    lines = table([("ours", ours)]).splitlines()
+    assert len(lines) == 2 and lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0"]
