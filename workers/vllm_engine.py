@@ -24,6 +24,14 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def torch_compile_off() -> None:
+    """torch.compile calls in this process run their functions uncompiled (dynamo checks the
+    flag at each call, so functions wrapped at import time are covered too)."""
+    import torch._dynamo
+
+    torch._dynamo.config.disable = True
+
+
 def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int = 0,
              dtype: str | None = None, enable_prefix_caching: bool = True,
              max_images: int = 4, worker_extension_cls: str | None = EXTENSION,
@@ -59,6 +67,10 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if tensor_parallel_size == 1:
             kwargs.setdefault("distributed_executor_backend", "uni")
+        # vLLM wraps a few sampler helpers in torch.compile(inductor) even when eager; on a CPU
+        # their first call builds C++ kernels and a ~150 MB header cache (tens of seconds per
+        # engine on a fresh machine) for element-wise ops of microseconds: run them as Python
+        torch_compile_off()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") == "1":   # the workers' quiet setting

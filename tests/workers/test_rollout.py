@@ -37,6 +37,16 @@ def test_the_kv_cache_is_the_size_asked_not_whole_gib(worker):
     assert cache.kv_cache_memory_bytes == 3 * 2**28
 
 
+def test_a_cpu_engine_process_builds_no_inductor_kernels(worker, tmp_path, monkeypatch):
+    """vLLM wraps sampler helpers in torch.compile; on a fresh CPU machine their first call
+    built C++ kernels and a ~150 MB header cache (tens of seconds a run). In an engine's
+    process a compiled function runs as plain Python and writes nothing."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    probs = torch.compile(lambda x: x.softmax(-1).argmax(-1), dynamic=True)
+    assert probs(torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 1.0]])).tolist() == [1, 0]
+    assert not list(tmp_path.rglob("*"))
+
+
 def test_the_engine_lays_out_as_many_tokens_as_the_sizing_counts(worker, tiny_models):
     """peer_rl.kv_cache's bytes per token and block size are vLLM's own: the 0.75 GiB cache
     holds exactly 0.75 GiB / kv_bytes_per_token tokens in blocks of CPU_BLOCK_SIZE, so a cache
