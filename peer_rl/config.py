@@ -63,6 +63,10 @@ class ActorConfig(PolicySettings):
     group's own."""
     world_size: int = 1                  # FSDP2 ranks of the policy group
     gradient_checkpointing: str = "auto"     # true | false | auto (peer_rl.activation_memory)
+    # compute threads per rank (OMP_NUM_THREADS); 0 = the whole CPUs its bundle reserves
+    # (resources.actor.cpus_per_worker, at least one). More than the bundle suits a synchronous
+    # CPU run, where the update has the machine to itself while the engines wait
+    num_threads: int = 0
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
 
@@ -292,7 +296,8 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
                  "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
                  "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
-                 "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches")
+                 "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
+                 "actor.num_threads")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"),
             "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),

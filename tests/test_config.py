@@ -31,6 +31,7 @@ def test_recipes_by_name_with_overrides():
      "trainer.async_training.staleness=2: expected one of (0, 1)"),
     ("trainer.async.staleness=1", "config key 'trainer.async'"),
     ("actor.behavior_weight_cap=-1", "actor.behavior_weight_cap=-1.0: expected a value >= 0"),
+    ("actor.num_threads=-2", "actor.num_threads=-2: expected a value >= 0"),
 ])
 def test_bad_config_fails_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=None) as err:

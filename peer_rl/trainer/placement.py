@@ -47,11 +47,12 @@ def engine_env() -> dict:
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
 
 
-def policy_env(res) -> dict:
-    """A policy rank's environment: as many compute threads as its bundle reserves whole CPUs
-    (at least one), so a rank never takes cores its neighbours were promised."""
+def policy_env(res, num_threads: int = 0) -> dict:
+    """A policy rank's environment: `num_threads` compute threads (actor.num_threads), or by
+    default as many as its bundle reserves whole CPUs (at least one), so a rank never takes
+    cores its neighbours were promised."""
     return {"TOKENIZERS_PARALLELISM": "false",
-            "OMP_NUM_THREADS": str(max(1, int(res.cpus_per_worker)))}
+            "OMP_NUM_THREADS": str(num_threads or max(1, int(res.cpus_per_worker)))}
 
 
 def _bundle(res) -> dict:
@@ -216,7 +217,8 @@ class PoolFactory:
         ranks = []
         for r in range(self.cfg.actor.world_size):
             args, kwargs = self.worker_args("actor", r, rendezvous)
-            ranks.append(self._actor("actor", r, policy_env(self.cfg.resources.actor),
+            ranks.append(self._actor("actor", r, policy_env(self.cfg.resources.actor,
+                                                               self.cfg.actor.num_threads),
                                      max_restarts=0).remote(
                 *args, **kwargs))
         return ranks

@@ -32,7 +32,7 @@ def _cfg(tmp_path, tiny, *extra):
 @pytest.fixture(scope="module")
 def system(tmp_path_factory, grpo_models):
     out = tmp_path_factory.mktemp("controller")
-    cfg = _cfg(out, grpo_models)
+    cfg = _cfg(out, grpo_models, "actor.world_size=2")   # a real two-rank FSDP group
     init_ray(cfg)
     factory = PoolFactory(cfg, grpo_models["policy"], grpo_models["judge"])
     pools = factory.make_pools()

@@ -96,6 +96,13 @@ def test_a_policy_rank_computes_on_the_whole_cpus_its_bundle_reserves():
     assert threads == {0.25: "1", 1: "1", 2.5: "2", 8: "8"}
 
 
+def test_actor_num_threads_overrides_the_bundles_cpus():
+    from peer_rl.trainer.placement import policy_env
+
+    cfg = load_config(["resources.actor.cpus_per_worker=0.25", "actor.num_threads=2"])
+    assert policy_env(cfg.resources.actor, cfg.actor.num_threads)["OMP_NUM_THREADS"] == "2"
+
+
 def test_gpu_engines_are_left_to_vllms_own_sizing():
     cfg = load_config(["resources.rollout.gpus_per_worker=1",
                        "resources.reward_model.gpus_per_worker=1"])
