@@ -12,6 +12,8 @@ cores, so the measured gain is below the formula's.
 """
 from __future__ import annotations
 
+PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
+
 import json
 import os
 import tempfile

@@ -12,6 +12,8 @@ warm-up call first; the median of `--repeats` timed calls. Start-up is reported 
 """
 from __future__ import annotations
 
+PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
+
 import argparse
 import json
 import os

@@ -1,4 +1,4 @@
-"""`peer-rl bench step`: the per-stage time split of tiny GRPO steps, from a real run.
+"""`peer-rl bench step [KEY=VALUE ...]`: the per-stage time split of tiny GRPO steps, from a real run.
 
 Runs the tiny recipe (any overrides allowed) for a few steps and prints the median of each
 stage over the steps after the first (which pays one-time warm-up costs).

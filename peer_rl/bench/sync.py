@@ -12,6 +12,8 @@ GB/s counts the model's bytes in the engine's dtype once per sync.
 """
 from __future__ import annotations
 
+PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
+
 import argparse
 import statistics
 import time

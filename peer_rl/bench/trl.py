@@ -20,6 +20,8 @@ TRL is an optional extra: pip install 'peer-rl[compare]'.
 """
 from __future__ import annotations
 
+PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
+
 import argparse
 import json
 import os
@@ -30,6 +32,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from peer_rl.errors import ConfigError, MissingDependency
 
 PROMPTS, G, NEW_TOKENS = 8, 4, 128
 
@@ -140,11 +144,21 @@ def _trl_child(model: str, steps: int, beta: float) -> None:
                       "reference": trainer.ref_model is not None}))
 
 
-def _trl(model: str, steps: int, beta: float) -> dict:
+# TRL's own requirements are all in peer-rl's stack; without --no-deps pip would try to re-resolve
+# torch, whose CPU machines' build (scripts/setup.sh) the package index does not name
+TRL_INSTALL = '.venv/bin/pip install --no-deps "trl==1.16.0"'
+
+
+def check_trl() -> None:
+    """Before peer-rl's side runs for minutes: TRL is an optional extra."""
     import importlib.util
 
     if importlib.util.find_spec("trl") is None:
-        raise RuntimeError("peer-rl bench trl needs TRL: pip install 'peer-rl[compare]'")
+        raise MissingDependency(f"peer-rl bench trl needs TRL beside peer-rl: {TRL_INSTALL} "
+                           "(or --peer-only for peer-rl's side alone)")
+
+
+def _trl(model: str, steps: int, beta: float) -> dict:
     proc, peak = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child", "--model",
                             model, "--steps", str(steps), "--beta", str(beta)])
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak}
@@ -192,7 +206,9 @@ def main(argv: list[str]) -> int:
         _trl_child(args.model, args.steps, args.beta)
         return 0
     if args.steps < 2:
-        raise ValueError("--steps: at least 2 (the first is warm-up)")
+        raise ConfigError("--steps: at least 2 (the first is warm-up)")
+    if not args.peer_only:
+        check_trl()
     from peer_rl.bench.models import random_policy
     from peer_rl.config import load_config
 

@@ -16,6 +16,8 @@ forward + backward + optimizer step; peak is the process's, model and AdamW stat
 """
 from __future__ import annotations
 
+PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
+
 import argparse
 import json
 import os

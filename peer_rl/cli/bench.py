@@ -12,11 +12,21 @@ BENCHES = {"rewards": "peer_rl.bench.rewards", "step": "peer_rl.bench.step",
 
 
 def _bench(args) -> int:
-    return importlib.import_module(BENCHES[args.what]).main(args.rest)
+    module = importlib.import_module(BENCHES[args.what])
+    if args.rest[:1] in (["-h"], ["--help"]) and not getattr(module, "PARSES_ITS_ARGS", False):
+        print((module.main.__doc__ or module.__doc__).strip())   # benchmarks without a parser
+        return 0
+    return module.main(args.rest)
+
+
+def _errors() -> dict:
+    from peer_rl.errors import ConfigError, MissingDependency
+
+    return {ConfigError: 2, MissingDependency: 2}
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks that print a table")
     p.add_argument("what", choices=list(BENCHES))
     p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(fn=_bench)
+    p.set_defaults(fn=_bench, errors=_errors)

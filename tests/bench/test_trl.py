@@ -23,3 +23,31 @@ def test_peer_rls_side_alone_is_its_row_without_ratios():
     ours = {"steps": [300.0, 90.0, 110.0], "update": [200.0, 40.0, 60.0], "peak": 9e9}
     lines = table([("ours", ours)]).splitlines()
     assert len(lines) == 2 and lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0"]
+
+
+def test_without_trl_the_bench_stops_before_peer_rls_side_naming_the_install(monkeypatch, capsys):
+    """TRL is an optional extra: its absence is said at once (exit 2), not after peer-rl's side
+    has run for minutes."""
+    import importlib.util
+
+    import peer_rl.bench.models as models
+    from peer_rl.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "trl" else real(name, *a))
+    monkeypatch.setattr(models, "random_policy", lambda *a: (_ for _ in ()).throw(
+        AssertionError("peer-rl's side started")))
+    assert main(["bench", "trl", "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "needs TRL" in err and 'pip install --no-deps "trl==' in err and "--peer-only" in err
+
+
+def test_each_bench_answers_help_with_its_usage(capsys):
+    from peer_rl.cli import main
+
+    for name, usage in (("step", "peer-rl bench step [KEY=VALUE ...]"),
+                        ("rewards", "peer-rl bench rewards [N_GROUPS]"),
+                        ("model", "peer-rl bench model [NAME ...]")):
+        assert main(["bench", name, "--help"]) == 0
+        assert usage in capsys.readouterr().out
