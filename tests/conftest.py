@@ -32,6 +32,7 @@ def pytest_addoption(parser):
                           "listed in docs/testing-and-benchmarks.md)")
 
 
+@pytest.hookimpl(trylast=True)       # after -k / -m have deselected theirs
 def pytest_collection_modifyitems(config, items):
     """Tests marked `slow`, `reference`, `gpu` or `long` are deselected (not skipped) unless
     asked for (--slow, --reference, --gpu, --long): the default suite, and any -m selection,
@@ -43,6 +44,44 @@ def pytest_collection_modifyitems(config, items):
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = [it for it in items if not it.get_closest_marker(marker)]
+    verl = [it for it in items if it.nodeid.startswith(VERL_TESTS)]
+    if verl:        # last, with its environment built meanwhile
+        items[:] = [it for it in items if not it.nodeid.startswith(VERL_TESTS)] + verl
+        start_verl_setup()
+
+
+VERL_TESTS = "tests/integrations/test_verl_reward.py"
+REPO = Path(__file__).resolve().parents[1]
+VERL_VENV = Path(os.environ.get("PEER_RL_VERL_VENV", REPO / ".venv-verl"))
+_verl_setup: dict = {}
+
+
+def start_verl_setup() -> None:
+    """scripts/setup_verl.sh in the background from the start of the session: on a fresh clone
+    it installs verl's own stack for minutes (mostly downloads and unpacking), which then
+    overlap the rest of the suite instead of adding to it; a no-op when the venv is current."""
+    log = open(REPO / ".pytest-setup-verl.log", "w", encoding="utf-8")
+    _verl_setup["log"] = Path(log.name)
+    _verl_setup["proc"] = subprocess.Popen(
+        ["bash", "scripts/setup_verl.sh"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PEER_RL_VERL_VENV": str(VERL_VENV)})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A setup the session never waited for (its tests not reached) does not outlive it; the
+    script writes its stamp last, so the next session redoes an interrupted one."""
+    proc = _verl_setup.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def verl_setup_result(timeout: float = 1800) -> tuple[int, str]:
+    """The background setup's exit code and output (started now if it was not)."""
+    if "proc" not in _verl_setup:
+        start_verl_setup()
+    code = _verl_setup["proc"].wait(timeout=timeout)
+    return code, _verl_setup["log"].read_text(encoding="utf-8")
 
 
 TRAINER = ["peer_rl.trainer.supervised", "peer_rl.supervised.config"]   # train-rm's closure

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import VllmServer
+from conftest import VERL_VENV, VllmServer, verl_setup_result
 from peer_rl.protocol import JudgeItem
 from peer_rl.reasoning import format_structured, parse_structured, policy_messages
 from peer_rl.rewards import rur_reweight
@@ -71,11 +71,11 @@ GROUPS = [
 @pytest.fixture(scope="module")
 def verl_python() -> Path:
     """.venv-verl's interpreter, the venv built first when missing (as CI's fresh clone has
-    none): scripts/setup_verl.sh, ~2.5 min, a no-op when it is current."""
-    proc = subprocess.run(["bash", "scripts/setup_verl.sh"], cwd=REPO, capture_output=True,
-                          text=True, timeout=1800,
-                          env={**os.environ, "PEER_RL_VERL_VENV": str(VENV)})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    none): scripts/setup_verl.sh, ~2.5-5 min, started in the background when the session
+    began (conftest.start_verl_setup), a no-op when it is current."""
+    code, output = verl_setup_result()
+    assert code == 0, output[-6000:]
+    assert VENV == VERL_VENV
     return VENV / "bin" / "python"
 
 
