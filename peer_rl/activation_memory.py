@@ -9,6 +9,8 @@ without it, ~5 GB with).
 """
 from __future__ import annotations
 
+from peer_rl.kv_cache import text_config
+
 GiB = 2**30
 SETTINGS = ("auto", "true", "false")
 
@@ -19,7 +21,7 @@ def stored_activation_bytes(config: dict, tokens: int, row_len: int, dtype_bytes
     (norm inputs and outputs, Q, K, V, attention output, the residual adds), 3 MLP-width ones
     (gate, up, their product) and one attention probability per head and key position. An upper
     bound where K/V are grouped or the attention kernel keeps no probabilities."""
-    text = config.get("text_config") or config
+    text = text_config(config)
     h, i = text["hidden_size"], text["intermediate_size"]
     per_token_layer = 8 * h + 3 * i + text["num_attention_heads"] * row_len
     return per_token_layer * dtype_bytes * tokens * text["num_hidden_layers"]

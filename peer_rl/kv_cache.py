@@ -19,9 +19,19 @@ def read_config(model_path: str) -> dict:
     return json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
 
 
+def text_config(config: dict) -> dict:
+    """The language model's settings: a vision-language config nests them in text_config."""
+    return config.get("text_config") or config
+
+
+def max_positions(config: dict) -> int:
+    """The model's own longest sequence (vLLM caps max_model_len at it); unbounded if unsaid."""
+    return text_config(config).get("max_position_embeddings") or 10**9
+
+
 def kv_bytes_per_token(config: dict, dtype_bytes: int = 4) -> int:
     """Keys and values of one token over all layers (text_config for vision-language models)."""
-    text = config.get("text_config") or config
+    text = text_config(config)
     heads = text["num_attention_heads"]
     kv_heads = text.get("num_key_value_heads") or heads
     head_dim = text.get("head_dim") or text["hidden_size"] // heads
@@ -43,9 +53,7 @@ def fit_kv_cache(settings, model_path: str, seqs: int, seq_len: int = 0, dtype_b
     if settings.kv_cache_gib > 0:
         return settings
     config = read_config(model_path)
-    text = config.get("text_config") or config
-    # vLLM caps max_model_len at the model's own (workers.vllm_engine.make_llm)
-    length = min(settings.max_model_len, text.get("max_position_embeddings") or 10**9)
+    length = min(settings.max_model_len, max_positions(config))
     per_token = kv_bytes_per_token(config, dtype_bytes)
     nbytes = max(step_kv_bytes(seqs, min(seq_len or length, length), per_token),
                  step_kv_bytes(1, length, per_token))

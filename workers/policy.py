@@ -135,18 +135,15 @@ class PolicyWorker:
         of a forward at the token budget against this node's free memory over its ranks, read
         now that both models are loaded (peer_rl.activation_memory). One answer for all ranks:
         recomputation wherever any rank needs it."""
-        import json
-
         import psutil
 
         from peer_rl.activation_memory import (choose_recomputation, stored_activation_bytes,
                                                training_state_bytes)
+        from peer_rl.kv_cache import max_positions, read_config
 
         s = self.settings
-        config = json.loads(Path(self.model_path, "config.json").read_text(encoding="utf-8"))
-        text = config.get("text_config") or config
-        row = min(max_row_len or s.ppo_max_token_len_per_gpu or 4096,
-                  text.get("max_position_embeddings") or 10**9)
+        config = read_config(self.model_path)
+        row = min(max_row_len or s.ppo_max_token_len_per_gpu or 4096, max_positions(config))
         tokens = s.ppo_max_token_len_per_gpu or s.ppo_micro_batch_size * row
         gpu = self.device.type == "cuda"
         activations = stored_activation_bytes(config, tokens, min(row, tokens),
