@@ -12,19 +12,23 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def _cost(group: list[int], lengths: Sequence[int]) -> int:
+def _cost(group: list[int], lengths: Sequence[int], padded: bool = True) -> int:
+    if not padded:
+        return sum(lengths[i] for i in group)
     return len(group) * max(lengths[i] for i in group)
 
 
-def by_token_budget(lengths: Sequence[int], budget: int, n_groups: int | None = None) -> list[list[int]]:
-    """Indices of `lengths`, longest first, cut into groups of at most `budget` padded tokens
-    (rows x longest row); a row longer than the budget is a group of its own. With `n_groups`
-    (>= the natural count, <= len(lengths)) the costliest groups are halved until there are
-    that many."""
+def by_token_budget(lengths: Sequence[int], budget: int, n_groups: int | None = None,
+                    padded: bool = True) -> list[list[int]]:
+    """Indices of `lengths`, longest first, cut into groups of at most `budget` tokens: padded
+    tokens (rows x longest row), or with `padded=False` (rows packed end to end,
+    peer_rl.packing) the rows' own tokens; a row longer than the budget is a group of its own.
+    With `n_groups` (>= the natural count, <= len(lengths)) the costliest groups are halved
+    until there are that many."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     groups: list[list[int]] = []
     for i in order:
-        if groups and _cost(groups[-1] + [i], lengths) <= budget:
+        if groups and _cost(groups[-1] + [i], lengths, padded) <= budget:
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -33,7 +37,7 @@ def by_token_budget(lengths: Sequence[int], budget: int, n_groups: int | None = 
             raise ValueError(f"n_groups={n_groups}: expected between {len(groups)} and "
                              f"{len(lengths)} for {len(lengths)} rows")
         while len(groups) < n_groups:
-            g = max((g for g in groups if len(g) > 1), key=lambda g: _cost(g, lengths))
+            g = max((g for g in groups if len(g) > 1), key=lambda g: _cost(g, lengths, padded))
             k = groups.index(g)
             groups[k:k + 1] = [g[:len(g) // 2], g[len(g) // 2:]]
     return groups

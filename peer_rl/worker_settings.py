@@ -47,6 +47,11 @@ class PolicySettings:
     # tokens per forward/backward on one rank (verl's name): rows are grouped longest first and
     # padded to their group's longest row; 0 = ppo_micro_batch_size sequences per forward
     ppo_max_token_len_per_gpu: int = 16384
+    # verl's name: each micro-batch runs as one packed row of its rows' real tokens (rows kept
+    # apart in attention, peer_rl.packing), so no layer computes padded positions; the token
+    # budget then counts real tokens. false = right-padded rows, each micro-batch cut to its
+    # longest row
+    use_remove_padding: bool = False
     # the output layer runs on this many positions at a time (checkpointed), so no
     # full-vocabulary logits exist; 0 = plain logits over the whole micro-batch
     logits_chunk_size: int = 1024

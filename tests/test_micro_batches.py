@@ -34,3 +34,15 @@ def test_every_row_exactly_once():
 
 def test_by_count():
     assert by_count(5, 2) == [[0, 1], [2, 3], [4]]
+
+
+def test_packed_groups_count_only_the_rows_own_tokens():
+    # packed rows (no padding): [2, 4] holds 8 + 7 = 15 tokens, adding row 0 would make 20;
+    # [0, 1, 3] holds 5 + 3 + 2 = 10. Padded, [0, 1, 3, ...] would cost rows x 5 instead
+    assert by_token_budget([5, 3, 8, 2, 7], budget=16, padded=False) == [[2, 4], [0, 1, 3]]
+    # 3 x 5 = 15 padded tokens do not fit 12, but 5 + 4 + 3 = 12 real ones do
+    assert by_token_budget([5, 4, 3], budget=12) == [[0, 1], [2]]
+    assert by_token_budget([5, 4, 3], budget=12, padded=False) == [[0, 1, 2]]
+    # halving picks the group with the most real tokens: [0, 1, 2] (12) before [3] (2)
+    assert by_token_budget([5, 4, 3, 2], budget=12, n_groups=3, padded=False) == \
+        [[0], [1, 2], [3]]

@@ -52,10 +52,11 @@ def auto_class(model_path: str):
     return AutoModelForCausalLM
 
 
-def load_pretrained(model_path: str, dtype=torch.float32):
+def load_pretrained(model_path: str, dtype=torch.float32, attn_implementation: str | None = None):
     """The HF model at `model_path`, in eval mode (no dropout: old and new log-probs of equal
     weights agree, so the first importance ratio is exactly 1)."""
-    return auto_class(model_path).from_pretrained(model_path, dtype=dtype).eval()
+    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    return auto_class(model_path).from_pretrained(model_path, dtype=dtype, **kw).eval()
 
 
 def vision_tower(model) -> torch.nn.Module | None:

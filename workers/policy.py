@@ -40,6 +40,7 @@ from peer_rl.algos import (
     kl_penalty,
     logprobs_from_logits,
 )
+from peer_rl import packing
 from peer_rl.micro_batches import by_count, by_token_budget
 from peer_rl.runtime import fsync_tree, peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
@@ -120,7 +121,8 @@ class PolicyWorker:
     def _load_sharded(self, mp, trainable: bool = False, offload: bool = False) -> torch.nn.Module:
         """HF model (by architecture) -> fully_shard each block, then the root; the output
         layer routed through chunked log-probs unless actor.logits_chunk_size=0."""
-        model = fsdp.load_pretrained(self.model_path)
+        attn = packing.register() if self.settings.use_remove_padding else None
+        model = fsdp.load_pretrained(self.model_path, attn_implementation=attn)
         if not hasattr(self, "hf_keys"):
             self.hf_keys = list(model.state_dict())  # the keys from_pretrained(...).state_dict() use
             self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
@@ -179,19 +181,35 @@ class PolicyWorker:
     def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False,
                     vision: dict | None = None):
         """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T),
-        with a gradient only when actor.entropy_coeff is set (else a metric)."""
+        with a gradient only when actor.entropy_coeff is set (else a metric).
+        actor.use_remove_padding: the rows run packed into one (peer_rl.packing), no padding."""
+        vision = vision or {}
+        if not self.settings.use_remove_padding:
+            return self._aligned_logp(model, dict(input_ids=ids, attention_mask=attn, **vision),
+                                      temperature, entropy)
+        lay = packing.layout(attn)
+        inputs = {k: packing.pack(v, lay) if k == "mm_token_type_ids" else v
+                  for k, v in vision.items()}
+        inputs.update(input_ids=packing.pack(ids, lay),
+                      position_ids=packing.position_ids(model, ids, attn, lay, vision))
+        logp, ent = self._aligned_logp(model, inputs, temperature, entropy)
+        first = (lay.positions == 0)[None].to(logp.device)   # a row's first token: no prediction
+        logp = packing.unpack(logp.masked_fill(first, 0.0), lay)
+        return logp, (None if ent is None else packing.unpack(ent.masked_fill(first, 0.0), lay))
+
+    def _aligned_logp(self, model, inputs: dict, temperature: float, entropy: bool):
+        """_token_logp over the model's own inputs (padded rows, or one packed row)."""
         mode = ("grad" if self.settings.entropy_coeff else "metric") if entropy else "none"
+        ids = inputs["input_ids"]
         head = self._heads.get(id(model))
         if head is not None:                  # chunked: no full-vocabulary logits anywhere
             head.update(labels=ids[:, 1:], temperature=temperature, entropy=mode)
             try:
-                out = model(input_ids=ids, attention_mask=attn, use_cache=False,
-                            **(vision or {})).logits
+                out = model(**inputs, use_cache=False).logits
             finally:
                 head["labels"] = None
             return out[..., 0], (out[..., 1] if entropy else None)
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False,
-                       **(vision or {})).logits[:, :-1]
+        logits = model(**inputs, use_cache=False).logits[:, :-1]
         if temperature != 1.0:
             logits = logits / temperature
         logp = F.pad(logprobs_from_logits(logits, ids[:, 1:]), (1, 0))
@@ -211,10 +229,12 @@ class PolicyWorker:
             groups = by_count(len(rows), self.settings.ppo_micro_batch_size)
         else:
             lengths = attn[rows].sum(1).tolist()
-            n = torch.tensor([len(by_token_budget(lengths, budget))], device=self.device)
+            padded = not self.settings.use_remove_padding
+            n = torch.tensor([len(by_token_budget(lengths, budget, padded=padded))],
+                             device=self.device)
             if self.world_size > 1:
                 dist.all_reduce(n, op=dist.ReduceOp.MAX)
-            groups = by_token_budget(lengths, budget, int(n))
+            groups = by_token_budget(lengths, budget, int(n), padded=padded)
         return [torch.tensor(g, dtype=torch.long) for g in groups]
 
     def _shard_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -362,7 +382,8 @@ class PolicyWorker:
                         float(entropy.detach()) / self.world_size,
                         pg_metrics["actor/pg_clipfrac"] * tokens,
                         pg_metrics["actor/pg_clipfrac_lower"] * tokens,
-                        pg_metrics["actor/ppo_kl"] * tokens, tokens, len(r) * L,
+                        pg_metrics["actor/ppo_kl"] * tokens, tokens,
+                        float(attn[r, :L].sum()) if s.use_remove_padding else len(r) * L,
                         float((attn[r, :L] * (w > 0)[:, None]).sum())], dtype=torch.float64)
                 norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.settings.grad_clip,
                                                    self.world_size)

@@ -659,3 +659,40 @@ def test_off_policy_batches_are_weighted_and_the_staleness_bound_is_enforced(tin
     assert "versions [3]" in r["errors"]["from_the_future"]
     assert "bound is 0" in r["errors"]["sync_bound"]
     assert r["lagged"]["async/staleness_max"] == 1.0 and r["global_step"] == 3
+
+
+def test_packed_rows_train_as_the_padded_ones(tiny_model, tmp_path):
+    """actor.use_remove_padding: each micro-batch runs as one row of its rows' real tokens
+    (rows of 5-16 tokens, budget 40 real tokens: 3-6 rows a forward, each row attending only to
+    itself) against right-padded 2-row micro-batches: the same log-probs, losses, gradient norms
+    and weights, and no padded position computed."""
+    padded = run_group(2, tiny_model, "train", tmp_path / "padded", ppo_max_token_len_per_gpu=0)
+    packed = run_group(2, tiny_model, "train", tmp_path / "packed", use_remove_padding=True,
+                       ppo_max_token_len_per_gpu=40)
+    a, b = padded[0], packed[0]
+    np.testing.assert_allclose(b["lp"].old_log_probs, a["lp"].old_log_probs, atol=1e-5)
+    np.testing.assert_allclose(b["lp"].ref_log_prob, a["lp"].ref_log_prob, atol=1e-5)
+    for m in ("metrics", "metrics7"):
+        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+                  "actor/approx_kl", "actor/tokens"):
+            assert b[m][k] == pytest.approx(a[m][k], rel=1e-5, abs=1e-7), (m, k)
+    assert max_diff(b["weights"], a["weights"]) < 1e-5
+    assert max_diff(b["weights"], initial_weights(tiny_model)) > 1e-3
+    # the 16- and 8-token rows on one rank: a quarter of the padded forward was padding
+    (one,) = run_group(1, tiny_model, "train", tmp_path / "one", use_remove_padding=True)
+    assert one["padded"]["actor/padding_share"] == 0.0
+    assert [r["padded"]["actor/padding_share"] for r in packed] == [0.0, 0.0]
+
+
+def test_packed_vision_rows_keep_their_image_positions(tiny_models, tmp_path):
+    """The tiny VL policy (multimodal RoPE: image tokens take positions from the image grid):
+    two rows with two frames each and two text rows packed into one forward give the padded
+    forward's log-probs and the same update."""
+    hp = dict(ppo_mini_batch_size=4, ppo_micro_batch_size=4, ppo_epochs=1, lr=1e-2,
+              freeze_vision_tower=True, ppo_max_token_len_per_gpu=0)
+    padded = run_group(1, tiny_models["policy"], "vl_mixed", tmp_path / "padded", **hp)[0]
+    packed = run_group(1, tiny_models["policy"], "vl_mixed", tmp_path / "packed",
+                       use_remove_padding=True, **{**hp, "ppo_max_token_len_per_gpu": 4096})[0]
+    np.testing.assert_allclose(packed["lp"], padded["lp"], atol=1e-5)
+    assert max_diff(packed["weights"], padded["weights"]) < 1e-4
+    np.testing.assert_allclose(packed["after"], padded["after"], atol=1e-4)

@@ -1,0 +1,117 @@
+"""Padding-free forwards (verl's `use_remove_padding`): a micro-batch's rows laid end to end.
+
+Why: rows of a micro-batch differ in length, and a right-padded (B, L) forward spends every
+linear layer, the output head and the attention on the padded positions as well (13-16% of the
+positions at the tiny recipe's shape). Packed, the micro-batch is one row of its real tokens
+only; each row keeps its own positions (0, 1, ... within the row) and attends to itself alone.
+
+The attention that keeps rows apart is `varlen_sdpa`: the rows' segments are found where the
+positions restart at 0 (transformers' own convention for packed rows, which its flash-attention
+path follows too) and each segment runs PyTorch's causal SDPA on its own. The cost is the sum of
+the rows' squared lengths (never the packed row's), and no (T, T) mask is ever built.
+Vision-language policies with multimodal RoPE (Qwen2-VL, Qwen2.5-VL) take 4-row position ids:
+the text positions first (what finds the segments), then the model's three rotary rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+ATTENTION = "peer_rl_varlen_sdpa"   # the name registered with transformers' AttentionInterface
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a right-padded (B, L) batch's real tokens go in the packed row."""
+    index: torch.Tensor       # (T,) flat (row * L + column) positions of the real tokens
+    positions: torch.Tensor   # (T,) each token's column in its own row: 0 .. length - 1
+    shape: tuple[int, int]    # (B, L)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.index.numel())
+
+
+def layout(attention_mask: torch.Tensor) -> Layout:
+    """The packing of a right-padded batch (`attention_mask` (B, L), ones then zeros per row).
+    Rows with holes or left padding are refused: their columns would not be their positions."""
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask: expected (rows, columns), got shape "
+                         f"{tuple(attention_mask.shape)}")
+    mask = attention_mask.bool()
+    lengths = mask.sum(1)
+    cols = torch.arange(mask.shape[1], device=mask.device)
+    if not torch.equal(mask, cols[None, :] < lengths[:, None]):
+        bad = int((mask != (cols[None, :] < lengths[:, None])).any(1).nonzero()[0])
+        raise ValueError(f"attention_mask row {bad}: expected right padding (ones, then zeros)")
+    index = mask.reshape(-1).nonzero().squeeze(1)
+    return Layout(index=index, positions=index % mask.shape[1], shape=tuple(mask.shape))
+
+
+def pack(x: torch.Tensor, lay: Layout) -> torch.Tensor:
+    """(B, L, ...) -> (1, T, ...): the real tokens only, row after row."""
+    return x.reshape(lay.shape[0] * lay.shape[1], *x.shape[2:])[lay.index.to(x.device)][None]
+
+
+def unpack(y: torch.Tensor, lay: Layout) -> torch.Tensor:
+    """(1, T, ...) -> (B, L, ...), zeros at the padding; differentiable."""
+    flat = y.new_zeros((lay.shape[0] * lay.shape[1], *y.shape[2:]))
+    flat = flat.index_copy(0, lay.index.to(y.device), y[0])
+    return flat.view(*lay.shape, *y.shape[2:])
+
+
+def segments(position_ids: torch.Tensor) -> list[tuple[int, int]]:
+    """[start, end) of each packed row of a (1, T) position row: a row starts where its
+    position is 0."""
+    starts = (position_ids.reshape(-1) == 0).nonzero().squeeze(1).tolist()
+    if not starts or starts[0] != 0:
+        raise ValueError("packed position ids must start at 0")
+    return list(zip(starts, starts[1:] + [position_ids.numel()]))
+
+
+def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
+                scaling: float | None = None, position_ids=None, **kwargs):
+    """transformers attention function: causal SDPA on each packed row on its own.
+    Anything that is not a packed causal forward (a batch of rows, a mask, an encoder's
+    bidirectional attention, a decoding step) goes to transformers' SDPA unchanged."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    plain = (query.shape[0] != 1 or attention_mask is not None or position_ids is None
+             or not getattr(module, "is_causal", True) or query.shape[2] != key.shape[2])
+    if plain:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    pos = position_ids[0] if position_ids.dim() == 3 else position_ids
+    outs = [sdpa_attention_forward(module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e],
+                                   None, dropout=dropout, scaling=scaling, is_causal=True)[0]
+            for s, e in segments(pos[:1])]
+    return torch.cat(outs, dim=1), None
+
+
+def register() -> str:
+    """Make `ATTENTION` a transformers attention implementation (no mask is built for it)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, varlen_sdpa)
+    return ATTENTION
+
+
+def position_ids(model, ids: torch.Tensor, attention_mask: torch.Tensor, lay: Layout,
+                 vision: dict | None = None) -> torch.Tensor:
+    """The packed row's position ids: (1, T) for 1-D RoPE models; (4, 1, T) for models with
+    multimodal RoPE (`get_rope_index`): text positions, then the temporal/height/width rows the
+    model computes on the padded batch (image tokens' positions follow the image grid)."""
+    text = lay.positions[None].to(ids.device)
+    inner = getattr(model, "model", None)
+    if not hasattr(inner, "get_rope_index"):
+        return text
+    vision = vision or {}
+    if vision.get("image_grid_thw") is None:
+        rope = text[None].expand(3, 1, -1)
+    else:
+        full, _ = inner.get_rope_index(ids, mm_token_type_ids=vision["mm_token_type_ids"],
+                                       image_grid_thw=vision["image_grid_thw"],
+                                       attention_mask=attention_mask)
+        rope = torch.stack([pack(r, lay) for r in full.to(ids.device)])   # (3, 1, T)
+    return torch.cat([text[None], rope], dim=0)
