@@ -50,8 +50,8 @@ class PolicySettings:
     # verl's name: each micro-batch runs as one packed row of its rows' real tokens (rows kept
     # apart in attention, peer_rl.packing), so no layer computes padded positions; the token
     # budget then counts real tokens. false = right-padded rows, each micro-batch cut to its
-    # longest row
-    use_remove_padding: bool = False
+    # longest row (4% more update time at the ~100M bench policy, docs/testing-and-benchmarks)
+    use_remove_padding: bool = True
     # the output layer runs on this many positions at a time (checkpointed), so no
     # full-vocabulary logits exist; 0 = plain logits over the whole micro-batch
     logits_chunk_size: int = 1024

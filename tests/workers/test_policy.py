@@ -26,8 +26,10 @@ from workers.policy import PolicyWorker
 
 pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
 
+# PolicySettings; the mini-batch in rows. Right-padded rows: the packed route (the default) is
+# held against this one in the test_packed_* tests
 HP = dict(lr=1e-3, ppo_mini_batch_size=4, ppo_micro_batch_size=2, ppo_epochs=2,
-          kl_loss_coef=0.01, entropy_coeff=0.01)   # PolicySettings; the mini-batch in rows
+          kl_loss_coef=0.01, entropy_coeff=0.01, use_remove_padding=False)
 SEED = 3
 
 
@@ -457,6 +459,18 @@ def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, 
         assert gc_a["metrics"][k] == pytest.approx(plain["metrics"][k], rel=1e-6, abs=1e-9), k
 
 
+def assert_same_training(got: dict, want: dict) -> None:
+    """Two "train" scenarios agree: log-probs (policy and reference), the two updates' losses,
+    gradient norms and token counts, and the weights after them."""
+    np.testing.assert_allclose(got["lp"].old_log_probs, want["lp"].old_log_probs, atol=1e-5)
+    np.testing.assert_allclose(got["lp"].ref_log_prob, want["lp"].ref_log_prob, atol=1e-5)
+    for m in ("metrics", "metrics7"):
+        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+                  "actor/approx_kl", "actor/tokens"):
+            assert got[m][k] == pytest.approx(want[m][k], rel=1e-5, abs=1e-7), (m, k)
+    assert max_diff(got["weights"], want["weights"]) < 1e-5
+
+
 def test_lean_update_equals_the_plain_one(tiny_model, tmp_path):
     """Chunked log-probs (3 positions at a time: many chunks per row) and token-budget
     micro-batches cut to their longest row (40 tokens: 2-3 rows per forward, a different
@@ -466,12 +480,7 @@ def test_lean_update_equals_the_plain_one(tiny_model, tmp_path):
                       ppo_max_token_len_per_gpu=0)[0]
     lean = run_group(2, tiny_model, "train", tmp_path / "lean", logits_chunk_size=3,
                      ppo_max_token_len_per_gpu=40)[0]
-    np.testing.assert_allclose(lean["lp"].old_log_probs, plain["lp"].old_log_probs, atol=1e-5)
-    for m in ("metrics", "metrics7"):
-        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
-                  "actor/approx_kl", "actor/tokens"):
-            assert lean[m][k] == pytest.approx(plain[m][k], rel=1e-5, abs=1e-7), (m, k)
-    assert max_diff(lean["weights"], plain["weights"]) < 1e-5
+    assert_same_training(lean, plain)
     assert max_diff(lean["weights"], initial_weights(tiny_model)) > 1e-3
 
 
@@ -661,27 +670,18 @@ def test_off_policy_batches_are_weighted_and_the_staleness_bound_is_enforced(tin
     assert r["lagged"]["async/staleness_max"] == 1.0 and r["global_step"] == 3
 
 
-def test_packed_rows_train_as_the_padded_ones(tiny_model, tmp_path):
+def test_packed_rows_train_as_the_padded_ones(tiny_model, world1, world2, tmp_path):
     """actor.use_remove_padding: each micro-batch runs as one row of its rows' real tokens
-    (rows of 5-16 tokens, budget 40 real tokens: 3-6 rows a forward, each row attending only to
-    itself) against right-padded 2-row micro-batches: the same log-probs, losses, gradient norms
-    and weights, and no padded position computed."""
-    padded = run_group(2, tiny_model, "train", tmp_path / "padded", ppo_max_token_len_per_gpu=0)
-    packed = run_group(2, tiny_model, "train", tmp_path / "packed", use_remove_padding=True,
-                       ppo_max_token_len_per_gpu=40)
-    a, b = padded[0], packed[0]
-    np.testing.assert_allclose(b["lp"].old_log_probs, a["lp"].old_log_probs, atol=1e-5)
-    np.testing.assert_allclose(b["lp"].ref_log_prob, a["lp"].ref_log_prob, atol=1e-5)
-    for m in ("metrics", "metrics7"):
-        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
-                  "actor/approx_kl", "actor/tokens"):
-            assert b[m][k] == pytest.approx(a[m][k], rel=1e-5, abs=1e-7), (m, k)
-    assert max_diff(b["weights"], a["weights"]) < 1e-5
-    assert max_diff(b["weights"], initial_weights(tiny_model)) > 1e-3
-    # the 16- and 8-token rows on one rank: a quarter of the padded forward was padding
-    (one,) = run_group(1, tiny_model, "train", tmp_path / "one", use_remove_padding=True)
-    assert one["padded"]["actor/padding_share"] == 0.0
-    assert [r["padded"]["actor/padding_share"] for r in packed] == [0.0, 0.0]
+    (rows of 5-16 tokens, budget 40 real tokens: 2-6 rows a forward, each row attending only to
+    itself) against right-padded micro-batches, at one rank and at two: the same log-probs,
+    losses, gradient norms and weights, and no padded position computed."""
+    for padded in (world1, world2):
+        packed = run_group(len(padded), tiny_model, "train", tmp_path / str(len(padded)),
+                           use_remove_padding=True, ppo_max_token_len_per_gpu=40)
+        assert_same_training(packed[0], padded[0])
+        # the 16- and 8-token rows: padded on one rank a quarter of the positions (the test
+        # above); packed none
+        assert [r["padded"]["actor/padding_share"] for r in packed] == [0.0] * len(packed)
 
 
 def test_packed_vision_rows_keep_their_image_positions(tiny_models, tmp_path):
