@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
+from collections import Counter
 from dataclasses import replace
 
 import ray
@@ -102,6 +104,7 @@ class PoolFactory:
         self.longest_prompt = longest_prompt
         self.index_dir = index_dir
         self.pgs: dict = {}
+        self.ready_s: dict[str, float] = {}      # pool -> seconds until its workers were up
 
     def worker_class(self, pool: str) -> type:
         """The worker class of a pool (WORKERS), imported only when its pool starts."""
@@ -224,7 +227,7 @@ class PoolFactory:
         return ranks
 
     def make_pools(self) -> Pools:
-        cfg = self.cfg
+        cfg, t0 = self.cfg, time.perf_counter()
         # the method's pools (peer_rl.methods: what its scoring calls), the policy's, and the
         # encoder the in-training evaluation measures diversity with
         needs = method_class(cfg).pools(cfg) | {"actor"}
@@ -247,15 +250,30 @@ class PoolFactory:
                                  for i in range(sizes.get("retrieval", 0))],
                       restart=self.start,
                       classes={name: self.worker_class(name) for name in sizes})
-        # surface constructor failures (bad model path, engine OOM) now, naming the pool
-        for name, handles in (("rollout", pools.rollout), ("reward_model", pools.reward_model),
-                              ("actor", pools.actor), ("redundancy", pools.redundancy),
-                              ("retrieval", pools.retrieval)):
+        self.ready_s = self._wait_ready(pools, t0)
+        return pools
+
+    @staticmethod
+    def _wait_ready(pools: Pools, t0: float) -> dict[str, float]:
+        """Seconds from the start until each pool's last worker was up (what a slow start-up
+        is spent on); a constructor failure (bad model path, engine OOM) is raised now, naming
+        its pool."""
+        pending = {h.health.remote(): name
+                   for name in ("rollout", "reward_model", "actor", "redundancy", "retrieval")
+                   for h in getattr(pools, name)}
+        left = Counter(pending.values())
+        ready: dict[str, float] = {}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            name = pending.pop(done[0])
             try:
-                ray.get([h.health.remote() for h in handles])
+                ray.get(done[0])
             except ray.exceptions.RayActorError as exc:
                 raise RuntimeError(f"pool {name!r} failed to start: {exc}") from None
-        return pools
+            left[name] -= 1
+            if not left[name]:
+                ready[name] = time.perf_counter() - t0
+        return ready
 
     def shutdown(self, pools: Pools | None = None) -> None:
         """Stop engines cleanly (their core processes), then free the placement groups."""

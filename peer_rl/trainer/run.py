@@ -268,11 +268,9 @@ def run(overrides: list[str]) -> Path:
         pools = None
         try:
             pools = factory.make_pools()
-            print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: rollout x"
-                  f"{len(pools.rollout)}, reward_model x{len(pools.reward_model)}, actor x"
-                  f"{len(pools.actor)}, redundancy x{len(pools.redundancy)}"
-                  + (f", retrieval x{len(pools.retrieval)}" if pools.retrieval else ""),
-                  flush=True)
+            print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: "
+                  + ", ".join(f"{name} x{len(getattr(pools, name))} ({s:.0f} s)"
+                              for name, s in factory.ready_s.items()), flush=True)
             check_shared_output(pools.actor, out)
             print(f"[peer-rl] actor: {ray.get(pools.actor[0].recomputation.remote())['line']}",
                   flush=True)
