@@ -33,13 +33,13 @@ def _model_path(name: str) -> str:
         else random_policy(name)
 
 
-def _prompts(k: int) -> list[list[dict]]:
+def _prompts(k: int, overrides: list[str] = ()) -> list[list[dict]]:
     from peer_rl.config import load_config
     from peer_rl.multimodal import strip_tags
     from peer_rl.trainer.run import load_prompts
 
-    rows = [r for r in load_prompts(load_config(["data.train_files=[grpo/textual.jsonl]"]))
-            if not r.get("images")]
+    cfg = load_config(["data.train_files=[grpo/textual.jsonl]", *overrides])
+    rows = [r for r in load_prompts(cfg) if not r.get("images")]
     if len(rows) < k:
         raise ValueError(f"--prompts {k}: the sample has only {len(rows)} text prompts")
     return [strip_tags(r["messages"]) for r in rows[:k]]

@@ -12,6 +12,8 @@ reference and its k3 estimator; peer-rl's low_var_kl is the same k3, clamped).
                       encoder): the judge and RUR are work TRL's side does not do
   TRL, equal work     GRPOTrainer with beta = kl_loss_coef and a trivial reward (the length)
   TRL, defaults       the same with beta = 0 (no reference model), as TRL ships
+`--model smollm2`: the real SmolLM2-135M-Instruct (peer_rl.models.pinned, fetched once) in place
+of the random policy, on the sample's English text prompts (its card reads English only).
 Each side runs in its own process tree. Step time: the median over the steps after the first
 (warm-up). Update: peer-rl's timing/update (reference forward, training forward and backward,
 optimizer step); for TRL the step less its generation (`_generate`) and its reward call.
@@ -36,6 +38,9 @@ from pathlib import Path
 from peer_rl.errors import ConfigError, MissingDependency
 
 PROMPTS, G, NEW_TOKENS = 8, 4, 128
+# --model names beyond peer_rl.bench.models' random shapes: a pinned real model and the data
+# settings both sides then take their prompts with
+REAL_MODELS = {"smollm2": ("smollm2-135m-instruct", ["data.languages=[english]"])}
 
 
 def _peak_rss(proc: subprocess.Popen, stop: threading.Event, out: list) -> None:
@@ -93,7 +98,7 @@ def _timed(name: str, fn, spent: dict):
     return wrapper
 
 
-def _trl_child(model: str, steps: int, beta: float) -> None:
+def _trl_child(model: str, steps: int, beta: float, data: list[str]) -> None:
     """Runs in its own process: TRL's GRPO for `steps` optimizer steps; prints each step's time
     and the part of it that was not generation or reward."""
     from datasets import Dataset
@@ -102,7 +107,7 @@ def _trl_child(model: str, steps: int, beta: float) -> None:
 
     from peer_rl.bench.rollout import _prompts
 
-    prompts = _prompts(PROMPTS)
+    prompts = _prompts(PROMPTS, data)
     data = Dataset.from_list([{"prompt": p} for p in prompts * steps])
     spent = {"generate": 0.0, "reward": 0.0}
 
@@ -158,9 +163,10 @@ def check_trl() -> None:
                            "(or --peer-only for peer-rl's side alone)")
 
 
-def _trl(model: str, steps: int, beta: float) -> dict:
+def _trl(model: str, steps: int, beta: float, data: list[str]) -> dict:
     proc, peak = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child", "--model",
-                            model, "--steps", str(steps), "--beta", str(beta)])
+                            model, "--steps", str(steps), "--beta", str(beta),
+                            *(f"--data={d}" for d in data)])
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak}
 
 
@@ -188,10 +194,31 @@ def table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(out)
 
 
+def _model(name: str) -> tuple[str, list[str]]:
+    """(the policy's directory, the data overrides both sides take their prompts with)."""
+    if name in REAL_MODELS:
+        from peer_rl.models.pinned import fetch
+
+        pinned, data = REAL_MODELS[name]
+        return fetch(pinned), data
+    from peer_rl.bench.models import SHAPES, random_policy
+
+    if name not in SHAPES:
+        raise ConfigError(f"--model {name!r}: expected one of "
+                          f"{', '.join([*SHAPES, *REAL_MODELS])}")
+    return random_policy(name), []
+
+
+def _describe(name: str) -> str:
+    return (f"the real {REAL_MODELS[name][0]} policy" if name in REAL_MODELS
+            else f"random {name} Qwen2-shaped policy")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="peer-rl bench trl")
     ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is warm-up)")
-    ap.add_argument("--model", default="100M", help="a shape of peer_rl.bench.models")
+    ap.add_argument("--model", default="100M",
+                    help="a shape of peer_rl.bench.models, or smollm2 (the real SmolLM2-135M)")
     ap.add_argument("--no-defaults", action="store_true",
                     help="skip the TRL-at-its-defaults row (beta 0)")
     ap.add_argument("--json", default="", help="also write every side's raw figures here")
@@ -201,32 +228,33 @@ def main(argv: list[str]) -> int:
                     help="run peer-rl's side alone (its row; no ratios)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--data", action="append", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        _trl_child(args.model, args.steps, args.beta)
+        _trl_child(args.model, args.steps, args.beta, args.data)
         return 0
     if args.steps < 2:
         raise ConfigError("--steps: at least 2 (the first is warm-up)")
     if not args.peer_only:
         check_trl()
-    from peer_rl.bench.models import random_policy
     from peer_rl.config import load_config
 
     kl = float(load_config([]).actor.kl_loss_coef)
-    model = random_policy(args.model)
+    model, data = _model(args.model)
     print(f"[bench trl] peer-rl: {args.steps} PEER-RUR steps on {model} ...", flush=True)
-    rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)", _peer_rl(model, args.steps, args.peer))]
+    rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)",
+             _peer_rl(model, args.steps, [*data, *args.peer]))]
     if args.peer_only:
         print(table(rows))
         return 0
     print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps ...", flush=True)
-    rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)", _trl(model, args.steps, kl)))
+    rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)", _trl(model, args.steps, kl, data)))
     if not args.no_defaults:
         print(f"[bench trl] TRL GRPOTrainer at its defaults (beta 0): {args.steps} steps ...",
               flush=True)
-        rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)", _trl(model, args.steps, 0.0)))
+        rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)", _trl(model, args.steps, 0.0, data)))
     print(f"\none GRPO step: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} tokens, one "
-          f"optimizer step per generation, random {args.model} Qwen2-shaped policy, on this "
+          f"optimizer step per generation, {_describe(args.model)}, on this "
           f"machine ({os.cpu_count()} CPUs); median of steps 2-{args.steps}")
     print(table(rows))
     if args.json:

@@ -51,3 +51,30 @@ def test_each_bench_answers_help_with_its_usage(capsys):
                         ("model", "peer-rl bench model [NAME ...]")):
         assert main(["bench", name, "--help"]) == 0
         assert usage in capsys.readouterr().out
+
+
+def test_an_unknown_model_is_refused_naming_the_choices(capsys):
+    from peer_rl.cli import main
+
+    assert main(["bench", "trl", "--peer-only", "--model", "1B"]) == 2
+    err = capsys.readouterr().err
+    assert "--model '1B': expected one of 10M, 100M, 500M, smollm2" in err
+
+
+def test_smollm2_takes_the_english_prompts_on_both_sides():
+    """The real SmolLM2 reads English only: both sides are given data.languages=[english], and
+    the prompts TRL's side takes are then English rows of the sample."""
+    from peer_rl.bench.rollout import _prompts
+    from peer_rl.bench.trl import REAL_MODELS
+    from peer_rl.config import load_config
+    from peer_rl.trainer.run import load_prompts
+
+    data = REAL_MODELS["smollm2"][1]
+    assert data == ["data.languages=[english]"]
+    english = [r["messages"] for r in load_prompts(load_config(
+        ["data.train_files=[grpo/textual.jsonl]", *data])) if not r.get("images")]
+    every = [r for r in load_prompts(load_config(["data.train_files=[grpo/textual.jsonl]"]))]
+    assert len(english) < len(every)              # the sample has rows in other languages
+    prompts = _prompts(8, data)
+    assert len(prompts) == 8
+    assert all(p[-1]["content"] in {m[-1]["content"] for m in english} for p in prompts)
