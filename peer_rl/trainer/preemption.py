@@ -39,8 +39,11 @@ class StopRequest:
 
     def _handle(self, signum, frame) -> None:
         if self.signal is not None:            # the second one: stop now
+            old = self._old.get(signum)
             self.__exit__()
-            os.kill(os.getpid(), signum)
+            if callable(old):                  # Python's own (KeyboardInterrupt) or Ray's:
+                old(signum, frame)             # raised here, not at a later bytecode check
+            os.kill(os.getpid(), signum)       # SIG_DFL: the system's default action
             return
         self.signal = signal.Signals(signum).name
         print(f"[peer-rl] {self.signal}: finishing {self.what}, then a checkpoint and a stop; "

@@ -314,6 +314,9 @@ def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
         w.shutdown()
     with open(os.path.join(out, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(res, f)
+    # the result is on disk: leave without the interpreter's teardown, where gloo's threads
+    # have once aborted the process ("terminate called without an active exception") under load
+    os._exit(0)
 
 
 def run_group(world_size, model_path, scenario, out, arg=None, **hp) -> list[dict]:
