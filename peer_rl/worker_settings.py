@@ -44,8 +44,9 @@ class PolicySettings:
     # takes ppo_mini_batch_size x rollout.n sequences
     ppo_mini_batch_size: int = 4
     ppo_micro_batch_size: int = 8        # sequences per forward/backward (when the budget is 0)
-    # tokens per forward/backward on one rank (verl's name): rows are grouped longest first and
-    # padded to their group's longest row; 0 = ppo_micro_batch_size sequences per forward
+    # tokens per forward/backward on one rank (verl's name): rows are grouped longest first,
+    # counting their real tokens when packed (use_remove_padding) or rows x the group's longest
+    # row when padded; 0 = ppo_micro_batch_size sequences per forward
     ppo_max_token_len_per_gpu: int = 16384
     # verl's name: each micro-batch runs as one packed row of its rows' real tokens (rows kept
     # apart in attention, peer_rl.packing), so no layer computes padded positions; the token

@@ -68,7 +68,8 @@ def test_each_packed_row_attends_to_itself_alone(kv_heads):
     torch.manual_seed(0)
     lengths, D = [3, 1, 4], 8
     T = sum(lengths)
-    q, k, v = torch.randn(1, 4, T, D), torch.randn(1, kv_heads, T, D), torch.randn(1, kv_heads, T, D)
+    q = torch.randn(1, 4, T, D)
+    k, v = torch.randn(1, kv_heads, T, D), torch.randn(1, kv_heads, T, D)
     pos = torch.cat([torch.arange(n) for n in lengths])[None]
     out, _ = packing.varlen_sdpa(_Attn(4 // kv_heads), q, k, v, None, scaling=1 / math.sqrt(D),
                                  position_ids=pos)

@@ -248,11 +248,13 @@ def main(argv: list[str]) -> int:
         print(table(rows))
         return 0
     print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps ...", flush=True)
-    rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)", _trl(model, args.steps, kl, data)))
+    rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)",
+                 _trl(model, args.steps, kl, data)))
     if not args.no_defaults:
         print(f"[bench trl] TRL GRPOTrainer at its defaults (beta 0): {args.steps} steps ...",
               flush=True)
-        rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)", _trl(model, args.steps, 0.0, data)))
+        rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)",
+                     _trl(model, args.steps, 0.0, data)))
     print(f"\none GRPO step: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} tokens, one "
           f"optimizer step per generation, {_describe(args.model)}, on this "
           f"machine ({os.cpu_count()} CPUs); median of steps 2-{args.steps}")
