@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -223,6 +224,12 @@ class LocalCluster:
         except json.JSONDecodeError:
             return []
 
+    def jobs(self) -> list[dict]:
+        out = self.cli("list", "jobs", "--address", self.dashboard, "--format", "json",
+                       "--detail").stdout
+        # an empty list is printed as this sentence, not as JSON
+        return [] if out.strip() == "No resource in the cluster" else json.loads(out)
+
     def leftovers(self) -> list[psutil.Process]:
         """Live processes naming the cluster's directory (raylets, GCS, agents, workers)."""
         found = []
@@ -295,17 +302,20 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
     runtime_env.write_text(yaml.safe_dump(env))
     out = tmp_path / "out"
     sid = f"peer-rl-e2e-{uuid.uuid4().hex[:8]}"
-    submit = cluster.cli(
-        "job", "submit", "--address", cluster.dashboard, "--submission-id", sid,
-        "--working-dir", str(REPO), "--runtime-env", str(runtime_env), "--",
-        "python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1",
-        "rollout.response_length=48", "ray.placement_timeout_s=600",
-        f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
-        f"reward_model.path={tiny_models['judge']}",
-        timeout=900, check=False)
-    jobs = json.loads(cluster.cli("list", "jobs", "--address", cluster.dashboard, "--format",
-                                  "json", "--detail").stdout)
-    status = next((j["status"] for j in jobs if j.get("submission_id") == sid), None)
+    args = ("job", "submit", "--address", cluster.dashboard, "--submission-id", sid,
+            "--working-dir", str(REPO), "--runtime-env", str(runtime_env), "--",
+            "python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1",
+            "rollout.response_length=48", "ray.placement_timeout_s=600",
+            f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
+            f"reward_model.path={tiny_models['judge']}")
+    for _ in range(3):
+        submit = cluster.cli(*args, timeout=900, check=False)
+        # Ray's job server answers this (and creates no job) while the head's dashboard agent
+        # is still registering - seconds after start on a loaded machine; its advice is to retry
+        if "try again later" not in submit.stdout + submit.stderr:
+            break
+        time.sleep(5)
+    status = next((j["status"] for j in cluster.jobs() if j.get("submission_id") == sid), None)
     logs = cluster.cli("job", "logs", "--address", cluster.dashboard, sid, check=False).stdout
     assert status == "SUCCEEDED", (f"job status {status}\n--- ray job submit\n"
                                    + submit.stdout[-3000:] + submit.stderr[-3000:]
