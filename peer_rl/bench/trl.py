@@ -17,7 +17,9 @@ of the random policy, on the sample's English text prompts (its card reads Engli
 Each side runs in its own process tree. Step time: the median over the steps after the first
 (warm-up). Update: peer-rl's timing/update (reference forward, training forward and backward,
 optimizer step); for TRL the step less its generation (`_generate`) and its reward call.
-Peak memory: the largest sum of resident memory over the tree, sampled every half second.
+Peak memory: the largest sum of the tree's proportional set sizes (PSS: a page shared by k
+processes counts 1/k in each), sampled every half second; the RSS sum beside it counts shared
+pages once per process.
 TRL is an optional extra: pip install 'peer-rl[compare]'.
 """
 from __future__ import annotations
@@ -43,27 +45,39 @@ PROMPTS, G, NEW_TOKENS = 8, 4, 128
 REAL_MODELS = {"smollm2": ("smollm2-135m-instruct", ["data.languages=[english]"])}
 
 
-def _peak_rss(proc: subprocess.Popen, stop: threading.Event, out: list) -> None:
+def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list) -> None:
+    """Peak memory of `proc`'s process tree: out gets (PSS sum, RSS sum), each its own peak.
+
+    The RSS sum counts a page once per process that maps it (each Ray worker's torch and vLLM
+    libraries, the object store), which overstates a multi-process run by ~2 GB against one
+    process; PSS splits each shared page between its mappers, so its sum is what the machine
+    holds. PSS walks every mapped page (~80 ms for a 4 GB process), so it is read only when the
+    cheap RSS sum has grown 2% past where it was last read: near the peak, at a few readings."""
     import psutil
 
-    peak = 0
+    peak_pss = peak_rss = pss_at = 0
     root = psutil.Process(proc.pid)
     while not stop.is_set():
         try:
             tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            rss = sum(p.memory_info().rss for p in tree if p.is_running())
+            peak_rss = max(peak_rss, rss)
+            if rss > 1.02 * pss_at:
+                pss_at = rss
+                peak_pss = max(peak_pss, sum(p.memory_full_info().pss for p in tree
+                                             if p.is_running()))
         except psutil.Error:
             pass
         time.sleep(0.5)
-    out.append(peak)
+    out.append((peak_pss or peak_rss, peak_rss))
 
 
-def _run_tree(cmd: list[str]) -> tuple[subprocess.CompletedProcess, int]:
+def _run_tree(cmd: list[str]) -> tuple[subprocess.CompletedProcess, tuple[int, int]]:
     stop, peak = threading.Event(), []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
-    watcher = threading.Thread(target=_peak_rss, args=(proc, stop, peak), daemon=True)
+    watcher = threading.Thread(target=_tree_memory, args=(proc, stop, peak), daemon=True)
     watcher.start()
     stdout, stderr = proc.communicate()
     stop.set()
@@ -81,9 +95,9 @@ def _peer_rl(model: str, steps: int, overrides: list[str] = ()) -> dict:
                f"rollout.n={G}", f"rollout.response_length={NEW_TOKENS}",
                f"trainer.total_steps={steps}", "trainer.save_freq=0",
                "trainer.save_hf_model=false", f"trainer.output_dir={tmp}", *overrides]
-        _, peak = _run_tree(cmd)
+        _, (peak, peak_rss) = _run_tree(cmd)
         recs = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-    return {"steps": [r["timing/step"] for r in recs], "peak": peak,
+    return {"steps": [r["timing/step"] for r in recs], "peak": peak, "peak_rss": peak_rss,
             "update": [r["timing/update"] for r in recs]}
 
 
@@ -164,10 +178,11 @@ def check_trl() -> None:
 
 
 def _trl(model: str, steps: int, beta: float, data: list[str]) -> dict:
-    proc, peak = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child", "--model",
-                            model, "--steps", str(steps), "--beta", str(beta),
-                            *(f"--data={d}" for d in data)])
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak}
+    proc, (peak, peak_rss) = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child",
+                                        "--model", model, "--steps", str(steps),
+                                        "--beta", str(beta), *(f"--data={d}" for d in data)])
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak,
+            "peak_rss": peak_rss}
 
 
 def _median_after_first(xs: list[float]) -> float:
@@ -178,11 +193,12 @@ def table(rows: list[tuple[str, dict]]) -> str:
     """The comparison as printed: one line per side, then the ratios against TRL's
     equal-work row (the second)."""
     out = [f"{'trainer':44s} {'step s':>7s} {'first s':>8s} {'update s':>9s} {'update %':>9s} "
-           f"{'peak GB':>8s}"]
+           f"{'peak GB':>8s} {'RSS sum GB':>11s}"]
     for name, r in rows:
         step, update = _median_after_first(r["steps"]), _median_after_first(r["update"])
         out.append(f"{name:44s} {step:7.1f} {r['steps'][0]:8.1f} {update:9.1f} "
-                   f"{100 * update / step:8.0f}% {r['peak'] / 1e9:8.1f}")
+                   f"{100 * update / step:8.0f}% {r['peak'] / 1e9:8.1f} "
+                   f"{r['peak_rss'] / 1e9:11.1f}")
     if len(rows) < 2:
         return "\n".join(out)
     ours, equal = rows[0][1], rows[1][1]

@@ -1,28 +1,35 @@
 """`peer-rl bench trl`'s table: medians after the warm-up step, update shares and the ratios
 against TRL's equal-work row, worked out by hand."""
-from peer_rl.bench.trl import table
+import sys
+
+from peer_rl.bench.trl import _run_tree, table
+
+MB = 2**20
 
 
 def test_the_table_takes_medians_after_the_first_step_and_ratios_against_equal_work():
     ours = {"steps": [300.0, 90.0, 110.0, 100.0], "update": [200.0, 40.0, 60.0, 50.0],
-            "peak": 9e9}
+            "peak": 9e9, "peak_rss": 11e9}
     equal = {"steps": [250.0, 200.0, 180.0, 220.0], "update": [150.0, 120.0, 100.0, 140.0],
-             "peak": 6e9}
-    defaults = {"steps": [100.0, 150.0, 150.0], "update": [50.0, 60.0, 80.0], "peak": 3e9}
+             "peak": 6e9, "peak_rss": 6.2e9}
+    defaults = {"steps": [100.0, 150.0, 150.0], "update": [50.0, 60.0, 80.0], "peak": 3e9,
+                "peak_rss": 3.1e9}
     lines = table([("ours", ours), ("trl equal", equal), ("trl defaults", defaults)]).splitlines()
     # medians of steps 2..: ours 100 (update 50), equal 200 (update 120), defaults 150 (70)
-    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0"]
-    assert lines[2].split() == ["trl", "equal", "200.0", "250.0", "120.0", "60%", "6.0"]
-    assert lines[3].split() == ["trl", "defaults", "150.0", "100.0", "70.0", "47%", "3.0"]
+    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0", "11.0"]
+    assert lines[2].split() == ["trl", "equal", "200.0", "250.0", "120.0", "60%", "6.0", "6.2"]
+    assert lines[3].split() == ["trl", "defaults", "150.0", "100.0", "70.0", "47%", "3.0", "3.1"]
     assert lines[4] == ("step-time ratio peer-rl / TRL at equal work: 0.50 (goal <= 0.5); "
                         "peer-rl's update share 50% (goal <= 50%); peak memory ratio 1.5x "
                         "(goal <= 2x)")
 
 
 def test_peer_rls_side_alone_is_its_row_without_ratios():
-    ours = {"steps": [300.0, 90.0, 110.0], "update": [200.0, 40.0, 60.0], "peak": 9e9}
+    ours = {"steps": [300.0, 90.0, 110.0], "update": [200.0, 40.0, 60.0], "peak": 9e9,
+            "peak_rss": 11e9}
     lines = table([("ours", ours)]).splitlines()
-    assert len(lines) == 2 and lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0"]
+    assert len(lines) == 2
+    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0", "11.0"]
 
 
 def test_without_trl_the_bench_stops_before_peer_rls_side_naming_the_install(monkeypatch, capsys):
@@ -78,3 +85,19 @@ def test_smollm2_takes_the_english_prompts_on_both_sides():
     prompts = _prompts(8, data)
     assert len(prompts) == 8
     assert all(p[-1]["content"] in {m[-1]["content"] for m in english} for p in prompts)
+
+
+def test_a_tree_sharing_its_pages_is_counted_once_by_pss_and_thrice_by_rss():
+    """A process touches 300 MB, then forks two children that keep the pages (copy-on-write,
+    never written): the machine holds ~300 MB, each of the three processes has them resident."""
+    child = ("import os, time\n"
+             "data = b'x' * (300 << 20)\n"
+             "for _ in range(2):\n"
+             "    if os.fork() == 0:\n"
+             "        time.sleep(4)\n"
+             "        os._exit(0)\n"
+             "for _ in range(2):\n"
+             "    os.wait()\n")
+    _, (pss, rss) = _run_tree([sys.executable, "-c", child])
+    assert rss > 3 * 300 * MB, rss / MB
+    assert 300 * MB < pss < 1.5 * 300 * MB + 3 * 40 * MB, pss / MB  # + three interpreters
