@@ -20,7 +20,8 @@ optimizer step); for TRL the step less its generation (`_generate`) and its rewa
 Peak memory: the largest sum of the tree's proportional set sizes (PSS: a page shared by k
 processes counts 1/k in each), sampled every half second; the RSS sum beside it counts shared
 pages once per process.
-TRL is an optional extra: pip install 'peer-rl[compare]'.
+TRL is optional: TRL_INSTALL below (the `compare` extra re-resolves torch, which fails beside
+the CPU build).
 """
 from __future__ import annotations
 

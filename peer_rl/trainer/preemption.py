@@ -43,7 +43,9 @@ class StopRequest:
             self.__exit__()
             if callable(old):                  # Python's own (KeyboardInterrupt) or Ray's:
                 old(signum, frame)             # raised here, not at a later bytecode check
-            os.kill(os.getpid(), signum)       # SIG_DFL: the system's default action
+            # reached when the replaced handler was SIG_DFL/SIG_IGN or returned: the signal
+            # again, now to the restored handler (SIG_DFL: the system's default action)
+            os.kill(os.getpid(), signum)
             return
         self.signal = signal.Signals(signum).name
         print(f"[peer-rl] {self.signal}: finishing {self.what}, then a checkpoint and a stop; "
