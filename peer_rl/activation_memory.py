@@ -27,6 +27,24 @@ def stored_activation_bytes(config: dict, tokens: int, row_len: int, dtype_bytes
     return per_token_layer * dtype_bytes * tokens * text["num_hidden_layers"]
 
 
+def fitted_token_budget(config: dict, budget: int, max_row_len: int, cap_bytes: float,
+                        dtype_bytes: int = 4, step: int = 128) -> int:
+    """The token budget a rank runs at under `actor.micro_batch_activation_gib`: `budget` itself
+    if a forward of that many tokens keeps at most `cap_bytes` of activations for backward, else
+    the largest multiple of `step` below it that does (at least `step`; a row longer than the
+    budget still runs, alone). Rows are at most `max_row_len` long (0: the budget)."""
+    def fits(tokens: int) -> bool:
+        row = min(max_row_len or tokens, tokens)
+        return stored_activation_bytes(config, tokens, row, dtype_bytes) <= cap_bytes
+
+    if cap_bytes <= 0 or budget <= 0 or fits(budget):
+        return budget
+    tokens = (budget - 1) // step * step
+    while tokens > step and not fits(tokens):
+        tokens -= step
+    return max(tokens, step)
+
+
 def training_state_bytes(trainable_params_per_rank: int) -> int:
     """What the first optimizer step adds on a rank: fp32 gradients and AdamW's two moments of
     its shard (FSDP2 keeps fp32 master weights even under bf16 compute)."""

@@ -48,6 +48,11 @@ class PolicySettings:
     # counting their real tokens when packed (use_remove_padding) or rows x the group's longest
     # row when padded; 0 = ppo_micro_batch_size sequences per forward
     ppo_max_token_len_per_gpu: int = 16384
+    # the budget lowered (to a multiple of 128 tokens) until one micro-batch's estimated stored
+    # activations fit this many GiB (peer_rl.activation_memory); 0 = the budget as set. On CPU a
+    # larger micro-batch of a wide model computes no faster once its matmuls are large, and
+    # glibc keeps its activations resident after it (docs/testing-and-benchmarks.md)
+    micro_batch_activation_gib: float = 0.0
     # verl's name: each micro-batch runs as one packed row of its rows' real tokens (rows kept
     # apart in attention, peer_rl.packing), so no layer computes padded positions; the token
     # budget then counts real tokens. false = right-padded rows, each micro-batch cut to its

@@ -2,8 +2,8 @@
 choice it leads to."""
 from __future__ import annotations
 
-from peer_rl.activation_memory import (GiB, choose_recomputation, stored_activation_bytes,
-                                       training_state_bytes)
+from peer_rl.activation_memory import (GiB, choose_recomputation, fitted_token_budget,
+                                       stored_activation_bytes, training_state_bytes)
 
 # the bench's "~100M" policy (peer_rl.bench.models) and the shipped tiny policy's text config
 M100 = {"hidden_size": 768, "intermediate_size": 2560, "num_attention_heads": 12,
@@ -38,3 +38,23 @@ def test_a_set_value_is_kept_and_the_estimate_still_said():
     assert on and "actor.gradient_checkpointing=true" in line and "estimate" in line
     on, _ = choose_recomputation("false", 100 * GiB, 0, 12 * GiB, 2)
     assert not on
+
+
+def test_the_budget_fitted_to_an_activation_cap_by_hand():
+    # ~100M policy, rows up to 2,048: at t tokens (t <= 2,048 also the row length) a forward
+    # keeps (6,144 + 7,680 + 12 t) x 4 bytes x 12 layers x t.
+    #   1,024: 26,112 x 48 x 1,024 = 1,283,457,024 bytes (1.195 GiB)
+    #   1,152: 27,648 x 48 x 1,152 = 1,528,823,808 bytes (1.424 GiB)
+    #   1,280: 29,184 x 48 x 1,280 = 1,793,064,960 bytes (1.670 GiB)
+    assert fitted_token_budget(M100, 4096, 2048, 1.25 * GiB) == 1024
+    assert fitted_token_budget(M100, 4096, 2048, 1.5 * GiB) == 1152
+    assert fitted_token_budget(M100, 4096, 2048, 1_528_823_808) == 1152     # exactly at the cap
+    assert fitted_token_budget(M100, 4096, 2048, 1_528_823_807) == 1024
+    # a budget that fits is kept as set, not rounded; 0 (the cap off, or count micro-batches)
+    assert fitted_token_budget(M100, 1000, 2048, 1.25 * GiB) == 1000
+    assert fitted_token_budget(M100, 4096, 2048, 0) == 4096
+    assert fitted_token_budget(M100, 0, 2048, 1.25 * GiB) == 0
+    # the tiny policy keeps 4,096: (1,024 + 768 + 2 x 2,048) x 4 x 4,096 x 2 = 0.18 GiB
+    assert fitted_token_budget(TINY_VL, 4096, 2048, 1.25 * GiB) == 4096
+    # nothing fits: the smallest step (a row longer than the budget still runs, alone)
+    assert fitted_token_budget(M100, 4096, 2048, 1024) == 128

@@ -110,7 +110,10 @@ class PolicyWorker:
         self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
         self.model = self._load_sharded(mp, trainable=True)
         self.ref = self._load_sharded(mp, offload=s.ref_param_offload).requires_grad_(False)
+        self.token_budget, budget_line = self._fit_token_budget(max_row_len)
         self.recompute, self.recompute_line = self._choose_recomputation(max_row_len)
+        if budget_line:
+            self.recompute_line = f"{budget_line}; {self.recompute_line}"
         if self.recompute:      # the forward is wrapped on the instance: sharding is unaffected
             fsdp.checkpoint_layers(self.model)
         # frozen parameters get no gradient and no optimizer state
@@ -132,6 +135,30 @@ class PolicyWorker:
             self._heads[id(model)] = fsdp.logprob_head(model, self.settings.logits_chunk_size)
         return fsdp.shard(model, self.mesh, mp, offload=offload)
 
+    def _fit_token_budget(self, max_row_len: int) -> tuple[int, str]:
+        """actor.ppo_max_token_len_per_gpu, lowered under actor.micro_batch_activation_gib
+        (peer_rl.activation_memory.fitted_token_budget); the start-up line where it was."""
+        from peer_rl.activation_memory import GiB, fitted_token_budget, stored_activation_bytes
+        from peer_rl.kv_cache import max_positions, read_config
+
+        s = self.settings
+        budget = s.ppo_max_token_len_per_gpu
+        if not (budget and s.micro_batch_activation_gib):
+            return budget, ""
+        config = read_config(self.model_path)
+        row = min(max_row_len or budget, max_positions(config))
+        dtype = 2 if self.device.type == "cuda" else 4
+        fitted = fitted_token_budget(config, budget, row, s.micro_batch_activation_gib * GiB, dtype)
+        if fitted == budget:
+            return budget, ""
+
+        def kept(tokens: int) -> float:
+            return stored_activation_bytes(config, tokens, min(row, tokens), dtype) / GiB
+
+        return fitted, (f"token budget {fitted} (actor.micro_batch_activation_gib="
+                        f"{s.micro_batch_activation_gib:g}: ~{kept(fitted):.2f} GiB of activations "
+                        f"a micro-batch; {budget} would keep ~{kept(budget):.2f} GiB)")
+
     def _choose_recomputation(self, max_row_len: int) -> tuple[bool, str]:
         """actor.gradient_checkpointing: true / false as set; auto from the estimated activations
         of a forward at the token budget against this node's free memory over its ranks, read
@@ -145,8 +172,8 @@ class PolicyWorker:
 
         s = self.settings
         config = read_config(self.model_path)
-        row = min(max_row_len or s.ppo_max_token_len_per_gpu or 4096, max_positions(config))
-        tokens = s.ppo_max_token_len_per_gpu or s.ppo_micro_batch_size * row
+        row = min(max_row_len or self.token_budget or 4096, max_positions(config))
+        tokens = self.token_budget or s.ppo_micro_batch_size * row
         gpu = self.device.type == "cuda"
         activations = stored_activation_bytes(config, tokens, min(row, tokens),
                                               2 if gpu else 4)
@@ -168,7 +195,8 @@ class PolicyWorker:
         return bool(flag.item()), line
 
     def recomputation(self) -> dict:
-        """Whether this rank recomputes activations, and the start-up line saying why."""
+        """Whether this rank recomputes activations, and the start-up line saying why (led by
+        the token budget where actor.micro_batch_activation_gib lowered it)."""
         return {"on": self.recompute, "line": self.recompute_line}
 
     def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:
@@ -222,9 +250,10 @@ class PolicyWorker:
 
     def _micro_batches(self, rows: torch.Tensor, attn: torch.Tensor) -> list[torch.Tensor]:
         """Positions into `rows` (this rank's rows of a mini-batch), one tensor per forward:
-        by token budget (actor.ppo_max_token_len_per_gpu; the count agreed over ranks, since
-        each forward all-gathers) or by actor.ppo_micro_batch_size when the budget is 0."""
-        budget = self.settings.ppo_max_token_len_per_gpu
+        by token budget (actor.ppo_max_token_len_per_gpu as fitted, self.token_budget; the count
+        agreed over ranks, since each forward all-gathers) or by actor.ppo_micro_batch_size when
+        the budget is 0."""
+        budget = self.token_budget
         if not budget:
             groups = by_count(len(rows), self.settings.ppo_micro_batch_size)
         else:

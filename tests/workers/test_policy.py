@@ -298,7 +298,15 @@ def _sc_anchor(w: PolicyWorker, out: str, arg=None) -> dict:
             "policy_forwards": policy_forwards, "micro_batches": micro_batches}
 
 
-SCENARIOS = {"anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
+def _sc_budget(w: PolicyWorker, out: str, arg=None) -> dict:
+    """The token budget the worker runs at, and the forwards 8 rows of up to 64 tokens take."""
+    b = make_batch(n=8, t=64)
+    rows, _ = w._shard_rows(torch.arange(8))
+    return {"budget": w.token_budget,
+            "forwards": len(w._micro_batches(rows, torch.as_tensor(b.attention_mask)))}
+
+
+SCENARIOS = {"budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
              "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async}
 
 
@@ -460,6 +468,20 @@ def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, 
     assert max_diff(plain["weights"], gc_a["weights"]) < 1e-6
     for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
         assert gc_a["metrics"][k] == pytest.approx(plain["metrics"][k], rel=1e-6, abs=1e-9), k
+
+
+def test_the_token_budget_is_lowered_until_a_micro_batch_fits_the_activation_cap(tiny_model,
+                                                                                  tmp_path):
+    """The test model keeps (8 x 64 + 3 x 128 + 2 heads x 64 positions) x 4 bytes x 2 layers =
+    8 KiB a token: 1,024 tokens keep 8 MiB, so a 2 MiB cap fits 256 (2 MiB exactly). 8 padded
+    rows of at most 64 tokens (<= 512) are one forward at 1,024, more at 256."""
+    (res,) = run_group(1, tiny_model, "budget", tmp_path, ppo_max_token_len_per_gpu=1024,
+                       micro_batch_activation_gib=2 / 1024)
+    assert res["budget"] == 256
+    assert res["forwards"] >= 2
+    assert res["recomputation"]["line"].startswith(
+        "token budget 256 (actor.micro_batch_activation_gib=0.00195312: ~0.00 GiB of "
+        "activations a micro-batch; 1024 would keep ~0.01 GiB); recomputation off")
 
 
 def assert_same_training(got: dict, want: dict) -> None:
