@@ -12,6 +12,7 @@ reference and its k3 estimator; peer-rl's low_var_kl is the same k3, clamped).
                       encoder): the judge and RUR are work TRL's side does not do
   TRL, equal work     GRPOTrainer with beta = kl_loss_coef and a trivial reward (the length)
   TRL, defaults       the same with beta = 0 (no reference model), as TRL ships
+`--model tiny`: the default run's tiny vision-language policy, on the text prompts.
 `--model smollm2`: the real SmolLM2-135M-Instruct (peer_rl.models.pinned, fetched once) in place
 of the random policy, on the sample's English text prompts (its card reads English only).
 Each side runs in its own process tree. Step time: the median over the steps after the first
@@ -213,6 +214,11 @@ def table(rows: list[tuple[str, dict]]) -> str:
 
 def _model(name: str) -> tuple[str, list[str]]:
     """(the policy's directory, the data overrides both sides take their prompts with)."""
+    if name == "tiny":                   # the default run's policy (text rows: TRL's side)
+        from peer_rl.config import load_config
+        from peer_rl.trainer.run import resolve_models
+
+        return resolve_models(load_config([]))[0], []
     if name in REAL_MODELS:
         from peer_rl.models.pinned import fetch
 
@@ -222,11 +228,13 @@ def _model(name: str) -> tuple[str, list[str]]:
 
     if name not in SHAPES:
         raise ConfigError(f"--model {name!r}: expected one of "
-                          f"{', '.join([*SHAPES, *REAL_MODELS])}")
+                          f"{', '.join(['tiny', *SHAPES, *REAL_MODELS])}")
     return random_policy(name), []
 
 
 def _describe(name: str) -> str:
+    if name == "tiny":
+        return "the default run's tiny vision-language policy (text prompts)"
     return (f"the real {REAL_MODELS[name][0]} policy" if name in REAL_MODELS
             else f"random {name} Qwen2-shaped policy")
 
@@ -235,7 +243,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="peer-rl bench trl")
     ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is warm-up)")
     ap.add_argument("--model", default="100M",
-                    help="a shape of peer_rl.bench.models, or smollm2 (the real SmolLM2-135M)")
+                    help="a shape of peer_rl.bench.models, tiny (the default run's policy) "
+                    "or smollm2 (the real SmolLM2-135M)")
     ap.add_argument("--no-defaults", action="store_true",
                     help="skip the TRL-at-its-defaults row (beta 0)")
     ap.add_argument("--json", default="", help="also write every side's raw figures here")
