@@ -23,6 +23,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`argv` None: the program itself (sys.argv), which a command may then leave early."""
     p = parser()
     args, rest = p.parse_known_args(argv)
     # key=value overrides may also follow an option (`eval ladder NAME --out DIR paths.x=...`)
@@ -31,7 +32,27 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides += rest
     elif rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
-    return run(args.fn, args, getattr(args, "errors", None))
+    code = run(args.fn, args, getattr(args, "errors", None))
+    if argv is None and getattr(args, "leave_early", False):
+        leave(code)
+    return code
+
+
+def leave(code: int) -> None:
+    """End the process once its work is saved: the exit handlers run (Ray's, logging's, the
+    finalizers), stdout and stderr are flushed, and the interpreter's own teardown is skipped:
+    after a training run, freeing torch's, vLLM's and Ray's native state took ~2.7 s
+    (measured 2026-12-03) and has nothing left to write."""
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):          # closed or gone: nothing left to write there
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ def register(sub) -> None:
                        description="peer-rl train [recipe=NAME] [key=value ...], e.g. "
                        "peer-rl train recipe=peer_rur rollout.num_workers=2 trainer.total_steps=5")
     p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
-    p.set_defaults(fn=_train, errors=_train_errors)
+    # the run has saved everything and stopped Ray: skip the interpreter's teardown (cli.leave)
+    p.set_defaults(fn=_train, errors=_train_errors, leave_early=True)
     for name, kind, what in (("train-rm", "rm", "UnifiReward SFT on SER chats (default recipe "
                               "unifireward_tiny)"),
                              ("sft", "sft", "policy SFT on sft/ rows (default recipe sft_tiny)")):
