@@ -60,12 +60,12 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
     assert (rank["rank"], rank["world_size"], rank["master_addr"], rank["master_port"]) == \
         (1, 2, "10.0.0.5", 29500)
     assert rank["rollout_n"] == 6 and rank["seed"] == 7 and rank["max_row_len"] == 1024
-    # the schema's defaults (recomputation auto), the recipe's (tiny.yaml: token budget 4096) and
-    # the command line's, and Dr. GRPO's divisor resolved to the reply length (null in the
-    # section)
+    # the schema's defaults (recomputation auto), the recipe's (tiny.yaml: token budget 4096
+    # under a 1.25 GiB activation cap) and the command line's, and Dr. GRPO's divisor resolved
+    # to the reply length (null in the section)
     assert rank["settings"] == PolicySettings(
         lr=3e-6, policy_loss=PolicyLossConfig("gspo"), ppo_max_token_len_per_gpu=4096,
-        gradient_checkpointing="auto", loss_scale_factor=96)
+        micro_batch_activation_gib=1.25, gradient_checkpointing="auto", loss_scale_factor=96)
 
 
 def test_the_process_and_outcome_pair_gets_both_paths_and_the_larger_kv_cache(tmp_path):
