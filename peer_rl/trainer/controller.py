@@ -387,10 +387,11 @@ class Controller:
         return m
 
     # ---------------------------------------------------------------- the loop
-    def fit(self, stop=None) -> int:
+    def fit(self, stop=None, plot: bool = True) -> int:
         """Steps until trainer.total_steps, or until a SIGTERM / SIGINT (`stop`, a
         peer_rl.trainer.preemption.StopRequest; one is made if not given): then the step in progress
-        finishes and is checkpointed, and `stopped_by` names the signal."""
+        finishes and is checkpointed, and `stopped_by` names the signal. `plot=False` leaves the
+        figures to the caller (`plot()`), which can draw them while the pools shut down."""
         from contextlib import nullcontext
 
         from tqdm import tqdm
@@ -423,6 +424,13 @@ class Controller:
             self.export_final()
         self.metrics.close()
         self.write_memory()
+        if plot:
+            self.plot()
+        return self.step
+
+    def plot(self) -> None:
+        """curves.png (rewards, format and parse-failure rates) and timeline.png (the stages of
+        the last steps), from the files the run wrote; no worker is needed."""
         from peer_rl.plot import plot_curves
 
         plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
@@ -431,4 +439,3 @@ class Controller:
         mode = f"staleness {self.staleness}" if self.staleness else "synchronous"
         plot_timeline(self.out / TIMELINE_FILE, self.out / "timeline.png",
                       title=f"{self.cfg.experiment_name}: stages of the last steps ({mode})")
-        return self.step

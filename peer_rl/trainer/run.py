@@ -265,7 +265,7 @@ def run(overrides: list[str]) -> Path:
         kv_line = factory.kv_cache_line()
         if kv_line:
             print(f"[peer-rl] {kv_line}", flush=True)
-        pools = None
+        pools = plots = None
         try:
             pools = factory.make_pools()
             print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: "
@@ -276,10 +276,14 @@ def run(overrides: list[str]) -> Path:
                   flush=True)
             controller = Controller(cfg, pools, rows, out, policy_template=template,
                                     side_files=card_files(policy))
-            steps = controller.fit(stop)
+            steps = controller.fit(stop, plot=False)
+            # the figures (~1 s of matplotlib) are drawn while the pools and Ray shut down
+            plots = ThreadPoolExecutor(1).submit(controller.plot)
         finally:
             factory.shutdown(pools)
             ray.shutdown()  # flush actor logs now, before the summary lines below
+    if plots is not None:
+        plots.result()
     if stop.signal:
         saved = out / "checkpoints" / f"step_{steps}"
         raise RunStopped(f"stopped by {stop.signal} after step {steps} of "
