@@ -22,9 +22,12 @@ def test_the_first_signal_is_recorded_and_the_handlers_restored(capsys):
     assert "SIGTERM: finishing step 7, then a checkpoint and a stop" in capsys.readouterr().err
 
 
+# Python's own SIGINT handling, whatever the test runner inherited: a shell starts background
+# jobs with SIGINT ignored, and a child would then ignore the second signal as its parent asked
 CHILD = """
 import os, signal, time
 from peer_rl.trainer.preemption import StopRequest
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with StopRequest() as stop:
     os.kill(os.getpid(), signal.SIGINT)
     print("after the first:", stop.signal, flush=True)
