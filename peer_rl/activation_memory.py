@@ -31,8 +31,9 @@ def fitted_token_budget(config: dict, budget: int, max_row_len: int, cap_bytes: 
                         dtype_bytes: int = 4, step: int = 128) -> int:
     """The token budget a rank runs at under `actor.micro_batch_activation_gib`: `budget` itself
     if a forward of that many tokens keeps at most `cap_bytes` of activations for backward, else
-    the largest multiple of `step` below it that does (at least `step`; a row longer than the
-    budget still runs, alone). Rows are at most `max_row_len` long (0: the budget)."""
+    the largest multiple of `step` below it that does (at least `step`, never more than
+    `budget`; a row longer than the budget still runs, alone). Rows are at most `max_row_len`
+    long (0: the budget)."""
     def fits(tokens: int) -> bool:
         row = min(max_row_len or tokens, tokens)
         return stored_activation_bytes(config, tokens, row, dtype_bytes) <= cap_bytes
@@ -42,7 +43,7 @@ def fitted_token_budget(config: dict, budget: int, max_row_len: int, cap_bytes: 
     tokens = (budget - 1) // step * step
     while tokens > step and not fits(tokens):
         tokens -= step
-    return max(tokens, step)
+    return min(budget, max(tokens, step))
 
 
 def training_state_bytes(trainable_params_per_rank: int) -> int:

@@ -58,3 +58,5 @@ def test_the_budget_fitted_to_an_activation_cap_by_hand():
     assert fitted_token_budget(TINY_VL, 4096, 2048, 1.25 * GiB) == 4096
     # nothing fits: the smallest step (a row longer than the budget still runs, alone)
     assert fitted_token_budget(M100, 4096, 2048, 1024) == 128
+    # ... and never above the budget as set: 100 tokens over the cap stay 100, not 128
+    assert fitted_token_budget(M100, 100, 2048, 1024) == 100
