@@ -42,7 +42,9 @@ def leave(code: int) -> None:
     """End the process once its work is saved: the exit handlers run (Ray's, logging's, the
     finalizers), stdout and stderr are flushed, and the interpreter's own teardown is skipped:
     after a training run, freeing torch's, vLLM's and Ray's native state took ~2.7 s
-    (measured 2026-12-03) and has nothing left to write."""
+    (measured 2026-12-03) and has nothing left to write. Non-daemon threads are not joined (the
+    interpreter joins them before the exit handlers): a command that leaves early waits on its
+    own threads first, as `train` does on its prompt-length and figure threads."""
     import atexit
     import os
 
