@@ -203,13 +203,32 @@ def table(rows: list[tuple[str, dict]]) -> str:
                    f"{r['peak_rss'] / 1e9:11.1f}")
     if len(rows) < 2:
         return "\n".join(out)
-    ours, equal = rows[0][1], rows[1][1]
-    ratio = _median_after_first(ours["steps"]) / _median_after_first(equal["steps"])
-    share = _median_after_first(ours["update"]) / _median_after_first(ours["steps"])
+    ratio, share, memory = ratios(rows[0][1], rows[1][1])
     out.append(f"step-time ratio peer-rl / TRL at equal work: {ratio:.2f} (goal <= 0.5); "
                f"peer-rl's update share {share:.0%} (goal <= 50%); peak memory ratio "
-               f"{ours['peak'] / equal['peak']:.1f}x (goal <= 2x)")
+               f"{memory:.1f}x (goal <= 2x)")
     return "\n".join(out)
+
+
+def ratios(ours: dict, equal: dict) -> tuple[float, float, float]:
+    """(step-time ratio against TRL's equal work, peer-rl's update share, peak memory ratio)."""
+    step = _median_after_first(ours["steps"])
+    return (step / _median_after_first(equal["steps"]),
+            _median_after_first(ours["update"]) / step, ours["peak"] / equal["peak"])
+
+
+def spread(runs: list[tuple[dict, dict]]) -> str:
+    """Over repeated side-by-side runs ((peer-rl, TRL equal work) each): each figure's median
+    and every run's value, so one noisy run cannot decide a goal."""
+    figures = list(zip(*(ratios(ours, equal) for ours, equal in runs)))
+
+    def line(values, fmt):
+        return (f"median {fmt(statistics.median(values))} "
+                f"(runs: {', '.join(fmt(v) for v in values)})")
+    return (f"over {len(runs)} runs, each side alternating: step-time ratio "
+            f"{line(figures[0], lambda v: f'{v:.2f}')}; update share "
+            f"{line(figures[1], lambda v: f'{v:.0%}')}; peak memory ratio "
+            f"{line(figures[2], lambda v: f'{v:.1f}x')}")
 
 
 def _model(name: str) -> tuple[str, list[str]]:
@@ -245,6 +264,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--model", default="100M",
                     help="a shape of peer_rl.bench.models, tiny (the default run's policy) "
                     "or smollm2 (the real SmolLM2-135M)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run both sides this many times, alternating, and print each figure's "
+                    "median and every run's value (the defaults row runs once)")
     ap.add_argument("--no-defaults", action="store_true",
                     help="skip the TRL-at-its-defaults row (beta 0)")
     ap.add_argument("--json", default="", help="also write every side's raw figures here")
@@ -261,34 +283,43 @@ def main(argv: list[str]) -> int:
         return 0
     if args.steps < 2:
         raise ConfigError("--steps: at least 2 (the first is warm-up)")
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats {args.repeats}: expected at least 1")
     if not args.peer_only:
         check_trl()
     from peer_rl.config import load_config
 
     kl = float(load_config([]).actor.kl_loss_coef)
     model, data = _model(args.model)
-    print(f"[bench trl] peer-rl: {args.steps} PEER-RUR steps on {model} ...", flush=True)
-    rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)",
-             _peer_rl(model, args.steps, [*data, *args.peer]))]
-    if args.peer_only:
-        print(table(rows))
-        return 0
-    print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps ...", flush=True)
-    rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)",
-                 _trl(model, args.steps, kl, data)))
-    if not args.no_defaults:
-        print(f"[bench trl] TRL GRPOTrainer at its defaults (beta 0): {args.steps} steps ...",
-              flush=True)
-        rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)",
-                     _trl(model, args.steps, 0.0, data)))
-    print(f"\none GRPO step: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} tokens, one "
-          f"optimizer step per generation, {_describe(args.model)}, on this "
-          f"machine ({os.cpu_count()} CPUs); median of steps 2-{args.steps}")
-    print(table(rows))
+    runs = []
+    for rep in range(args.repeats):
+        tag = f" (run {rep + 1}/{args.repeats})" if args.repeats > 1 else ""
+        print(f"[bench trl] peer-rl: {args.steps} PEER-RUR steps on {model}{tag} ...", flush=True)
+        rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)",
+                 _peer_rl(model, args.steps, [*data, *args.peer]))]
+        if args.peer_only:
+            print(table(rows), flush=True)
+            runs.append(rows)
+            continue
+        print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps{tag} ...", flush=True)
+        rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)",
+                     _trl(model, args.steps, kl, data)))
+        if not args.no_defaults and rep == 0:
+            print(f"[bench trl] TRL GRPOTrainer at its defaults (beta 0): {args.steps} steps ...",
+                  flush=True)
+            rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)",
+                         _trl(model, args.steps, 0.0, data)))
+        print(f"\none GRPO step{tag}: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} "
+              f"tokens, one optimizer step per generation, {_describe(args.model)}, on this "
+              f"machine ({os.cpu_count()} CPUs); median of steps 2-{args.steps}")
+        print(table(rows), flush=True)
+        runs.append(rows)
+    if len(runs) > 1 and not args.peer_only:
+        print("\n" + spread([(rows[0][1], rows[1][1]) for rows in runs]))
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(rows), indent=1))
+        out = dict(runs[0]) if len(runs) == 1 else [dict(rows) for rows in runs]
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

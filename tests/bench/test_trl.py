@@ -2,7 +2,9 @@
 against TRL's equal-work row, worked out by hand."""
 import sys
 
-from peer_rl.bench.trl import _run_tree, table
+import pytest
+
+from peer_rl.bench.trl import _run_tree, spread, table
 
 MB = 2**20
 
@@ -101,3 +103,24 @@ def test_a_tree_sharing_its_pages_is_counted_once_by_pss_and_thrice_by_rss():
     _, (pss, rss) = _run_tree([sys.executable, "-c", child])
     assert rss > 3 * 300 * MB, rss / MB
     assert 300 * MB < pss < 1.5 * 300 * MB + 3 * 40 * MB, pss / MB  # + three interpreters
+
+
+def test_repeated_runs_report_each_figures_median_and_every_run():
+    def side(step, update, peak):   # warm-up step first, then steps whose median is `step`
+        return {"steps": [999.0, step - 1, step + 1], "update": [999.0, update, update],
+                "peak": peak, "peak_rss": peak}
+    runs = [(side(100.0, 80.0, 8e9), side(200.0, 150.0, 4e9)),     # 0.50, 80%, 2.0x
+            (side(120.0, 90.0, 9e9), side(200.0, 150.0, 5e9)),     # 0.60, 75%, 1.8x
+            (side(90.0, 63.0, 7e9), side(200.0, 150.0, 5e9))]      # 0.45, 70%, 1.4x
+    assert spread(runs) == (
+        "over 3 runs, each side alternating: step-time ratio median 0.50 (runs: 0.50, 0.60, "
+        "0.45); update share median 75% (runs: 80%, 75%, 70%); peak memory ratio median 1.8x "
+        "(runs: 2.0x, 1.8x, 1.4x)")
+
+
+def test_repeats_below_one_are_refused_naming_the_flag():
+    from peer_rl.bench.trl import main
+    from peer_rl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--repeats 0: expected at least 1"):
+        main(["--repeats", "0", "--peer-only"])
