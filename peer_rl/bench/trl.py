@@ -47,8 +47,10 @@ PROMPTS, G, NEW_TOKENS = 8, 4, 128
 REAL_MODELS = {"smollm2": ("smollm2-135m-instruct", ["data.languages=[english]"])}
 
 
-def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list) -> None:
-    """Peak memory of `proc`'s process tree: out gets (PSS sum, RSS sum), each its own peak.
+def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list,
+                 steps_done=lambda: False) -> None:
+    """Peak memory of `proc`'s process tree: out gets (PSS sum, RSS sum), each its own peak,
+    then the same over the steps alone (up to when `steps_done()` first returns True).
 
     The RSS sum counts a page once per process that maps it (each Ray worker's torch and vLLM
     libraries, the object store), which overstates a multi-process run by ~2 GB against one
@@ -58,8 +60,11 @@ def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list) -> No
     import psutil
 
     peak_pss = peak_rss = pss_at = 0
+    in_steps = None
     root = psutil.Process(proc.pid)
     while not stop.is_set():
+        if in_steps is None and steps_done():
+            in_steps = (peak_pss or peak_rss, peak_rss)
         try:
             tree = [root, *root.children(recursive=True)]
             rss = sum(p.memory_info().rss for p in tree if p.is_running())
@@ -71,22 +76,33 @@ def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list) -> No
         except psutil.Error:
             pass
         time.sleep(0.5)
-    out.append((peak_pss or peak_rss, peak_rss))
+    whole = (peak_pss or peak_rss, peak_rss)
+    out.extend([whole, in_steps or whole])
 
 
-def _run_tree(cmd: list[str]) -> tuple[subprocess.CompletedProcess, tuple[int, int]]:
+def _run_tree(cmd: list[str], steps_done=lambda: False
+              ) -> tuple[subprocess.CompletedProcess, tuple[int, int], tuple[int, int]]:
+    """Run cmd; (its result, (PSS, RSS) peaks of the whole run, the same up to steps_done())."""
     stop, peak = threading.Event(), []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
-    watcher = threading.Thread(target=_tree_memory, args=(proc, stop, peak), daemon=True)
+    watcher = threading.Thread(target=_tree_memory, args=(proc, stop, peak, steps_done),
+                               daemon=True)
     watcher.start()
     stdout, stderr = proc.communicate()
     stop.set()
     watcher.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), peak[0]
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), peak[0], peak[1]
+
+
+def _lines(path: Path) -> int:
+    try:
+        return len(path.read_text(encoding="utf-8").splitlines())
+    except OSError:
+        return 0
 
 
 def _peer_rl(model: str, steps: int, overrides: list[str] = ()) -> dict:
@@ -97,10 +113,13 @@ def _peer_rl(model: str, steps: int, overrides: list[str] = ()) -> dict:
                f"rollout.n={G}", f"rollout.response_length={NEW_TOKENS}",
                f"trainer.total_steps={steps}", "trainer.save_freq=0",
                "trainer.save_hf_model=false", f"trainer.output_dir={tmp}", *overrides]
-        _, (peak, peak_rss) = _run_tree(cmd)
-        recs = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+        # the last step's metrics line is written before the run's final checkpoint, which
+        # TRL's side (save_strategy "no") does not write: the table's peak is over the steps
+        metrics = Path(tmp) / "metrics.jsonl"
+        _, (whole, _), (peak, peak_rss) = _run_tree(cmd, lambda: _lines(metrics) >= steps)
+        recs = [json.loads(x) for x in metrics.read_text().splitlines()]
     return {"steps": [r["timing/step"] for r in recs], "peak": peak, "peak_rss": peak_rss,
-            "update": [r["timing/update"] for r in recs]}
+            "peak_with_save": whole, "update": [r["timing/update"] for r in recs]}
 
 
 def _timed(name: str, fn, spent: dict):
@@ -180,7 +199,7 @@ def check_trl() -> None:
 
 
 def _trl(model: str, steps: int, beta: float, data: list[str]) -> dict:
-    proc, (peak, peak_rss) = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child",
+    proc, (peak, peak_rss), _ = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child",
                                         "--model", model, "--steps", str(steps),
                                         "--beta", str(beta), *(f"--data={d}" for d in data)])
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak,
@@ -201,12 +220,14 @@ def table(rows: list[tuple[str, dict]]) -> str:
         out.append(f"{name:44s} {step:7.1f} {r['steps'][0]:8.1f} {update:9.1f} "
                    f"{100 * update / step:8.0f}% {r['peak'] / 1e9:8.1f} "
                    f"{r['peak_rss'] / 1e9:11.1f}")
-    if len(rows) < 2:
-        return "\n".join(out)
-    ratio, share, memory = ratios(rows[0][1], rows[1][1])
-    out.append(f"step-time ratio peer-rl / TRL at equal work: {ratio:.2f} (goal <= 0.5); "
-               f"peer-rl's update share {share:.0%} (goal <= 50%); peak memory ratio "
-               f"{memory:.1f}x (goal <= 2x)")
+    if len(rows) >= 2:
+        ratio, share, memory = ratios(rows[0][1], rows[1][1])
+        out.append(f"step-time ratio peer-rl / TRL at equal work: {ratio:.2f} (goal <= 0.5); "
+                   f"peer-rl's update share {share:.0%} (goal <= 50%); peak memory ratio "
+                   f"{memory:.1f}x (goal <= 2x)")
+    if "peak_with_save" in rows[0][1]:
+        out.append(f"peak memory is over the steps; peer-rl's whole run, its final checkpoint "
+                   f"included (TRL's side writes none): {rows[0][1]['peak_with_save'] / 1e9:.1f} GB")
     return "\n".join(out)
 
 

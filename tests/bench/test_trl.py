@@ -100,7 +100,7 @@ def test_a_tree_sharing_its_pages_is_counted_once_by_pss_and_thrice_by_rss():
              "        os._exit(0)\n"
              "for _ in range(2):\n"
              "    os.wait()\n")
-    _, (pss, rss) = _run_tree([sys.executable, "-c", child])
+    _, (pss, rss), _ = _run_tree([sys.executable, "-c", child])
     assert rss > 3 * 300 * MB, rss / MB
     assert 300 * MB < pss < 1.5 * 300 * MB + 3 * 40 * MB, pss / MB  # + three interpreters
 
@@ -124,3 +124,30 @@ def test_repeats_below_one_are_refused_naming_the_flag():
 
     with pytest.raises(ConfigError, match="--repeats 0: expected at least 1"):
         main(["--repeats", "0", "--peer-only"])
+
+
+def test_the_peak_over_the_steps_leaves_out_what_comes_after_them(tmp_path):
+    """peer-rl's last metrics line precedes its final checkpoint, which TRL's side does not
+    write: a child holds 50 MB, marks its steps done, then touches 400 MB more."""
+    marker = tmp_path / "done"
+    child = ("import time, pathlib\n"
+             "a = b'x' * (50 << 20)\n"
+             "time.sleep(1.5)\n"
+             f"pathlib.Path({str(marker)!r}).write_text('1')\n"
+             "time.sleep(1.5)\n"
+             "b = b'y' * (400 << 20)\n"
+             "time.sleep(1.5)\n")
+    _, (whole, _), (steps, steps_rss) = _run_tree([sys.executable, "-c", child], marker.exists)
+    assert whole > 450 * MB, whole / MB
+    assert 50 * MB < steps < 50 * MB + 100 * MB, steps / MB      # + the interpreter
+    assert steps_rss < 50 * MB + 100 * MB, steps_rss / MB
+
+
+def test_the_table_names_peer_rls_peak_with_its_final_checkpoint_when_measured():
+    ours = {"steps": [300.0, 100.0], "update": [200.0, 50.0], "peak": 9e9, "peak_rss": 11e9,
+            "peak_with_save": 12.5e9}
+    equal = {"steps": [250.0, 200.0], "update": [150.0, 120.0], "peak": 6e9, "peak_rss": 6.2e9}
+    lines = table([("ours", ours), ("trl equal", equal)]).splitlines()
+    assert lines[-1] == ("peak memory is over the steps; peer-rl's whole run, its final "
+                         "checkpoint included (TRL's side writes none): 12.5 GB")
+    assert "peak memory ratio 1.5x" in lines[-2]
