@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from workers.fsdp import freeze_vision_tower
+from workers.fsdp import file_index, freeze_vision_tower
 
 
 class _Tower(torch.nn.Module):
@@ -40,3 +40,16 @@ def test_the_freeze_keeps_every_aligner_of_the_tower_trainable():
 def test_a_model_without_a_tower_cannot_be_frozen():
     with pytest.raises(ValueError, match="has no vision tower"):
         freeze_vision_tower(torch.nn.Linear(2, 2))
+
+
+def test_checkpoint_files_take_consecutive_tensors_up_to_a_ranks_byte_budget():
+    """float32: 100 elements are 400 bytes. Budget 1,000 bytes a rank at 2 ranks: 2,000 bytes
+    of global tensor a file, a tensor over that alone, the order kept."""
+    flat = {"a": torch.zeros(100), "b": torch.zeros(200), "c": torch.zeros(300),   # 400+800+1200
+            "d": torch.zeros(600), "e": torch.zeros(10, dtype=torch.float64), "f": torch.zeros(1)}
+    assert file_index(flat, world_size=2, per_rank_bytes=1000) == {
+        "a": 1, "b": 1,          # 1,200 bytes; + c's 1,200 would pass 2,000
+        "c": 2,                  # 1,200; + d's 2,400 would pass
+        "d": 3,                  # 2,400 alone (over the budget: a file of its own)
+        "e": 4, "f": 4}          # 80 + 4
+    assert set(file_index(flat, world_size=1, per_rank_bytes=1 << 30).values()) == {1}

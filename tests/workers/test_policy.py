@@ -113,6 +113,10 @@ def _sc_train(w: PolicyWorker, out: str, arg=None) -> dict:
 
 
 def _sc_ckpt(w: PolicyWorker, out: str, arg=None) -> dict:
+    if arg:                                   # a rank's bytes per checkpoint file
+        import workers.fsdp
+
+        workers.fsdp.SHARD_FILE_BYTES = arg
     b = make_batch(seed=1)
     first = w.update(b)                       # one mini-batch: policy == reference throughout
     ckpt = os.path.join(out, "ckpt")
@@ -360,7 +364,8 @@ def world2(tiny_model, tmp_path_factory):
 def ckpt_world2(tiny_model, tmp_path_factory):
     """Two ranks: one step, a checkpoint, a perturbation, the load and the replayed step
     (shared by the round-trip and the world-size-change tests: one spawn, not two)."""
-    return run_group(2, tiny_model, "ckpt", tmp_path_factory.mktemp("ckpt_w2"),
+    # files of ~64 KiB a rank, so each rank writes several (what a large model does at 256 MiB)
+    return run_group(2, tiny_model, "ckpt", tmp_path_factory.mktemp("ckpt_w2"), arg=64 << 10,
                      ppo_mini_batch_size=8, ppo_epochs=1)
 
 
@@ -533,16 +538,21 @@ def test_kl_zero_and_checkpoint_round_trip(ckpt_world2):
     assert max_diff(r0["saved"], r0["loaded"]) == 0.0
     assert max_diff(r0["perturbed"], r0["replayed"]) < 1e-6   # optimizer state + step restored
     assert r0["extra"] == {"global_step": 1, "world_size": 2}
-    # both ranks wrote their own slices: one safetensors file each, sharding in the header
+    # both ranks wrote their own slices, in several files each (~64 KiB a rank here: the
+    # fixture's budget), the sharding in each file's header
     shards = sorted(f for f in os.listdir(os.path.join(r0["ckpt"], "dcp"))
                     if f.endswith(".safetensors"))
-    assert len(shards) == 2, shards
+    by_rank = {r: [f for f in shards if f.startswith(f"shard-{r + 1:05d}-")] for r in (0, 1)}
+    assert len(shards) == len(by_rank[0]) + len(by_rank[1]), shards
+    assert len(by_rank[0]) == len(by_rank[1]) > 1, shards
     from safetensors import safe_open
+    names = []
     for f in shards:
         with safe_open(os.path.join(r0["ckpt"], "dcp", f), "pt") as fh:
-            names = list(fh.keys())
+            names += list(fh.keys())
             assert fh.metadata()                  # JSON sharding info, not a pickle
-        assert any(n.startswith("optim/") and n.endswith("/exp_avg") for n in names)
+    assert any(n.startswith("optim/") and n.endswith("/exp_avg") for n in names)
+    assert any(n.startswith("model/") for n in names)
     hf = AutoModelForCausalLM.from_pretrained(os.path.join(r0["ckpt"], "model"))
     saved = r0["saved"]
     for k, v in hf.state_dict().items():
