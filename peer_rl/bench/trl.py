@@ -20,7 +20,10 @@ Each side runs in its own process tree. Step time: the median over the steps aft
 optimizer step); for TRL the step less its generation (`_generate`) and its reward call.
 Peak memory: the largest sum of the tree's proportional set sizes (PSS: a page shared by k
 processes counts 1/k in each), sampled every half second; the RSS sum beside it counts shared
-pages once per process.
+pages once per process. peer-rl's peak is taken over its steps (up to its last metrics line):
+its run then writes a final checkpoint, which TRL's side does not; the whole run's peak is
+printed on a line of its own.
+`--repeats N`: both sides N times, alternating, then each figure's median and every run's.
 TRL is optional: TRL_INSTALL below (the `compare` extra re-resolves torch, which fails beside
 the CPU build).
 """
@@ -200,8 +203,9 @@ def check_trl() -> None:
 
 def _trl(model: str, steps: int, beta: float, data: list[str]) -> dict:
     proc, (peak, peak_rss), _ = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child",
-                                        "--model", model, "--steps", str(steps),
-                                        "--beta", str(beta), *(f"--data={d}" for d in data)])
+                                           "--model", model, "--steps", str(steps),
+                                           "--beta", str(beta),
+                                           *(f"--data={d}" for d in data)])
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak,
             "peak_rss": peak_rss}
 
@@ -341,6 +345,7 @@ def main(argv: list[str]) -> int:
         out = dict(runs[0]) if len(runs) == 1 else [dict(rows) for rows in runs]
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
