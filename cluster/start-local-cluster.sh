@@ -20,7 +20,7 @@
 # Settings (environment): PEER_RL_CLUSTER_DIR (logs, pid files and the nodes' Ray temp dirs;
 # default /tmp/peer-rl-cluster, keep it short: Ray's socket paths must stay under 108 bytes),
 # RAY_PORT (GCS, 6380), DASHBOARD_PORT (8265), HEAD_CPUS / WORKER_CPUS (1 each: the tiny recipe's
-# 1.75 CPUs then span both nodes), OBJECT_STORE_BYTES (per node; default: Ray's, 30% of memory),
+# 1.5 CPUs then span both nodes), OBJECT_STORE_BYTES (per node; default: Ray's, 30% of memory),
 # RAY_AUTH_TOKEN_PATH (the token file; default ~/.ray/auth_token).
 # Never `ray stop` here: it stops every Ray cluster of this user on the machine.
 set -euo pipefail

@@ -3,9 +3,9 @@
 Fast tests check the three YAML files against what the installed Ray (and KubeRay's CRD fields)
 accept. The e2e test starts a two-node Ray cluster on loopback addresses (two `ray start --block`
 processes, on 127.0.0.2 and 127.0.0.3, dashboard on 127.0.0.1, 1 CPU each, so the tiny recipe's
-1.75 CPUs must span both nodes), submits the tiny recipe with `ray job submit --working-dir <repo>
---runtime-env ...`, checks the job's result and its output directory, and stops exactly the
-processes it started.
+1.5 CPUs must span both nodes), submits the command docs/cluster.md gives a user, as written
+(the default recipe, its shipped tiny models reaching the job through the uploaded working dir),
+checks the job's result and its output directory, and stops exactly the processes it started.
 """
 from __future__ import annotations
 
@@ -95,6 +95,33 @@ def test_runtime_env_upload_holds_the_code_and_excludes_venv_git_outputs(tmp_pat
            or "__pycache__" in n or ".egg-info/" in n]
     assert not bad, bad[:10]
     assert pkg.stat().st_size < 64 * 2**20  # Ray's hard limit is 512 MiB, warning from 256 MiB
+
+
+def test_runtime_env_upload_carries_every_bundled_file_a_default_run_reads(tmp_path):
+    """The default `peer-rl train` inside a job reads the uploaded copy of peer_rl/bundled/ (the
+    working dir comes first on PYTHONPATH): the shipped tiny models' weights must travel with
+    it, while weights anywhere else in the tree (a user's checkpoints) stay out."""
+    from ray._private.runtime_env.packaging import create_package
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    needed = [n for n in tracked if n.startswith(("peer_rl/bundled/", "recipes/"))]
+    weights = [n for n in needed if n.endswith(".safetensors")]
+    assert sorted(weights) == ["peer_rl/bundled/models/tiny/judge/model.safetensors",
+                               "peer_rl/bundled/models/tiny/policy/model.safetensors"], weights
+    tree = tmp_path / "repo"                 # the checkout, plus a user's checkpoint in it
+    for name in tracked:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, tree / name)
+    (tree / "ckpt" / "sft").mkdir(parents=True)
+    (tree / "ckpt" / "sft" / "model.safetensors").write_bytes(b"\0" * 16)
+    pkg = tmp_path / "pkg.zip"
+    create_package(str(tree), pkg, include_gitignore=True,
+                   excludes=_load("runtime_env.yaml")["excludes"])
+    names = set(zipfile.ZipFile(pkg).namelist())
+    missing = sorted(set(needed) - names)
+    assert not missing, missing[:10]
+    assert "ckpt/sft/model.safetensors" not in names
 
 
 def test_launcher_config_validates_against_ray_schema():
@@ -285,9 +312,34 @@ def local_cluster():
     assert not report, f"processes left after `start-local-cluster.sh stop`: {report}"
 
 
+def docs_submit_command(dashboard: str) -> list[str]:
+    """The `ray job submit` command of docs/cluster.md's two-nodes-on-one-machine block, as a
+    user copies it, pointed at `dashboard` (the test's free port instead of 8265)."""
+    text = (REPO / "docs" / "cluster.md").read_text(encoding="utf-8")
+    block = re.search(r"^ {4}bash cluster/start-local-cluster.sh start.*?\n((?: {4,}.*\n)+?)"
+                      r" {4}bash cluster/start-local-cluster.sh stop", text, re.M)
+    assert block, "docs/cluster.md: the local two-node block is gone"
+    argv = shlex.split(block.group(1).replace("\\\n", " "))
+    while "=" in argv[0]:                    # VAR=value prefixes: the test's env sets them
+        argv.pop(0)
+    assert Path(argv[0]).name == "ray" and argv[1:3] == ["job", "submit"], argv
+    i = argv.index("--address")
+    assert argv[i + 1] == "http://127.0.0.1:8265", argv
+    return [*argv[1:i + 1], dashboard, *argv[i + 2:]]
+
+
+def test_the_docs_submit_command_is_the_default_run():
+    """No model paths, no recipe: what the docs give a new user is the default run."""
+    argv = docs_submit_command("http://127.0.0.1:1")
+    train = argv[argv.index("--") + 1:]
+    assert train == ["python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1"], train
+    assert argv[argv.index("--runtime-env") + 1] == "cluster/runtime_env.yaml"
+
+
 @pytest.mark.e2e
-def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, tiny_models,
-                                                                 tmp_path):
+def test_ray_job_submit_runs_the_docs_command_on_two_local_nodes(local_cluster):
+    """docs/cluster.md's command as written: the default recipe with the tiny models peer-rl
+    ships, which must reach the job through the uploaded working dir."""
     cluster = local_cluster
     nodes = [n for n in cluster.nodes() if n["state"] == "ALIVE"]
     assert sorted(n["node_ip"] for n in nodes) == [HEAD_IP, WORKER_IP], nodes
@@ -296,18 +348,10 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
     need = _demand(load_config([]))
     assert 1 < need["CPU"] <= 2, need  # more than one node holds: the pools must span both
 
-    # the repo's runtime env; a placement-group timeout that tolerates a busy machine
-    env = _load("runtime_env.yaml")
-    runtime_env = tmp_path / "runtime_env.yaml"
-    runtime_env.write_text(yaml.safe_dump(env))
-    out = tmp_path / "out"
+    argv = docs_submit_command(cluster.dashboard)
     sid = f"peer-rl-e2e-{uuid.uuid4().hex[:8]}"
-    args = ("job", "submit", "--address", cluster.dashboard, "--submission-id", sid,
-            "--working-dir", str(REPO), "--runtime-env", str(runtime_env), "--",
-            "python", "-m", "peer_rl.cli", "train", "trainer.total_steps=1",
-            "rollout.response_length=48", "ray.placement_timeout_s=600",
-            f"trainer.output_dir={out}", f"model.path={tiny_models['policy']}",
-            f"reward_model.path={tiny_models['judge']}")
+    i = argv.index("--")
+    args = (*argv[:i], "--submission-id", sid, *argv[i:])
     for _ in range(3):
         submit = cluster.cli(*args, timeout=900, check=False)
         # Ray's job server answers this (and creates no job) while the head's dashboard agent
@@ -321,14 +365,18 @@ def test_ray_job_submit_runs_the_tiny_recipe_on_two_local_nodes(local_cluster, t
                                    + submit.stdout[-3000:] + submit.stderr[-3000:]
                                    + "\n--- job logs\n" + logs[-6000:])
     assert submit.returncode == 0, submit.stderr[-3000:]
-    assert "[peer-rl] done: 1 step(s)" in logs, logs[-6000:]
+    assert "tiny judge and policy: the trained ones shipped with peer-rl" in logs, logs[-6000:]
+    done = re.search(r"\[peer-rl\] done: 1 step\(s\); output in (\S+)", logs)
+    assert done, logs[-6000:]
+    out = Path(done.group(1))            # the default output_dir, in the job's working dir
+    assert "working_dir_files" in str(out), out
 
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [1]
     assert (out / "checkpoints" / "step_1").is_dir()
     assert (out / "config.yaml").exists()
     # logging.log_samples is off by default: no dialogue text in the job's logs or its files
-    cfg = load_config([f"trainer.output_dir={out}"])
+    cfg = load_config([])
     from peer_rl.trainer.run import load_prompts
     snippets = {t["content"][:40] for r in load_prompts(cfg) for t in r["history"]
                 if len(t["content"]) >= 40}

@@ -45,6 +45,7 @@ from peer_rl.micro_batches import by_count, by_token_budget
 from peer_rl.runtime import fsync_tree, peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
 from peer_rl.worker_settings import PolicySettings
+from peer_rl.models.local import on_this_node
 from workers import fsdp
 
 
@@ -75,7 +76,8 @@ class PolicyWorker:
         can hold (prompt + reply, the rollout's max_model_len; 0 = the token budget), which
         gradient_checkpointing=auto estimates attention's share from."""
         s = self.settings = settings or PolicySettings()
-        self.rank, self.world_size, self.model_path = rank, world_size, model_path
+        self.rank, self.world_size = rank, world_size
+        self.model_path = model_path = on_this_node(model_path)
         self.master_addr, self.seed = master_addr, seed
         self.mini = s.ppo_mini_batch_size * rollout_n
         self.policy_loss = get_policy_loss_fn(s.policy_loss.loss_mode)

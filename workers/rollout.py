@@ -14,6 +14,7 @@ from peer_rl.multimodal import attach_images, for_vllm, strip_tags
 from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import RolloutSettings
+from peer_rl.models.local import on_this_node
 from workers.vllm_engine import make_llm, on_cpu
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class RolloutWorker:
 
     def __init__(self, model_path: str, settings: RolloutSettings | None = None, seed: int = 0):
         t0 = time.perf_counter()
-        self.model_path = model_path
+        self.model_path = model_path = on_this_node(model_path)
         s = settings or RolloutSettings()
         self.llm = make_llm(model_path, s, seed=seed,
                             tensor_parallel_size=s.tensor_model_parallel_size,

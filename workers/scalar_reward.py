@@ -16,13 +16,14 @@ from peer_rl.supervised.bradley_terry import rm_messages
 from peer_rl.prompts.judge import tokenizer_specials
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import JudgeSettings
+from peer_rl.models.local import on_this_node
 from workers.vllm_engine import make_llm, on_cpu
 
 
 class ScalarRewardWorker:
     def __init__(self, model_path: str, settings: JudgeSettings | None = None, seed: int = 0):
         t0 = time.perf_counter()
-        self.model_path = model_path
+        self.model_path = model_path = on_this_node(model_path)
         self.llm = make_llm(model_path, settings or JudgeSettings(), seed=seed, runner="pooling",
                             enable_prefix_caching=False, worker_extension_cls="")
         self.tokenizer = self.llm.get_tokenizer()

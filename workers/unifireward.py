@@ -21,6 +21,7 @@ from peer_rl.multimodal import attach_images, for_vllm
 from peer_rl.protocol import Dispatch, dispatch, JudgeItem, JudgeResult
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import JudgeSettings
+from peer_rl.models.local import on_this_node
 from workers.vllm_engine import make_llm
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
@@ -38,7 +39,7 @@ class UnifiRewardWorker:
     def __init__(self, model_path: str, settings: JudgeSettings | None = None, seed: int = 0):
         t0 = time.perf_counter()
         s = settings or JudgeSettings()
-        self.model_path = model_path
+        self.model_path = model_path = on_this_node(model_path)
         self.template = JudgeTemplate.load(model_path)
         self.max_tokens = s.max_tokens
         self.llm = make_llm(model_path, s, seed=seed, enable_prefix_caching=True)

@@ -43,10 +43,12 @@ def _eval_rm(args) -> int:
     if bool(args.model) == bool(args.prm or args.orm) or bool(args.prm) != bool(args.orm):
         raise CommandError("pass --model (UnifiReward) or both --prm and --orm (the separate "
                            "pair)")
+    from peer_rl.models.local import check_model_dir
+
     for flag, path in (("--model", args.model), ("--prm", args.prm), ("--orm", args.orm)):
-        if path and not Path(path, "config.json").exists():
-            raise CommandError(f"{flag} {path}: no config.json there (expected an HF model "
-                               "directory, e.g. outputs/unifireward_tiny/final)")
+        if path:
+            check_model_dir(f"{flag} {path}", path, error=CommandError,
+                            example="outputs/unifireward_tiny/final")
     root = args.data or sample_root()
     report = evaluate_rm(root, args.model or args.prm, args.out, max_tokens=args.max_tokens,
                          kv_cache_gib=args.kv_cache_gib, max_model_len=args.max_model_len,
@@ -80,9 +82,10 @@ def _eval_pairs(args) -> int:
     from peer_rl.data.bundled import sample_root
     from peer_rl.evaluation.pairs import evaluate_pairs
 
-    if not Path(args.model, "config.json").exists():
-        raise CommandError(f"--model {args.model}: no config.json there (expected the final "
-                           "directory of `peer-rl train-rm recipe=escrag_rm...`)")
+    from peer_rl.models.local import check_model_dir
+
+    check_model_dir(f"--model {args.model}", args.model, error=CommandError,
+                    example="the final directory of `peer-rl train-rm recipe=escrag_rm...`")
     rep = evaluate_pairs(args.data or sample_root(), args.model, args.out, args.files,
                          args.kv_cache_gib, args.max_model_len, args.limit)
     langs = ", ".join(f"{k} {v['pairwise_accuracy']:.3f} ({v['pairs']})"

@@ -254,13 +254,11 @@ class LocalEndpoint(Endpoint):
 
     def __init__(self, role: str, cfg: EndpointConfig, seed: int = 0):
         from peer_rl.multimodal import is_vision_language
-        from peer_rl.models.pinned import ensure_model
+        from peer_rl.models.local import check_model_dir
         from workers.vllm_engine import make_llm
 
-        if not Path(ensure_model(cfg.path), "config.json").exists():
-            raise EndpointError(f"{role}.path={cfg.path}: no config.json there (expected a "
-                                "Hugging Face model directory, e.g. "
-                                "outputs/<run>/checkpoints/step_N/policy/model)")
+        check_model_dir(f"{role}.path={cfg.path}", cfg.path, error=EndpointError,
+                        example="outputs/<run>/checkpoints/step_N/policy/model")
         self.cfg, self.role = cfg, role
         self.name = f"{role} ({cfg.path})"
         self.vision = is_vision_language(cfg.path)

@@ -29,12 +29,10 @@ def resolve_models(cfg) -> tuple[str, str]:
         else:
             tiny = tiny_cache.ensure_trained_tiny_models(cache, address)
             policy, judge = policy or tiny["policy"], judge or tiny["judge"]
-    from peer_rl.models.pinned import ensure_model
+    from peer_rl.models.local import check_model_dir
 
     for key, path in (("model.path", policy), ("reward_model.path", judge)):
-        if not Path(ensure_model(path), "config.json").exists():
-            raise FileNotFoundError(f"{key}={path!r}: no config.json there (expected an HF model "
-                                    "directory)")
+        check_model_dir(f"{key}={path!r}", path)
     return str(policy), str(judge)
 
 
@@ -51,12 +49,10 @@ def check_judges(cfg, judge: str) -> None:
     slots = ([("reward_model.path", judge, "process"),
               ("reward_model.outcome_path", cfg.reward_model.outcome_path, "outcome")]
              if kind == "prm_orm" else [("reward_model.path", judge, "unified")])
-    from peer_rl.models.pinned import ensure_model
+    from peer_rl.models.local import check_model_dir
 
     for key, path, role in slots:
-        if not Path(ensure_model(path), "config.json").exists():
-            raise ConfigError(f"{key}={path!r}: no config.json there (expected an HF model "
-                              "directory)")
+        check_model_dir(f"{key}={path!r}", path)
         try:
             found = JudgeTemplate.load(path).role
         except TemplateError as exc:

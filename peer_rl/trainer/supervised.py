@@ -86,11 +86,9 @@ def resolve_model(cfg, kind: str) -> str:
             path = ensure_tiny_reward_model(cache)
         else:
             path = ensure_tiny_models(cache)["policy" if kind == "sft" else "judge"]
-    from peer_rl.models.pinned import ensure_model
+    from peer_rl.models.local import check_model_dir
 
-    if not Path(ensure_model(path), "config.json").exists():
-        raise FileNotFoundError(f"model.path={path!r}: no config.json there (expected an HF "
-                                "model directory)")
+    check_model_dir(f"model.path={path!r}", path)
     return str(Path(path).resolve())
 
 
