@@ -43,9 +43,15 @@ def test_dr_grpo_leaves_out_the_std():
 
 def test_a_zero_variance_group_gets_zero_advantage_in_every_estimator():
     rewards, mask = _outcome([2.5] * 4, [2, 1, 3, 1])
-    for name in ("grpo", "rloo"):
+    assert sorted(ADV_ESTIMATORS) == ["grpo", "reinforce_plus_plus_baseline", "rloo"]
+    for name in ADV_ESTIMATORS:         # every registered one: a new estimator is held here too
         adv, _ = get_adv_estimator_fn(name)(rewards, mask, np.zeros(4))
         assert torch.all(adv == 0), name
+    # a group with a spread is not all zero in any of them (the check above can fail)
+    spread, _ = _outcome([2.5, 1.0, 2.5, 1.0], [2, 1, 3, 1])
+    for name in ADV_ESTIMATORS:
+        adv, _ = get_adv_estimator_fn(name)(spread, mask, np.zeros(4))
+        assert torch.any(adv != 0), name
 
 
 def test_rloo_is_the_reward_minus_the_others_mean():

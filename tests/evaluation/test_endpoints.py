@@ -1,6 +1,7 @@
 """The HTTP party against a real socket: a stdlib server that misbehaves on purpose."""
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -20,7 +21,7 @@ class _Server:
     """Answers /v1/chat/completions from a script: a list of (status, body) per call."""
 
     def __init__(self, script):
-        self.script, self.calls, self.headers = list(script), [], []
+        self.script, self.calls, self.headers, self.times = list(script), [], [], []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -41,6 +42,7 @@ class _Server:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.calls.append(body)
+                outer.times.append(time.monotonic())
                 outer.headers.append({k.lower(): v for k, v in self.headers.items()})
                 status, reply = outer.script.pop(0) if outer.script else (200, None)
                 self._send(status, reply if reply is not None else _completion(body.get("n", 1)))
@@ -81,6 +83,10 @@ def test_the_only_served_model_is_used_and_the_key_comes_from_the_named_variable
 def test_429_and_5xx_are_retried_with_backoff(server):
     [reply] = _endpoint(server.url).chat([Request([{"role": "user", "content": "hi"}])])
     assert reply.texts == ["answer 0"] and len(server.calls) == 3
+    # the OpenAI client's exponential backoff (0.5 s, then 1 s, each less up to 25% jitter):
+    # a retry that does not wait, or waits the same each time, fails here
+    first, second = (b - a for a, b in zip(server.times, server.times[1:]))
+    assert 0.3 < first < second, (first, second)
 
 
 @pytest.mark.parametrize("server", [[(400, {"error": {"message": "prompt too long"}})]],
