@@ -27,17 +27,15 @@ def pytest_addoption(parser):
                           "$PEER_RL_REFERENCE; they fail, naming the file, when it is missing")
     parser.addoption("--gpu", action="store_true",
                      help="also run the tests that need a CUDA GPU; they fail without one")
-    parser.addoption("--long", action="store_true",
-                     help="also run the long end-to-end tests (minutes each; what they show is "
-                          "listed in docs/testing-and-benchmarks.md)")
 
 
 @pytest.hookimpl(trylast=True)       # after -k / -m have deselected theirs
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `slow`, `reference`, `gpu` or `long` are deselected (not skipped) unless
-    asked for (--slow, --reference, --gpu, --long): the default suite, and any -m selection,
-    never depends on what a machine happens to hold, and stays inside CI's time."""
-    for marker in ("slow", "reference", "gpu", "long"):
+    """Tests marked `slow`, `reference` or `gpu` are deselected (not skipped) unless asked for
+    (--slow, --reference, --gpu): the default suite, and any -m selection, never depends on what
+    a machine happens to hold, and stays inside CI's time. The `long` tier is part of the
+    default suite (`-m "not long"` leaves it out while iterating)."""
+    for marker in ("slow", "reference", "gpu"):
         if config.getoption(marker):
             continue
         drop = [it for it in items if it.get_closest_marker(marker)]

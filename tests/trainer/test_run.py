@@ -2,6 +2,8 @@
 evaluation, the judge and the redundancy actor killed inside their step-2 calls, a policy rank
 killed during step 3, then `resume=auto` to step 3."""
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,7 +104,10 @@ def test_judge_and_redundancy_actors_killed_mid_step_are_restarted_and_the_step_
     assert recs[1]["reward/mean"] == pytest.approx(sum(s["reward"] for s in step2) / 16)
 
 
-def test_the_in_training_evaluation_ran_through_the_pools(run_dir):
+def test_the_in_training_evaluation_is_logged_at_eval_freq(run_dir):
+    """Which steps carry `eval/...` figures, in range, every safety verdict parsed. That the
+    figures come from the pools' own answers is shown by
+    tests/evaluation/test_in_training.py (a hand-counted distinct-n over the pool's replies)."""
     recs = _metrics(run_dir)
     assert not any(k.startswith("eval/") for k in recs[0])          # eval_freq=2: step 2 only
     m = recs[1]
@@ -135,7 +140,11 @@ def test_no_dialogue_text_or_generation_reaches_the_console(run_dir):
     assert not leaked, leaked[:3]
 
 
-def test_rur_rewards_follow_the_formula_per_sample(run_dir):
+def test_logged_rur_factors_combine_by_the_formula_per_sample(run_dir):
+    """Bookkeeping: each sample's logged r~ is its logged r, tau, s_hist and s_group combined
+    by RUR's formula. That the factors themselves are right (tau from the reply's length,
+    similarities from the embedder) is shown by tests/trainer/test_controller.py::
+    test_rur_on_and_off_differ_exactly_as_the_formula, which recomputes them."""
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert any(s["reward"] > 0 for s in samples)
     for s in samples:
@@ -143,7 +152,11 @@ def test_rur_rewards_follow_the_formula_per_sample(run_dir):
         assert s["final_reward"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, grpo_models):
+def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, grpo_models,
+                                                                       tmp_path):
+    # a copy of the killed run of its own: the module's other tests read run_dir as the kill
+    # left it, in whatever order they run
+    run_dir = Path(shutil.copytree(run_dir, tmp_path / "run"))
     proc = _train(run_dir, grpo_models, "trainer.total_steps=3", "resume=auto")
     assert "resuming from" in proc.stdout and "step_2" in proc.stdout
     assert [r["step"] for r in _metrics(run_dir)] == [1, 2, 3]  # none duplicated or missing

@@ -306,8 +306,14 @@ def _sc_budget(w: PolicyWorker, out: str, arg=None) -> dict:
     """The token budget the worker runs at, and the forwards 8 rows of up to 64 tokens take."""
     b = make_batch(n=8, t=64)
     rows, _ = w._shard_rows(torch.arange(8))
-    return {"budget": w.token_budget,
-            "forwards": len(w._micro_batches(rows, torch.as_tensor(b.attention_mask)))}
+    mask = torch.as_tensor(b.attention_mask)
+    fitted = w.token_budget
+    forwards = len(w._micro_batches(rows, mask))
+    w.token_budget = 1024                    # the budget as set, before the cap lowered it
+    unfitted = len(w._micro_batches(rows, mask))
+    w.token_budget = fitted
+    return {"budget": fitted, "forwards": forwards, "forwards_at_1024": unfitted,
+            "tokens": mask.sum(1).tolist()}
 
 
 SCENARIOS = {"budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
@@ -483,7 +489,10 @@ def test_the_token_budget_is_lowered_until_a_micro_batch_fits_the_activation_cap
     (res,) = run_group(1, tiny_model, "budget", tmp_path, ppo_max_token_len_per_gpu=1024,
                        micro_batch_activation_gib=2 / 1024)
     assert res["budget"] == 256
-    assert res["forwards"] >= 2
+    assert len(res["tokens"]) == 8 and 256 < sum(res["tokens"]) <= 512, res["tokens"]
+    assert res["forwards_at_1024"] == 1                   # the whole batch in one at 1,024
+    # at 256 no micro-batch may hold more: at least ceil(tokens / 256) forwards
+    assert res["forwards"] >= -(-sum(res["tokens"]) // 256) >= 2
     assert res["recomputation"]["line"].startswith(
         "token budget 256 (actor.micro_batch_activation_gib=0.00195312: ~0.00 GiB of "
         "activations a micro-batch; 1024 would keep ~0.01 GiB); recomputation off")

@@ -29,9 +29,20 @@ def test_similarities_rank_redundant_replies_higher(worker):
     ]
     sims = worker.similarities(replies, history, group_size=4)
     assert sims.s_hist[0] == pytest.approx(1.0, abs=1e-5)
-    assert sims.s_hist[0] > sims.s_hist[3]
-    assert np.all((sims.s_group >= 0) & (sims.s_group <= 1))
-    np.testing.assert_allclose(sims.tau, length_coefficient(sims.n_words))
+    assert sims.s_hist[0] == max(sims.s_hist)                  # the parrot is the most redundant
+    # counted by hand: 10, 13, 10 and 6 words; tau = sigmoid(0.5 (L - 5))
+    assert list(sims.n_words) == [10, 13, 10, 6]
+    np.testing.assert_allclose(sims.tau, [1 / (1 + np.exp(-0.5 * (n - 5))) for n in (10, 13, 10, 6)],
+                               rtol=1e-6)
+    # both similarities again, loop by loop from the encoder's vectors: s_hist the best cosine
+    # to a history utterance, s_group the mean cosine to the other three replies, in [0, 1]
+    e = worker.encode(replies + history[0])
+    e = e / np.linalg.norm(e, axis=1, keepdims=True)
+    for k in range(4):
+        s_hist = min(max(max(float(e[k] @ e[4 + j]) for j in range(2)), 0.0), 1.0)
+        s_group = min(max(sum(float(e[k] @ e[j]) for j in range(4) if j != k) / 3, 0.0), 1.0)
+        assert sims.s_hist[k] == pytest.approx(s_hist, abs=1e-5), k
+        assert sims.s_group[k] == pytest.approx(s_group, abs=1e-5), k
 
 
 def test_identical_group_has_full_in_group_redundancy(worker):

@@ -155,13 +155,24 @@ def test_weight_sync_matches_transformers(worker, tiny_models):
 
     before = worker.prompt_logprobs([ids])[0]
     assert max_diff(before, hf_logprobs(model, ids)) < 1e-4
-    checksum = worker.weights_checksum()
+    checksum, syncs = worker.weights_checksum(), worker.health()["weight_syncs"]
+    tied = tied_duplicates(model)    # a tied lm_head is not sent: the engine ties it itself
+    original = to_checkpoint_names(model, {k: v.clone() for k, v in model.state_dict().items()
+                                           if k not in tied})
+    try:
+        _perturbed_weights_reach_the_engine(worker, model, ids, before, checksum, syncs)
+    finally:       # the module's engine holds the weights on disk again for the other tests
+        push_state(worker, original, bucket_bytes=1 << 16)
+    assert worker.weights_checksum() == checksum
+    assert max_diff(worker.prompt_logprobs([ids])[0], before) < 1e-5
 
+
+def _perturbed_weights_reach_the_engine(worker, model, ids, before, checksum, syncs):
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.5 * p.std().clamp_min(0.02))
-    tied = tied_duplicates(model)    # a tied lm_head is not sent: the engine ties it itself
+    tied = tied_duplicates(model)
     state = {k: v for k, v in model.state_dict().items() if k not in tied}
     # small buckets: a layer's tensors arrive in several of them
     _, received = push_state(worker, to_checkpoint_names(model, state), bucket_bytes=1 << 16)
@@ -173,7 +184,7 @@ def test_weight_sync_matches_transformers(worker, tiny_models):
     assert diff < 1e-4
     assert max_diff(after, before) > 1e-2
     assert worker.weights_checksum() != checksum
-    assert worker.health()["weight_syncs"] == 1
+    assert worker.health()["weight_syncs"] == syncs + 1
 
     # Greedy decoding after the sync follows the perturbed transformers model.
     prompt = Prompt(0, policy_messages(HISTORY_EN, "en"))
