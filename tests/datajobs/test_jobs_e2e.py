@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -101,6 +103,7 @@ def test_each_job_against_an_openai_compatible_server(server_url, tmp_path):
 
     _ok(_run(_cli("rounds", sample_root(), "--out", tmp_path / "g")))
     _check(tmp_path / "g")
+    _assert_rounds_kept(sample_root() / "grpo", tmp_path / "g" / "grpo", per_dialogue=3)
 
     _ok(_run(_cli("cold-start", sample_root(), "--out", tmp_path / "c", "cold_start.count=3",
                   f"teacher.url={server_url}", "teacher.max_tokens=64")))
@@ -134,3 +137,23 @@ def test_killing_a_job_and_rerunning_finishes_every_row_once(server_url, tmp_pat
     rows_out = sum(len(f.read_text().splitlines()) for f in (out / "grpo").glob("*.jsonl"))
     assert rows_out == s["rows_out"]
     _check(out)
+
+
+def _assert_rounds_kept(src: Path, out: Path, per_dialogue: int) -> None:
+    """Every kept row is one of the input file's lines, unchanged and once; each dialogue (the
+    rows sharing language, source and opening seeker turn) keeps min(per_dialogue, its rounds)."""
+    def dialogue(line: str) -> tuple:
+        r = json.loads(line)
+        first = next((t["content"] for t in r["history"] if t["role"] == "seeker"), "")
+        return r["language"], r.get("source", ""), first
+
+    files = sorted(p.name for p in src.glob("*.jsonl"))
+    assert files and files == sorted(p.name for p in out.glob("*.jsonl"))
+    for name in files:
+        given = (src / name).read_text(encoding="utf-8").splitlines()
+        kept = (out / name).read_text(encoding="utf-8").splitlines()
+        assert set(kept) <= set(given) and len(kept) == len(set(kept)), name
+        rounds = Counter(dialogue(x) for x in given)
+        assert Counter(dialogue(x) for x in kept) == {
+            d: min(per_dialogue, n) for d, n in rounds.items()}, name
+        assert len(kept) < len(given), name          # some dialogue had more rounds to drop
