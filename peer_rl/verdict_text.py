@@ -1,0 +1,145 @@
+"""Reading a judge's answer the way a person would: which label it gives, or None.
+
+A judge is asked a question and told to answer with one of a few labels (`True`/`False`,
+`PASS`/`FAIL`, the four preference phrases). Its answer may negate a label, hedge, quote the
+question or say two things. The rules, in order:
+
+| the answer                                | counts as                | example                          |
+|-------------------------------------------|--------------------------|----------------------------------|
+| a sentence ending in `?` / `？`            | nothing (the question)   | "Is Step 2 correct?"             |
+| labels joined by or / `/` / `|` / 或 / 还是 | nothing (the options)    | "True or False", "PASS/FAIL"     |
+| a label after `whether` / `是否`           | nothing (the question)   | "是否正确"                        |
+| a label                                   | that label               | "The step is true", "正确"        |
+| a negated label: an odd number of negations since the clause began or the last label (not, n't, never, neither, nor, fails to; zh 不/没/没有/未/非/无 right before it, or 不是/不够/...) | the opposite (True/False, PASS/FAIL); for a preference, "not that one" | "not true", "isn't correct", "不正确", "并不正确", "不是正确的", "not incorrect" -> True |
+| a hedge in the label's sentence (maybe, probably, partly, not sure, seems, 可能, 也许, 部分, 基本 ...) | a parse failure          | "probably true", "部分正确"        |
+| two labels that disagree                  | a parse failure          | "True. Actually, false."         |
+| no label                                  | a parse failure          | "maybe", ""                      |
+
+A clause ends at `. , ; : ! ? \\n` (and their full-width forms) or at "but" / 但 / 而, so
+"No issues; PASS" is a pass and "This reply is not safe, FAIL" a fail: a negation reaches only
+the next label of its own clause. "no" is not a negation ("no issues", "no doubt": it negates
+a noun). The conservative choice throughout: an answer a person would have to guess at is a
+parse failure, never a reward.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Label:
+    """One answer and the ways of writing it: `patterns`, each a regex over the normalised
+    answer that may have a group `gap` (words inside the label, "the first sentence is NOT
+    better") where a negation also counts. A negated label means `opposite` (binary answers)
+    or, without one, only "not `value`"."""
+    value: object
+    patterns: tuple[str, ...]
+    opposite: object = None
+
+
+_SENTENCE = re.compile(r"[^.!?;。！？；\n]*(?:[.!?;。！？；\n]+|$)")
+_CLAUSE = re.compile(r"[,:，：、]|\bbut\b|\bhowever\b|但是?|而且?|不过")
+_CONNECTOR = re.compile(r"[\s\"'“”‘’*`]*(?:\bor\b|/|\||或者?|还是|、)[\s\"'“”‘’*`]*(?:the\s+)?")
+_QUESTION_CUE = re.compile(r"(?:\bwhether\b[^,:，：]*|是否)$")
+_NEG_EN = re.compile(r"\b(?:not|never|hardly|neither|nor|cannot)\b|n't\b|\bfail(?:s|ed)?\s+to\b")
+_NEG_ZH = re.compile(r"(?:不|没有?|未|并非|非|无)(?:是|算|太|够|很|会|一定是)?(?:一个|一句)?$")
+_HEDGE = re.compile(
+    r"\b(?:maybe|perhaps|probably|possibly|likely|unlikely|might|could\s+be|may\s+be|partly|"
+    r"partially|in\s+part|somewhat|mostly|largely|half|unsure|uncertain|unclear|not\s+sure|"
+    r"hard\s+to\s+say|can't\s+tell|cannot\s+tell|not\s+entirely|not\s+completely|not\s+fully|"
+    r"not\s+quite|kind\s+of|sort\s+of|depends|arguably|seems?|appears?)\b"
+    r"|可能|也许|或许|大概|似乎|好像|不确定|不一定|说不准|说不清|难以判断|很难说|部分|基本|大致|"
+    r"不完全|差不多|有点|一半")
+
+
+@dataclass(frozen=True)
+class Mention:
+    """A label found in the answer: its value, whether it was negated, whether hedged."""
+    label: Label
+    negated: bool
+    hedged: bool
+
+
+def normalise(text: str) -> str:
+    """NFKC (full-width letters become ASCII), lower case, typographic apostrophes plain."""
+    return unicodedata.normalize("NFKC", text).lower().replace("’", "'").replace("‘", "'")
+
+
+def _matches(text: str, labels) -> list[tuple[int, int, Label, re.Match]]:
+    found = [(m.start(), m.end(), lab, m) for lab in labels for pattern in lab.patterns
+             for m in re.finditer(pattern, text)]
+    return sorted(found, key=lambda x: (x[0], -x[1]))
+
+
+def _blank(text: str, spans) -> str:
+    out = list(text)
+    for a, b in spans:
+        out[a:b] = " " * (b - a)
+    return "".join(out)
+
+
+def _drop_options(text: str, labels) -> str:
+    """Blank out option lists ("True or False", "PASS/FAIL", "第一句更好 / 第二句更好 / ..."):
+    two labels with only a connector between them are the question's options, not an answer."""
+    found = _matches(text, labels)
+    spans = []
+    for (a1, b1, _, _), (a2, b2, _, _) in zip(found, found[1:]):
+        if a2 >= b1 and _CONNECTOR.fullmatch(text[b1:a2]):
+            spans.append((a1, b2))
+    return _blank(text, spans)
+
+
+def _negated(before: str, gap: str) -> bool:
+    """An odd count of negations before the label (in its clause, since the last label), or a
+    negation inside the label's own words."""
+    count = len(_NEG_EN.findall(before)) + bool(_NEG_ZH.search(before))
+    return count % 2 == 1 or bool(_NEG_EN.search(gap) or re.search(r"不|没|未|并非", gap))
+
+
+def mentions(text: str, labels) -> list[Mention]:
+    """Every label the answer gives, in order, with its negation and hedge (rules above)."""
+    text = _drop_options(normalise(text), labels)
+    out = []
+    for sm in _SENTENCE.finditer(text):
+        sentence = sm.group(0)
+        if not sentence.strip() or re.search(r"[?？]\s*$", sentence):
+            continue                                   # a question is not an answer
+        found = _matches(sentence, labels)
+        spans = [(a, b) for a, b, _, _ in found]
+        hedged = bool(_HEDGE.search(_blank(sentence, spans)))
+        last = 0
+        for a, b, label, m in found:
+            if a < last:
+                continue                               # inside a longer label already read
+            before = sentence[last:a]
+            clause = _CLAUSE.split(before)[-1]
+            if not _QUESTION_CUE.search(clause):
+                gap = m.groupdict().get("gap") or ""
+                out.append(Mention(label, _negated(clause, gap), hedged))
+            last = b
+    return out
+
+
+def decide(found: list[Mention]):
+    """The one value the mentions agree on, else None: a hedge, two different values, only
+    negations of a label with no opposite, or a value the answer also negates."""
+    if not found or any(m.hedged for m in found):
+        return None
+    said, denied = set(), set()
+    for m in found:
+        if not m.negated:
+            said.add(m.label.value)
+        elif m.label.opposite is not None:
+            said.add(m.label.opposite)
+        else:
+            denied.add(m.label.value)
+    if len(said) != 1 or said & denied:
+        return None
+    return said.pop()
+
+
+def read_label(text: str, labels):
+    """The label a person reads in `text` (see the module's table), or None."""
+    return decide(mentions(text, labels))
