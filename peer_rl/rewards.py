@@ -22,9 +22,10 @@ class Preference(enum.IntEnum):
 # What a judge's answer may say (read by peer_rl.verdict_text: negations flip True/False,
 # hedges, contradictions and the quoted options are parse failures)
 STEP_LABELS = (
-    Label(True, (r"\btrue\b", r"\bcorrect\b", "正确", "对的", "没错", "无误"), opposite=False),
+    Label(True, (r"\btrue\b", r"\bcorrect\b", "正确", "对的", "没错", "无误", r"(?<!\w)对(?!\w)"),
+          opposite=False),
     Label(False, (r"\bfalse\b", r"\bincorrect\b", r"\bwrong\b", r"\buntrue\b", "错误", "错的",
-                  "不对"), opposite=True),
+                  "不对", r"(?<!\w)错(?!\w)"), opposite=True),
 )
 
 

@@ -18,12 +18,16 @@ STEP_TABLE = [
     ("I don't think this step is true.", False), ("Never true.", False),
     ("不正确", False), ("并不正确。", False), ("这一步不是正确的。", False),
     ("这一步没有错误。", True), ("不是错误的", True), ("没错，这一步分析得很好。", True),
-    ("不对", False),
+    ("不对", False), ("对。", True), ("答案：错", False), ("不错", None), ("对话很温暖", None),
     # hedges
     ("Probably true.", None), ("Maybe.", None), ("Partly true.", None),
     ("It seems correct.", None), ("I'm not sure it is true.", None),
     ("Not entirely correct.", None), ("可能正确", None), ("部分正确。", None),
     ("基本正确", None), ("也许是错误的", None), ("不完全正确", None),
+    ("True, probably.", None), ("True, but maybe not fully.", None),
+    # a hedge about something else, in another clause, leaves the verdict alone
+    ("True, although the intensity could be higher.", True),
+    ("False because it may be anger, not sadness.", False), ("正确，但可能还可以更详细。", True),
     # contradictions
     ("True. Actually, false.", None), ("正确，但也有错误。", None),
     ("Neither true nor false.", None),
@@ -37,6 +41,8 @@ STEP_TABLE = [
     ("It is not a bad step, true.", True), ("No doubt: true.", True),
     ("The seeker does not say why; the step is correct.", True),
     ("", None), ("truely", None),
+    # a reasoning model's think block is not its answer
+    ("<think>Maybe false? No.</think>True", True),
 ]
 
 
@@ -64,7 +70,8 @@ VERDICT_TABLE = [
     ("PASS/FAIL: PASS", True), ("pass or fail?", None),
     # Chinese
     ("通过", True), ("不通过。", False), ("未通过", False), ("回复不合格", False),
-    ("可能通过", None),
+    ("可能通过", None), ("Result: PASS (borderline)", None),
+    ('<think>{"verdict": "FAIL"} is the format</think>{"verdict": "PASS", "reason": "ok"}', True),
 ]
 
 
@@ -81,6 +88,7 @@ PREFERENCE_TABLE = [
     ("The first sentence is not better; the second sentence is better.", S),
     ("The first sentence is warm, but the second sentence is better.", S),
     ("The first sentence is better than the second.", F),
+    ("The first sentence is better, though the second could be warmer.", F),
     ("Probably the first sentence is better.", None), ("The first sentence is better, maybe.", None),
     ("The first sentence is better. No wait, the second sentence is better.", None),
     ("第一句并不更好", None), ("可能第二句更好", None),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from peer_rl.verdict_text import Label, decide, mentions
+from peer_rl.verdict_text import Label, decide, mentions, strip_think
 
 _GOODBYE = re.compile(r"\b(good\s*-?\s*bye|bye(?:\s*bye)?|farewell)\b|再见|拜拜|回头见",
                       re.IGNORECASE)
@@ -99,6 +99,7 @@ def parse_verdict(text: str) -> bool | None:
     """PASS -> True, FAIL -> False: the JSON field `verdict` unless the text around the JSON
     says otherwise (another verdict, a hedge: None), else the text as a person reads it
     (verdict_text's table: "does not pass" is a fail, "No issues; PASS" a pass)."""
+    text = strip_think(text)
     said = mentions(without_json(text), VERDICT_LABELS)
     value = json_field(text, "verdict")
     if isinstance(value, str) and value.strip().upper() in ("PASS", "FAIL"):
@@ -110,11 +111,6 @@ def parse_verdict(text: str) -> bool | None:
 def is_goodbye(text: str) -> bool:
     """The simulated seeker ends the conversation (SAGE stops on a goodbye)."""
     return bool(_GOODBYE.search(text))
-
-
-def strip_think(text: str) -> str:
-    """A reasoning model's `<think>...</think>` block is not part of its reply."""
-    return re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.DOTALL).strip()
 
 
 def mean(xs) -> float | None:
