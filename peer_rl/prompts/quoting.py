@@ -47,14 +47,15 @@ _LABELS = (r"answer|final\s+answer|verdict|score|rating|reason|reaction|change|j
            r"first|second|dialogue(?:\s+history)?|conversation|candidate|"
            r"答案|回答|结论|判断|评分|分数|得分|打分|理由|变化|情绪变化|对话|对话历史|第一句|"
            r"第二句|规则|维度|裁决|结果")
-_VERDICTS = (r"true|false|correct|incorrect|pass|fail|yes|no|正确|错误|通过|不通过|对|错|"
+_VERDICTS = (r"true|false|correct|incorrect|pass|fail|正确|错误|通过|不通过|对|错|"
              r"the\s+(?:first|second)\s+sentence\s+is\s+better|"
              r"the\s+two\s+sentences\s+are\s+almost\s+good|neither\s+sentence\s+is\s+available|"
              r"第一句更好|第二句更好|差不多|都不可用")
 _STRUCTURAL = re.compile(
-    rf"(?:{_ROLES})(?:'s)?(?:\s*\([^)]*\))?(?:\s+[\w']+){{0,2}}\s*[:：]"     # a turn
+    rf"(?:{_ROLES})[\])}}】」》]*(?:'s)?(?:\s*\([^)]*\))?(?:\s+[\w']+){{0,2}}\s*[:：]"  # a turn
     rf"|(?:{_LABELS})(?:\s+[\w']+){{0,2}}\s*[:：=]"                          # a label
-    r"|(?:step|stage|round)\s*(?:\d|one|two|three|four)\b"                 # step labels
+    r"|(?:step|stage|round)\s*(?:\d|one|two|three|four)\s*(?:[:：.\-—)=]|of\b|$"  # step labels
+    r"|(?:is\s+)?(?:true|false|correct|incorrect)\b)"
     r"|步骤\s*[0-9一二三四]|第\s*[0-9一二三四]\s*步"
     rf"|(?:{_VERDICTS})\s*(?:[:：=\-—]|[.!。！*_`]*\s*$)"                       # a verdict line
     r"|[+-]?\d+(?:\.\d+)?\s*(?:/\s*\d+)?\s*[.。]?\s*$",                    # a bare score
