@@ -8,7 +8,7 @@ question or say two things. What counts:
 |--------------------------------------------|---------------------|---------------------------------|
 | a `<think>` block                          | nothing             | `<think>maybe false</think>True`|
 | a sentence ending in `?` / `？`             | nothing (question)  | "Is Step 2 correct?"            |
-| labels joined by or, `/`, `|`, 或, 还是, 、 | nothing (options)   | "True or False", "PASS/FAIL"    |
+| different labels joined by or, `/`, `|`, 或, 还是, 、 | nothing (options) | "True or False", "PASS/FAIL"    |
 | a label after "whether" / 是否              | nothing (question)  | "是否正确"                       |
 | a label                                    | that label          | "The step is true", "正确"       |
 | a negated label                            | the opposite        | "not true", "isn't correct", "不正确", "并不正确", "不是正确的" |
@@ -94,11 +94,12 @@ def _blank(text: str, spans) -> str:
 
 def _drop_options(text: str, labels) -> str:
     """Blank out option lists ("True or False", "PASS/FAIL", "第一句更好 / 第二句更好 / ..."):
-    two labels with only a connector between them are the question's options, not an answer."""
+    two different labels with only a connector between them are the question's options, not an
+    answer ("False/incorrect" says one thing twice and stays)."""
     found = _matches(text, labels)
     spans = []
-    for (a1, b1, _, _), (a2, b2, _, _) in zip(found, found[1:]):
-        if a2 >= b1 and _CONNECTOR.fullmatch(text[b1:a2]):
+    for (a1, b1, l1, _), (a2, b2, l2, _) in zip(found, found[1:]):
+        if a2 >= b1 and l1.value != l2.value and _CONNECTOR.fullmatch(text[b1:a2]):
             spans.append((a1, b2))
     return _blank(text, spans)
 

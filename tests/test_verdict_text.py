@@ -36,7 +36,7 @@ STEP_TABLE = [
     ("Is this step correct? Answer True or False.\nTrue", True),
     ("True/False: True", True), ("True or False", None), ("True or False?", None),
     ("这一步是否正确？请回答正确或错误。错误", False), ("正确/错误：正确", True),
-    ("是否正确", None),
+    ("是否正确", None), ("False/incorrect.", False),
     # a negation does not reach past its clause
     ("It is not a bad step, true.", True), ("No doubt: true.", True),
     ("The seeker does not say why; the step is correct.", True),
