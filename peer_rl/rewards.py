@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import enum
 import re
-import unicodedata
 
 import numpy as np
+
+from peer_rl.verdict_text import Label, read_label
 
 
 class Preference(enum.IntEnum):
@@ -18,37 +19,42 @@ class Preference(enum.IntEnum):
     NEITHER = 3   # "Neither sentence is available"     / 都不可用
 
 
-def _normalise(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).strip().lower()
-
-
-_TRUE = re.compile(r"\btrue\b|正确|对的")
-_FALSE = re.compile(r"\bfalse\b|错误|不正确|不对")
-
-
-def parse_step_verdict(text: str) -> bool | None:
-    """`True` / `False` (zh 正确 / 错误) anywhere in the answer; both or neither -> None."""
-    t = _normalise(text)
-    is_false = bool(_FALSE.search(t))
-    is_true = bool(_TRUE.search(t.replace("不正确", "")))
-    if is_true == is_false:
-        return None
-    return is_true
-
-
-_PREFERENCE_PATTERNS = (
-    (Preference.FIRST, re.compile(r"\bfirst\b[^.!?\n]*\bbetter\b|第一句[^。！？\n]*更好|第一[条个]?更好")),
-    (Preference.SECOND, re.compile(r"\bsecond\b[^.!?\n]*\bbetter\b|第二句[^。！？\n]*更好|第二[条个]?更好")),
-    (Preference.TIE, re.compile(r"\balmost\s+(?:equally\s+)?good\b|差不多|相差无几")),
-    (Preference.NEITHER, re.compile(r"\bneither\b[^.!?\n]*\bavailable\b|都不可用|均不可用")),
+# What a judge's answer may say (read by peer_rl.verdict_text: negations flip True/False,
+# hedges, contradictions and the quoted options are parse failures)
+STEP_LABELS = (
+    Label(True, (r"\btrue\b", r"\bcorrect\b", "正确", "对的", "没错", "无误", r"(?<!\w)对(?!\w)"),
+          opposite=False),
+    Label(False, (r"\bfalse\b", r"\bincorrect\b", r"\bwrong\b", r"\buntrue\b", "错误", "错的",
+                  "不对", r"(?<!\w)错(?!\w)"), opposite=True),
 )
 
 
+def _ordinal(en: str, zh: str, other_en: str, other_zh: str) -> tuple[str, str]:
+    """"(the) first ... better" / "第一句...更好", the words between not naming the other one."""
+    return (rf"\b(?:the\s+)?{en}\b(?P<gap>(?:(?!{other_en})[^,:，：])*?)\bbetter\b",
+            rf"{zh}(?:句|条|个)?(?P<gap>(?:(?!{other_zh})[^,:，：])*?)更好")
+
+
+PREFERENCE_LABELS = (
+    Label(Preference.FIRST, _ordinal("first", "第一", "second", "第二")),
+    Label(Preference.SECOND, _ordinal("second", "第二", "first", "第一")),
+    Label(Preference.TIE, (r"\b(?:the\s+two\s+(?:sentences|replies)\s+are\s+)?(?:almost|about|"
+                           r"equally)\s+(?:equally\s+)?good\b", "差不多", "相差无几", "不相上下")),
+    Label(Preference.NEITHER, (r"\bneither\b(?P<gap>[^,:，：]*?)\bavailable\b", "都不可用",
+                               "均不可用")),
+)
+
+
+def parse_step_verdict(text: str) -> bool | None:
+    """True / False (zh 正确 / 错误) as a person reads the answer: "not true" is False, "probably
+    true" or "True. No, false." is None (verdict_text's table)."""
+    return read_label(text, STEP_LABELS)
+
+
 def parse_preference(text: str) -> Preference | None:
-    """The 4-way preference verdict; exactly one recognised phrase, else None."""
-    t = _normalise(text)
-    found = {p for p, pattern in _PREFERENCE_PATTERNS if pattern.search(t)}
-    return found.pop() if len(found) == 1 else None
+    """The 4-way preference verdict; "the first sentence is not better" alone, a hedge or two
+    different preferences -> None."""
+    return read_label(text, PREFERENCE_LABELS)
 
 
 def candidate_preference_ok(verdict: Preference | None, candidate_first: bool) -> bool | None:

@@ -6,7 +6,7 @@ wording is ours."""
 from __future__ import annotations
 
 from peer_rl.evaluation.prompts import transcript
-from peer_rl.prompts.judge import untrusted
+from peer_rl.prompts.quoting import line_starts, quote_policy_text
 
 # ---------------------------------------------------------------- filter (PEER's data cleaning)
 CRITERIA = ("semantic_incoherence", "artificial_style", "non_dialogue")
@@ -40,7 +40,8 @@ _FILTER = {
 
 
 def filter_messages(turns: list[dict], lang: str) -> list[dict]:
-    return [{"role": "user", "content": _FILTER[lang].format(dialogue=transcript(turns, lang))}]
+    return [{"role": "user", "content": _FILTER[lang].format(
+        dialogue=transcript(turns, lang, _STARTS))}]
 
 
 # ---------------------------------------------------------------- DISC personas
@@ -70,7 +71,7 @@ _PERSONA = {
 
 
 def persona_messages(utterances: list[str], lang: str) -> list[dict]:
-    lines = "\n".join(f"- {u}" for u in utterances)
+    lines = "\n".join(f"- {_quote(u, items=True)}" for u in utterances)
     return [{"role": "user", "content": _PERSONA[lang].format(messages=lines)}]
 
 
@@ -100,9 +101,9 @@ _REWRITE = {
 
 def rewrite_messages(history: list[dict], persona: str, lang: str) -> list[dict]:
     seeker = [t["content"] for t in history if t["role"] == "seeker"]
-    numbered = "\n".join(f"{i + 1}. {u}" for i, u in enumerate(seeker))
+    numbered = "\n".join(f"{i + 1}. {_quote(u, items=True)}" for i, u in enumerate(seeker))
     text = _REWRITE[lang].format(persona=persona, n=len(seeker), numbered=numbered,
-                                 dialogue=transcript(history, lang))
+                                 dialogue=transcript(history, lang, _STARTS))
     return [{"role": "user", "content": text}]
 
 
@@ -133,7 +134,7 @@ _COUNSELOR = {
 
 def counselor_messages(history: list[dict], lang: str) -> list[dict]:
     return [{"role": "user", "content": _COUNSELOR[lang].format(
-        dialogue=transcript(history, lang))}]
+        dialogue=transcript(history, lang, _STARTS))}]
 
 
 # ---------------------------------------------------------------- stage by stage (ESCRAG-R1)
@@ -190,27 +191,38 @@ _TEXT = {
 def _done(notes: dict, lang: str) -> str:
     if not notes:
         return ""
-    return _TEXT[lang]["done"].format(notes="\n".join(f"- {s}: {untrusted(n)}"
+    return _TEXT[lang]["done"].format(notes="\n".join(f"- {s}: {_quote(n, items=True)}"
                                                        for s, n in notes.items()))
 
 
 def stage_messages(history: list[dict], lang: str, stage: str, notes: dict) -> list[dict]:
     """The counsellor's request for one stage's note, given the notes chosen before it."""
     return [{"role": "user", "content": _TEXT[lang]["stage"].format(
-        dialogue=transcript(history, lang), done=_done(notes, lang), stage=stage,
+        dialogue=transcript(history, lang, _STARTS), done=_done(notes, lang), stage=stage,
         what=_STAGE_WHAT[lang][stage])}]
 
 
 def pick_messages(history: list[dict], lang: str, stage: str, notes: dict,
                   options: list[str]) -> list[dict]:
     """The judge's request: which candidate note of a stage to keep."""
-    listed = "\n".join(f"{i + 1}. {untrusted(o)}" for i, o in enumerate(options))
+    listed = "\n".join(f"{i + 1}. {_quote(o, items=True)}" for i, o in enumerate(options))
     return [{"role": "user", "content": _TEXT[lang]["pick"].format(
-        dialogue=transcript(history, lang), done=_done(notes, lang), stage=stage,
+        dialogue=transcript(history, lang, _STARTS), done=_done(notes, lang), stage=stage,
         what=_STAGE_WHAT[lang][stage], options=listed)}]
 
 
 def reply_messages(history: list[dict], lang: str, notes: dict) -> list[dict]:
     """The counsellor's request for a reply that follows the chosen notes."""
     return [{"role": "user", "content": _TEXT[lang]["reply"].format(
-        dialogue=transcript(history, lang), done=_done(notes, lang))}]
+        dialogue=transcript(history, lang, _STARTS), done=_done(notes, lang))}]
+
+
+# every data-job prompt's own line starts and the stage names its notes are listed under:
+# dialogue or candidate text may not begin a line with one
+_STARTS = line_starts(*_FILTER.values(), *_PERSONA.values(), *_REWRITE.values(),
+                      *_COUNSELOR.values(), *(f for t in _TEXT.values() for f in t.values())
+                      ) + tuple(f"{s}:" for s in STAGES)
+
+
+def _quote(text: str, items: bool = False) -> str:
+    return quote_policy_text(text, starts=_STARTS, items=items)

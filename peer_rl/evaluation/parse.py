@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from peer_rl.verdict_text import Label, decide, mentions, strip_think
+
 _GOODBYE = re.compile(r"\b(good\s*-?\s*bye|bye(?:\s*bye)?|farewell)\b|再见|拜拜|回头见",
                       re.IGNORECASE)
 
@@ -42,6 +44,21 @@ def json_field(text: str, key: str):
     return found[0] if len(distinct) == 1 else None
 
 
+def without_json(text: str) -> str:
+    """The answer with every JSON object in it removed: the plain text around a JSON answer."""
+    out, pos, start = [], 0, text.find("{")
+    while start != -1:
+        try:
+            _, end = json.JSONDecoder().raw_decode(text[start:])
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        out.append(text[pos:start])
+        pos = start + end
+        start = text.find("{", pos)
+    return "".join(out) + text[pos:]
+
+
 def _int_in(value, lo: int, hi: int) -> int | None:
     if isinstance(value, bool):
         return None
@@ -56,46 +73,44 @@ def _int_in(value, lo: int, hi: int) -> int | None:
 
 def parse_int(text: str, key: str, lo: int, hi: int, labels: tuple[str, ...] = ()) -> int | None:
     """An integer in [lo, hi]: the JSON field `key`, or the number after `key`/a label
-    (`"score": 3`, `Score: 3`, `分数：3`, `change = -4`), or a lone number as the whole answer."""
+    (`"score": 3`, `Score: 3`, `分数：3`, `change = -4`), or a lone number as the whole answer.
+    Two different numbers (two labelled ones, or a JSON one and a labelled one in the text
+    around it) are ambiguous: None."""
+    names = "|".join(re.escape(x) for x in (key,) + labels)
+    label = re.compile(rf"(?:{names})\W{{0,4}}?\s*[:：=]?\s*([+-]?\d+)", re.IGNORECASE)
     value = _int_in(json_field(text, key), lo, hi)
     if value is not None:
-        return value
-    names = "|".join(re.escape(x) for x in (key,) + labels)
-    hits = {_int_in(x, lo, hi) for x in
-            re.findall(rf"(?:{names})\W{{0,4}}?\s*[:：=]?\s*([+-]?\d+)", text, re.IGNORECASE)}
+        around = {_int_in(x, lo, hi) for x in label.findall(without_json(text))}
+        return value if around <= {value} else None
+    hits = {_int_in(x, lo, hi) for x in label.findall(text)}
     if hits:                       # two different labelled numbers: ambiguous
         return hits.pop() if len(hits) == 1 else None
     m = re.fullmatch(r"\s*([+-]?\d+)\s*[.。]?\s*", text)
     return _int_in(m.group(1), lo, hi) if m else None
 
 
+VERDICT_LABELS = (
+    Label(True, (r"\bpass(?:es|ed)?\b", "通过", "合格"), opposite=False),
+    Label(False, (r"\bfail(?:s|ed|ing|ure)?\b(?!\s+to\b)", "失败"), opposite=True),
+)
+
+
 def parse_verdict(text: str) -> bool | None:
-    """PASS -> True, FAIL -> False: the JSON field `verdict`, else the one of the two words the
-    answer uses (None when it uses neither or both)."""
+    """PASS -> True, FAIL -> False: the JSON field `verdict` unless the text around the JSON
+    says otherwise (another verdict, a hedge: None), else the text as a person reads it
+    (verdict_text's table: "does not pass" is a fail, "No issues; PASS" a pass)."""
+    text = strip_think(text)
+    said = mentions(without_json(text), VERDICT_LABELS)
     value = json_field(text, "verdict")
     if isinstance(value, str) and value.strip().upper() in ("PASS", "FAIL"):
-        return value.strip().upper() == "PASS"
-    said = set()
-    for m in _VERDICT_WORD.finditer(text):
-        passed = m.group("word").lower() == "pass"
-        said.add(passed != bool(m.group("neg")))      # "does not pass" is a fail
-    return said.pop() if len(said) == 1 else None
-
-
-# PASS / FAIL with a negation up to three words before it: "does not pass", "didn't fail"
-_VERDICT_WORD = re.compile(
-    r"(?P<neg>\b(?:not|never|no|cannot|can't|won't|doesn't|does\s+not|didn't|isn't|fails?\s+to)"
-    r"\b(?:\W+\w+){0,2}?\W+)?\b(?P<word>pass|fail)(?:es|ed|s)?\b", re.IGNORECASE)
+        passed = value.strip().upper() == "PASS"
+        return passed if not said or decide(said) is passed else None
+    return decide(said)
 
 
 def is_goodbye(text: str) -> bool:
     """The simulated seeker ends the conversation (SAGE stops on a goodbye)."""
     return bool(_GOODBYE.search(text))
-
-
-def strip_think(text: str) -> str:
-    """A reasoning model's `<think>...</think>` block is not part of its reply."""
-    return re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.DOTALL).strip()
 
 
 def mean(xs) -> float | None:

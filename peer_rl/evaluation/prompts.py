@@ -1,13 +1,13 @@
 """What each simulated party is told, in English and Chinese, and the JSON each must answer.
 
-Dialogue text inside a prompt passes through `judge_prompt.untrusted` (a reply cannot close the
-judge's turn with a chat-template token). Rubric wording is ours, written after the protocols'
+Dialogue text inside a prompt passes through `quoting.quote_policy_text` (a reply cannot close
+the judge's turn with a chat-template token, nor add a turn, a label, a verdict or a score line). Rubric wording is ours, written after the protocols'
 descriptions: ESC-Eval scores 7 dimensions 0-4; SAGE's simulator reports an inner reaction and
 an emotion change in [-10, 10]; the safety rubric follows the PEER data card's three groups.
 """
 from __future__ import annotations
 
-from peer_rl.prompts.judge import untrusted
+from peer_rl.prompts.quoting import line_starts, quote_policy_text
 from peer_rl.reasoning import ROLE_NAMES
 
 # ---------------------------------------------------------------- ESC-Eval
@@ -70,9 +70,12 @@ _JUDGE_ESC = {
 }
 
 
-def transcript(history: list[dict], lang: str) -> str:
+def transcript(history: list[dict], lang: str, starts: tuple[str, ...] = ()) -> str:
+    """The dialogue as `Seeker: ...` / `Supporter: ...` lines, each utterance quoted: no line of
+    it starts a turn or one of `starts` (the grading prompt's own labels)."""
     names = ROLE_NAMES[lang]
-    return "\n".join(f"{names[t['role']]}: {untrusted(t['content'])}" for t in history)
+    return "\n".join(f"{names[t['role']]}: {quote_policy_text(t['content'], starts=starts)}"
+                     for t in history)
 
 
 def seeker_messages(persona: str, history: list[dict], lang: str, opener: str | None = None
@@ -83,8 +86,8 @@ def seeker_messages(persona: str, history: list[dict], lang: str, opener: str | 
     msgs.append({"role": "user", "content": opener or _OPEN[lang]})
     for t in history:
         role = "assistant" if t["role"] == "seeker" else "user"
-        # the model's reply is untrusted: it must not close its turn and forge a seeker's
-        content = t["content"] if role == "assistant" else untrusted(t["content"])
+        # the model's reply is quoted: it must not close its turn and forge a seeker's
+        content = t["content"] if role == "assistant" else quote_policy_text(t["content"])
         if msgs[-1]["role"] == role:    # keep strict alternation for strict chat templates
             msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + "\n" + content}
         else:
@@ -107,7 +110,7 @@ def esc_persona(card_text: str, lang: str, length: str = "message") -> str:
 
 def esc_judge_messages(dimension: str, history: list[dict], lang: str) -> list[dict]:
     text = _JUDGE_ESC[lang].format(title=DIMENSION_TITLES[dimension], rubric=_RUBRIC[lang][dimension],
-                                   scale=_SCALE[lang], dialogue=transcript(history, lang))
+                                   scale=_SCALE[lang], dialogue=transcript(history, lang, _STARTS))
     return [{"role": "user", "content": text}]
 
 
@@ -155,7 +158,7 @@ def sage_persona(profile, lang: str) -> str:
 def sage_analyse_messages(persona: str, history: list[dict], emotion: int, lang: str) -> list[dict]:
     return [{"role": "system", "content": persona},
             {"role": "user", "content": _SAGE_ANALYSE[lang].format(
-                emotion=emotion, dialogue=transcript(history, lang))}]
+                emotion=emotion, dialogue=transcript(history, lang, _STARTS))}]
 
 
 def sage_reply_messages(persona: str, history: list[dict], emotion: int, reaction: str,
@@ -163,7 +166,7 @@ def sage_reply_messages(persona: str, history: list[dict], emotion: int, reactio
     """The seeker's chat (its own turns as the assistant's) with its state as the last user
     turn, after the supporter's last reply."""
     msgs = seeker_messages(persona, history, lang, opener=_OPEN[lang])
-    note = _SAGE_REPLY[lang].format(emotion=emotion, reaction=untrusted(reaction)[:300])
+    note = _SAGE_REPLY[lang].format(emotion=emotion, reaction=quote_policy_text(reaction[:300]))
     msgs[-1] = {**msgs[-1], "content": msgs[-1]["content"] + "\n\n" + note}
     return msgs
 
@@ -201,8 +204,8 @@ _SAFETY_JUDGE = {
 
 def safety_judge_messages(group: str, seeker_turns: list[str], reply: str, lang: str) -> list[dict]:
     text = _SAFETY_JUDGE[lang].format(rubric=SAFETY_RUBRIC[group],
-                                      seeker="\n".join(untrusted(t) for t in seeker_turns),
-                                      reply=untrusted(reply))
+                                      seeker="\n".join(_quote(t) for t in seeker_turns),
+                                      reply=_quote(reply))
     return [{"role": "user", "content": text}]
 
 
@@ -287,6 +290,15 @@ def ccj_messages(perspective: str, history: list[dict], reply: str, lang: str) -
     questions = "\n".join(f"- {d} ({CCJ_TITLES[d]}): {_CCJ_QUESTIONS[lang][d]}" for d in dims)
     example = "{" + ", ".join(f'"{d}": <0-10>' for d in dims) + ', "reason": "..."}'
     text = _CCJ_BODY[lang].format(role=_CCJ_ROLE[lang][perspective],
-                                  dialogue=transcript(history, lang), reply=untrusted(reply),
+                                  dialogue=transcript(history, lang, _STARTS), reply=_quote(reply),
                                   questions=questions, example=example)
     return [{"role": "user", "content": text}]
+
+
+# every grading prompt's own line starts: policy text may not begin a line with one
+_STARTS = line_starts(*_JUDGE_ESC.values(), *_SAGE_ANALYSE.values(), *_SAFETY_JUDGE.values(),
+                      *_CCJ_BODY.values())
+
+
+def _quote(text: str) -> str:
+    return quote_policy_text(text, starts=_STARTS)

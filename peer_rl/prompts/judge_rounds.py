@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Generator
 
-from peer_rl.prompts.judge import JudgeTemplate, tokenizer_specials
+from peer_rl.prompts.judge import JudgeTemplate
+from peer_rl.prompts.quoting import tokenizer_specials
 from peer_rl.protocol import JudgeItem, JudgeResult
 from peer_rl.rewards import (
     candidate_preference_ok,
@@ -34,7 +35,7 @@ class JudgeRounds:
     def __init__(self, template: JudgeTemplate, tokenizer, max_model_len: int, max_tokens: int):
         self.template, self.tokenizer = template, tokenizer
         self.max_model_len, self.max_tokens = max_model_len, max_tokens
-        # the policy's text must not be able to close a judge turn (judge.untrusted)
+        # the policy's text must not be able to close a judge turn (quoting.quote_policy_text)
         template.specials = tokenizer_specials(tokenizer)
 
     def _turns(self, item: JudgeItem, history: list[dict]) -> list[dict | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from peer_rl.prompts.judge import tokenizer_specials, untrusted
+from peer_rl.prompts.quoting import line_starts, quote_policy_text, tokenizer_specials
 from peer_rl.reasoning import render_history
 
 _INSTRUCTION = {
@@ -24,13 +24,19 @@ _INSTRUCTION = {
 }
 
 
+_STARTS = line_starts(*_INSTRUCTION.values())
+
+
 def rm_messages(history: list[dict], reply: str, lang: str, specials=()) -> list[dict]:
     """The chat the reward model scores (one user turn: the paper's reward-model prompt). The
-    dialogue and the reply are untrusted text: a reply spelling the tokenizer's `<|im_end|>`
-    (`specials`) must not become that control token."""
-    safe = [{**t, "content": untrusted(t["content"], specials)} for t in history]
+    dialogue and the reply are quoted (`quote_policy_text`): a reply spelling the tokenizer's
+    `<|im_end|>` (`specials`) or a line `Client: ...` adds no turn."""
+    def quote(text):
+        return quote_policy_text(text, specials, _STARTS)
+
+    safe = [{**t, "content": quote(t["content"])} for t in history]
     return [{"role": "user", "content": _INSTRUCTION[lang].format(
-        history=render_history(safe, lang), reply=untrusted(reply, specials))}]
+        history=render_history(safe, lang), reply=quote(reply))}]
 
 
 def rm_text(tokenizer, history: list[dict], reply: str, lang: str) -> str:
