@@ -86,6 +86,7 @@ def test_eval_pairs_names_a_bad_pair_before_starting_an_engine(tmp_path, capsys)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")     # a whole model directory, by its files
     assert main(["eval", "pairs", "--model", str(model), "--data", str(tmp_path),
                  "--out", str(tmp_path / "r.json")]) == 2
     assert "test.jsonl:1: rejected: missing" in capsys.readouterr().err

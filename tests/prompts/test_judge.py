@@ -191,6 +191,7 @@ def test_policy_text_cannot_close_a_judge_turn():
 def _judge_dir(path, role):
     path.mkdir()
     (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"")      # a whole model directory, by its files
     JudgeTemplate().with_role(role).save(path)
     return path
 
