@@ -54,7 +54,7 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     path: str = ""                       # HF model dir; "" = the tiny SFT'd VL policy (cached)
-    tiny_cache_dir: str = ""             # where tiny models are built ("" = ~/.cache/peer-rl/tiny)
+    tiny_cache_dir: str = ""             # where tiny models are built ("" = $XDG_CACHE_HOME/peer-rl/tiny-vl2, ~/.cache by default)
 
 
 @dataclass

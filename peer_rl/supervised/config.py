@@ -39,7 +39,7 @@ class SupervisedDataConfig:
 class SupervisedModelConfig:
     # HF model dir; "" = tiny random judge (rm) / policy (sft); "<...>" = a placeholder to set
     path: str = ""
-    tiny_cache_dir: str = ""                # where tiny models are built ("" = ~/.cache/peer-rl/tiny)
+    tiny_cache_dir: str = ""                # where tiny models are built ("" = $XDG_CACHE_HOME/peer-rl/tiny-vl2, ~/.cache by default)
     gradient_checkpointing: bool = False    # recompute activations (large models)
     # vision-language models: the vision encoder gets no gradient and no optimizer state (the
     # aligner/merger still trains); ignored for text-only models
