@@ -44,9 +44,10 @@ class DataConfig:
     # only rows in these languages (english, chinese; [] = all), the others counted; a model
     # whose card names its languages refuses rows outside them
     languages: list[str] = field(default_factory=list)
-    # the last k history turns go to the judge and the redundancy check (s_hist); the policy's
-    # prompt is the row's own `messages`
-    max_history_turns: int = 8
+    # 0: every part of a run sees the whole dialogue. k > 0: each grpo row keeps its last k
+    # turns, in the policy's prompt and for the judge, RUR, ESCRAG-R1 and the retrieval alike
+    # (peer_rl.data.history)
+    max_history_turns: int = 0
     # a text-only policy refuses visual rows at start-up; true trains them on their words alone
     visual_rows_as_text: bool = False
 
@@ -298,7 +299,7 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
                  "actor.micro_batch_activation_gib",
                  "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
-                 "actor.num_threads")
+                 "actor.num_threads", "data.max_history_turns")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"),
             "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
