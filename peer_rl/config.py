@@ -122,14 +122,18 @@ class RetrievalConfig:
 @dataclass
 class FilterGroupsConfig:
     """Dynamic sampling (DAPO; verl's algorithm.filter_groups): a group whose `metric` is the
-    same for all its samples has zero advantage and teaches nothing; drop it and draw more
-    prompts until the batch holds data.train_batch_size groups, at most max_num_gen_batches
-    draws per step (0 = no limit; at the limit the step trains on what it has and says so)."""
+    same for all its samples is dropped and more prompts drawn until the batch holds
+    data.train_batch_size groups, at most max_num_gen_batches draws per step (0 = no limit, as
+    verl); at the limit with the batch short, on_limit says what happens
+    (peer_rl.trainer.dynamic_sampling.refill)."""
     enable: bool = False
     # reward: the reward model's r_i; final: what the advantages are computed from (r~_i
     # after RUR, r_i without); format: Step 1-4 complete (0/1)
     metric: str = "final"
-    max_num_gen_batches: int = 10
+    max_num_gen_batches: int = 0
+    # raise: stop the run, as verl's DAPO recipe does; train_short: train on the groups kept
+    # (on the first batch when none was) and say so
+    on_limit: str = "raise"
 
 
 @dataclass
@@ -307,6 +311,7 @@ _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_a
             "actor.loss_agg_mode": ("token-mean", "token-sum", "seq-mean-token-sum",
                                     "seq-mean-token-mean", "seq-mean-token-sum-norm"),
             "algorithm.filter_groups.metric": ("final", "reward", "format"),
+            "algorithm.filter_groups.on_limit": ("raise", "train_short"),
             "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
             "trainer.async_training.staleness": (0, 1)}
 
