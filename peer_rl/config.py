@@ -44,9 +44,10 @@ class DataConfig:
     # only rows in these languages (english, chinese; [] = all), the others counted; a model
     # whose card names its languages refuses rows outside them
     languages: list[str] = field(default_factory=list)
-    # the last k history turns go to the judge and the redundancy check (s_hist); the policy's
-    # prompt is the row's own `messages`
-    max_history_turns: int = 8
+    # 0: every part of a run sees the whole dialogue. k > 0: each grpo row keeps its last k
+    # turns, in the policy's prompt and for the judge, RUR, ESCRAG-R1 and the retrieval alike
+    # (peer_rl.data.history)
+    max_history_turns: int = 0
     # a text-only policy refuses visual rows at start-up; true trains them on their words alone
     visual_rows_as_text: bool = False
 
@@ -121,14 +122,18 @@ class RetrievalConfig:
 @dataclass
 class FilterGroupsConfig:
     """Dynamic sampling (DAPO; verl's algorithm.filter_groups): a group whose `metric` is the
-    same for all its samples has zero advantage and teaches nothing; drop it and draw more
-    prompts until the batch holds data.train_batch_size groups, at most max_num_gen_batches
-    draws per step (0 = no limit; at the limit the step trains on what it has and says so)."""
+    same for all its samples is dropped and more prompts drawn until the batch holds
+    data.train_batch_size groups, at most max_num_gen_batches draws per step (0 = no limit, as
+    verl); at the limit with the batch short, on_limit says what happens
+    (peer_rl.trainer.dynamic_sampling.refill)."""
     enable: bool = False
     # reward: the reward model's r_i; final: what the advantages are computed from (r~_i
     # after RUR, r_i without); format: Step 1-4 complete (0/1)
     metric: str = "final"
-    max_num_gen_batches: int = 10
+    max_num_gen_batches: int = 0
+    # raise: stop the run, as verl's DAPO recipe does; train_short: train on the groups kept
+    # (on the first batch when none was) and say so
+    on_limit: str = "raise"
 
 
 @dataclass
@@ -298,7 +303,7 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
                  "actor.micro_batch_activation_gib",
                  "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
-                 "actor.num_threads")
+                 "actor.num_threads", "data.max_history_turns")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"),
             "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
@@ -306,6 +311,7 @@ _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_a
             "actor.loss_agg_mode": ("token-mean", "token-sum", "seq-mean-token-sum",
                                     "seq-mean-token-mean", "seq-mean-token-sum-norm"),
             "algorithm.filter_groups.metric": ("final", "reward", "format"),
+            "algorithm.filter_groups.on_limit": ("raise", "train_short"),
             "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
             "trainer.async_training.staleness": (0, 1)}
 

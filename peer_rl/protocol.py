@@ -180,11 +180,14 @@ class ScalarItem:
 
 @dataclass
 class RetrievalQuery:
-    """The seeker's dialogue and the policy's initial reply; exemplars of `dialogue` (the
-    query's own dialogue id) are never returned."""
+    """The history the policy was shown and its initial reply (the seeker's last turn and the
+    reply are embedded); exemplars of the query's own dialogue are never returned: the same
+    `dialogue` id, or a history that continues `dialogue_history` (the whole dialogue before
+    any cut; None: `history` is the whole dialogue) or that it continues."""
     history: list[dict]
     reply: str
     dialogue: str | None = None
+    dialogue_history: list[dict] | None = None
 
 
 @dataclass

@@ -119,12 +119,17 @@ def length_coefficient(n_words, alpha: float = 0.5, beta: float = 5.0):
 
 
 def rur_reweight(rewards, s_hist, s_group, tau) -> np.ndarray:
-    """r~_i = r_i / ((1 + tau_i * s_i^hi) * (1 + tau_i * s_i^in)), similarities clipped to [0, 1]."""
+    """RUR with the penalty P_i = (1 + tau_i s_i^hi)(1 + tau_i s_i^in) >= 1, similarities clipped
+    to [0, 1]: r~_i = r_i / P_i for r_i >= 0 (the paper's formula; its rewards are in [0, 3]) and
+    r~_i = r_i * P_i for r_i < 0. Dividing a negative reward (a Bradley-Terry score) by P would
+    move it toward 0, so a more redundant reply would score higher; multiplying moves it away,
+    so for either sign a more redundant reply never scores higher."""
     r = np.asarray(rewards, dtype=np.float64)
     tau = np.asarray(tau, dtype=np.float64)
     s_hi = np.clip(np.asarray(s_hist, dtype=np.float64), 0.0, 1.0)
     s_in = np.clip(np.asarray(s_group, dtype=np.float64), 0.0, 1.0)
-    return r / ((1.0 + tau * s_hi) * (1.0 + tau * s_in))
+    penalty = (1.0 + tau * s_hi) * (1.0 + tau * s_in)
+    return np.where(r >= 0.0, r / penalty, r * penalty)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -92,6 +92,25 @@ def test_rur_clips_similarities_and_is_identity_at_zero():
     np.testing.assert_allclose(rur_reweight([2.0], [1.7], [-0.3], [1.0]), [1.0])  # s clipped to 1, 0
 
 
+def test_rur_on_a_negative_reward_never_favours_the_more_redundant_reply():
+    """A Bradley-Terry score can be negative (ESCRAG-R1's reward model): r = -2 with
+    tau = 1 and P = (1 + s_hist)(1 + s_group), worked out by hand. Dividing would give
+    -2 / 1.0 = -2.0, -2 / 1.5 = -1.333, -2 / 3.0 = -0.667: the redundant reply best."""
+    out = rur_reweight([-2.0, -2.0, -2.0], [0.0, 0.5, 1.0], [0.0, 0.0, 0.5], [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(out, [-2.0, -3.0, -6.0])           # -2 x 1, -2 x 1.5, -2 x 3
+    # positive rewards keep the paper's r / P, and 0 stays 0
+    np.testing.assert_allclose(rur_reweight([2.0, 2.0, 0.0], [0.5, 1.0, 1.0], [0.0, 0.5, 1.0],
+                                            [1.0, 1.0, 1.0]), [2 / 1.5, 2 / 3.0, 0.0])
+    # for any fixed reward, more redundancy (either similarity, or tau) never scores higher
+    grid = np.linspace(0.0, 1.0, 11)
+    for r in (-3.0, -0.25, 0.0, 0.5, 3.0):
+        for tau in (0.1, 1.0):
+            sh, sg = np.meshgrid(grid, grid, indexing="ij")
+            v = rur_reweight(np.full(sh.size, r), sh.ravel(), sg.ravel(),
+                             np.full(sh.size, tau)).reshape(sh.shape)
+            assert (np.diff(v, axis=0) <= 1e-12).all() and (np.diff(v, axis=1) <= 1e-12).all()
+
+
 def test_group_similarity_hand_computed():
     e = np.array([[1, 0], [1, 0], [0, 1], [1, 1]], dtype=np.float32)  # one group of 4
     c = 1 / math.sqrt(2)

@@ -37,7 +37,8 @@ class RetrievalWorker:
         if not queries:
             return RetrievalHits([], [], 0.0, [os.getpid()])
         vecs = self.encoder.encode([exemplar_key(q.history, q.reply) for q in queries])
-        res = self.index.search_vectors(vecs, k, [Query(q.history, q.dialogue) for q in queries])
+        res = self.index.search_vectors(vecs, k, [Query(q.dialogue_history or q.history,
+                                                        q.dialogue) for q in queries])
         self.queries += len(queries)
         return RetrievalHits([[{"score": h.score, **h.exemplar} for h in row] for row in res.hits],
                              list(res.excluded), time.perf_counter() - t0, [os.getpid()])

@@ -83,6 +83,7 @@ def _data_sample(args) -> int:
 
 
 def _data_to_verl(args) -> int:
+    from peer_rl.data.history import training_rows
     from peer_rl.data.loading import load_subset
     from peer_rl.data.out_paths import refuse_nonempty
     from peer_rl.data.verl_export import export_verl
@@ -92,7 +93,8 @@ def _data_to_verl(args) -> int:
     for r in res.reports:
         if r.problems:
             print(f"  skipped {r.n_invalid} invalid row(s) of {r.file.path}")
-    rep = export_verl(list(res.dataset), args.out, args.val_fraction, args.seed)
+    rows = training_rows(list(res.dataset), args.max_history_turns)
+    rep = export_verl(rows, args.out, args.val_fraction, args.seed)
     for split, n in rep.written.items():
         print(f"{split}: {n} rows -> {Path(args.out).resolve() / (split + '.parquet')}")
     for reason, n in rep.skipped.items():
@@ -235,6 +237,9 @@ def register(sub) -> None:
     p.add_argument("--val-fraction", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-invalid", action="store_true", help="leave invalid rows out, counted")
+    p.add_argument("--max-history-turns", type=int, default=0,
+                   help="the training run's data.max_history_turns (0 = the whole dialogue): "
+                   "prompt and history are cut as `peer-rl train` cuts them")
     p.add_argument("--force", action="store_true", help="write into a non-empty directory")
     p.set_defaults(fn=_data_to_verl, errors=_errors)
     p = data.add_parser("import-esconv", help="ESConv-format dialogues -> grpo rows")

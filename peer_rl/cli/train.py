@@ -8,10 +8,12 @@ def _train_errors() -> dict:
     from peer_rl.config import ConfigError
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.data.prompt_loader import PromptPoolError
+    from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit
     from peer_rl.trainer.preemption import EXIT_CODE, RunStopped
     from peer_rl.trainer.worker_group import PoolFailed
 
     return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, PromptPoolError: 2,
+            DynamicSamplingLimit: 2,        # the data gave too few groups with a signal
             PoolFailed: 3,                  # a policy rank died, or a worker past its restarts
             RunStopped: Exit(EXIT_CODE, prefix="[peer-rl] ")}   # the step finished and was saved
 

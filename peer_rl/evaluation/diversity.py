@@ -69,10 +69,10 @@ def summarise_diversity(records: list[dict], encode) -> dict:
     return out
 
 
-def judge_items(records: list[dict], max_history_turns: int = 8, seed: int = 0) -> list:
+def judge_items(records: list[dict], seed: int = 0) -> list:
     """One JudgeItem per reply, built as training builds them (peer_rl.methods.peer): the
-    steps parsed from the raw reply, the row's solution as the reference, the candidate's
-    round-4 position from a seeded coin."""
+    whole history the policy was prompted with, the steps parsed from the raw reply, the row's
+    solution as the reference, the candidate's round-4 position from a seeded coin."""
     from peer_rl.protocol import JudgeItem
     from peer_rl.reasoning import parse_structured
 
@@ -85,7 +85,7 @@ def judge_items(records: list[dict], max_history_turns: int = 8, seed: int = 0) 
                              "a grpo row without `solution`); rerun it into a new --out")
         for raw in r["model_raw"]:
             p = parse_structured(raw)
-            items.append(JudgeItem(history=r["history_turns"][-max_history_turns:],
+            items.append(JudgeItem(history=list(r["history_turns"]),
                                    lang=r["language"],
                                    steps=[p.steps.get(j) or None for j in (1, 2, 3)],
                                    reply=p.reply(raw), reference=r["solution"],

@@ -25,7 +25,8 @@ def generate(rollout, prompts: list[Prompt], sampling: SamplingConfig, step: int
 def reweight(redundancy, rows: list[dict], replies: list[str], rewards: np.ndarray, n: int,
              step: int, timing) -> tuple[Similarities | None, np.ndarray]:
     """Stage 5, RUR: s_hist, s_group, tau from the redundancy pool,
-    r~ = r / ((1 + tau s_hist)(1 + tau s_group)). Without a redundancy pool (RUR off): r~ = r."""
+    r~ = r / P for r >= 0, r * P for r < 0, P = (1 + tau s_hist)(1 + tau s_group)
+    (peer_rl.rewards.rur_reweight). Without a redundancy pool (RUR off): r~ = r."""
     t = time.perf_counter()
     red, final = None, rewards
     if redundancy is not None:

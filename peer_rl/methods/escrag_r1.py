@@ -32,6 +32,15 @@ class RetrievalSettings:
     train_initial: bool   # retrieval.train_initial: initial replies as groups of their own
 
 
+def retrieval_queries(rows: list[dict], initial: list, parsed: list) -> list[RetrievalQuery]:
+    """One query per initial reply: the history the policy was shown, the reply, and the
+    prompt's dialogue identity (its `dialogue` id and whole dialogue before any cut,
+    peer_rl.data.history) so that none of its own dialogue's exemplars come back."""
+    return [RetrievalQuery(rows[s.uid]["history"], p.reply, rows[s.uid].get("dialogue"),
+                           rows[s.uid].get("dialogue_history"))
+            for s, p in zip(initial, parsed)]
+
+
 @register
 class EscragR1(Method):
     name = "escrag_r1"
@@ -71,9 +80,8 @@ class EscragR1(Method):
             return self._one_pass(rows, step, timing, initial, init_parsed)
 
         t = time.perf_counter()                                           # retrieval
-        found = self.groups.retrieval.call(
-            "search", [RetrievalQuery(rows[s.uid]["history"], p.reply, rows[s.uid].get("dialogue"))
-                       for s, p in zip(initial, init_parsed)], self.retrieval.k, step=step)
+        found = self.groups.retrieval.call("search", retrieval_queries(rows, initial, init_parsed),
+                                           self.retrieval.k, step=step)
         hits, excluded, search_s = found.hits, found.excluded, found.seconds
         timing["retrieval"] = time.perf_counter() - t
 

@@ -233,10 +233,7 @@ def fit_policy_template(rows: list[dict]) -> tuple[PolicyTemplate, dict]:
 
 def training_template(rows: list[dict]) -> tuple[PolicyTemplate, str]:
     """The template saved with a policy trained on `rows`, and a line saying how well it
-    reproduces their prompts (rows without a `history` cannot be checked and are counted). A
-    row's `prompt_history`, where present, is the history its prompt was built from (the
-    training loop cuts `history` to the turns the judge reads)."""
-    rows = [{**r, "history": r.get("prompt_history") or r.get("history")} for r in rows]
+    reproduces their prompts (rows without a `history` cannot be checked and are counted)."""
     template, report = fit_policy_template(rows)
     if template.text == _builtin_text():
         template = PolicyTemplate()

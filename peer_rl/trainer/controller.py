@@ -36,8 +36,7 @@ from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkp
                                  prune_checkpoints, resume_checkpoint, unseen_files)
 from peer_rl.runtime import fsync_dir, fsync_tree
 from peer_rl.data.prompt_loader import Cursor, PromptLoader
-from peer_rl.trainer.dynamic_sampling import (concat, group_values, merge_metrics, select_groups,
-                                      zero_variance, zero_variance_metrics)
+from peer_rl.trainer.dynamic_sampling import refill, zero_variance_metrics
 from peer_rl.methods import Groups, method_class
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.methods.scored_batch import ScoredBatch
@@ -236,40 +235,19 @@ class Controller:
 
     def _refill(self, rows: list[dict], scored: ScoredBatch, timing: Timing
                 ) -> tuple[list[dict], ScoredBatch]:
-        """Dynamic sampling: drop the groups whose `filter_groups.metric` is the same for all
-        their samples, draw and score more prompts until data.train_batch_size groups are kept
-        or max_num_gen_batches batches were drawn; then train on what there is and say so."""
-        fg, B = self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size
-        drawn, kept, tied = [(rows, scored)], [], []
-        while True:
-            flags = zero_variance(group_values(scored, fg.metric, self.G))
-            tied += flags.tolist()
-            kept.append(select_groups(rows, scored, [g for g, z in enumerate(flags) if not z]))
-            n_kept = sum(len(r) for r, _ in kept)
-            if n_kept >= B or (fg.max_num_gen_batches and len(drawn) >= fg.max_num_gen_batches):
-                break
-            rows = self.loader.next_batch()
+        """Dynamic sampling (peer_rl.trainer.dynamic_sampling.refill): more prompts drawn and
+        scored, each draw's stage times added to this step's."""
+        def draw() -> tuple[list[dict], ScoredBatch]:
+            more_rows = self.loader.next_batch()
             more = Timing(timing.step)
-            scored = self.method.score(rows, timing.step, more)
+            more_scored = self.method.score(more_rows, timing.step, more)
             timing.absorb(more)
-            drawn.append((rows, scored))
-        batches = [sb for _, sb in drawn]
-        metrics = merge_metrics(batches) | zero_variance_metrics(batches, self.G)
-        if n_kept == 0:       # nothing to learn from: the first batch, all advantages 0
-            out_rows, out = drawn[0]
-        else:
-            out_rows, out = concat(kept)
-            out_rows, out = select_groups(out_rows, out, list(range(min(n_kept, B))))
-        if n_kept < B:
-            print(f"[peer-rl] step {timing.step}: dynamic sampling kept {n_kept} of "
-                  f"{B} group(s) after {len(drawn)} batch(es) (algorithm.filter_groups."
-                  f"max_num_gen_batches={fg.max_num_gen_batches}); training on "
-                  + ("the first batch, whose advantages are all 0" if n_kept == 0
-                     else f"those {n_kept}"), file=sys.stderr, flush=True)
-        out.metrics = metrics | {"filter/gen_batches": len(drawn),
-                                 "filter/zero_variance_share": float(np.mean(tied)),
-                                 "filter/kept_groups": min(n_kept, B),
-                                 "filter/short": float(n_kept < B)}
+            return more_rows, more_scored
+
+        out_rows, out, note = refill((rows, scored), draw, self.cfg.algorithm.filter_groups,
+                                     self.cfg.data.train_batch_size, self.G, timing.step)
+        if note:
+            print(f"[peer-rl] {note}", file=sys.stderr, flush=True)
         return out_rows, out
 
     def _score_ahead(self, batch_rows: list[dict] | None = None

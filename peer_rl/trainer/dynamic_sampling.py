@@ -6,7 +6,8 @@ REINFORCE++-baseline's centring): it costs a rollout, a judge call and an update
 nothing but the KL term. PEER's reward moves in steps of 0.5 on [0, 3] and G is 4, so such
 groups are common. The share is logged every step, filtering on or off.
 
-Pure functions over `ScoredBatch`es: the controller draws and scores, this module chooses.
+Pure functions over `ScoredBatch`es: the controller draws and scores (`draw` below), this
+module chooses. Where peer-rl and verl differ is tabled in docs/grpo-variants.md.
 """
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.protocol import Similarities
 
 COUNT_METRICS = ("judge/asked",)       # summed over generation batches, the rest averaged
+ON_LIMIT = ("raise", "train_short")
+
+
+class DynamicSamplingLimit(RuntimeError):
+    """max_num_gen_batches batches were drawn and the batch is still short (on_limit=raise)."""
 
 
 def group_values(scored: ScoredBatch, metric: str, group_size: int) -> np.ndarray:
@@ -108,3 +114,63 @@ def zero_variance_metrics(batches: list[ScoredBatch], group_size: int) -> dict:
                                 for b in batches]) if batches else np.zeros(0)
         out[f"groups/zero_variance_share/{metric}"] = float(flags.mean()) if flags.size else 0.0
     return out
+
+
+def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, group_size: int,
+           step: int) -> tuple[list[dict], ScoredBatch, str | None]:
+    """A step's batch under dynamic sampling: the groups of `first` (rows, scored) whose
+    `fg.metric` varies, then of further batches from `draw()`, until `batch_size` groups are
+    kept (the first ones, in draw order). `fg.max_num_gen_batches` (0 = no limit, as verl)
+    bounds the draws; at the limit with the batch short, `fg.on_limit=raise` stops the run
+    (verl's DAPO recipe) and `train_short` trains on the kept groups, or on the first batch
+    when none was kept. Returns (rows, scored with the step's metrics, a line saying what was
+    trained when the batch is short, else None)."""
+    rows, scored = first
+    drawn, kept, tied = [first], [], []
+    while True:
+        flags = zero_variance(group_values(scored, fg.metric, group_size))
+        tied += flags.tolist()
+        kept.append(select_groups(rows, scored, [g for g, z in enumerate(flags) if not z]))
+        n_kept = sum(len(r) for r, _ in kept)
+        if n_kept >= batch_size or (fg.max_num_gen_batches and
+                                    len(drawn) >= fg.max_num_gen_batches):
+            break
+        rows, scored = draw()
+        drawn.append((rows, scored))
+    short = (f"step {step}: dynamic sampling kept {n_kept} of {batch_size} group(s) whose "
+             f"{fg.metric} varies after {len(drawn)} batch(es) (algorithm.filter_groups."
+             f"max_num_gen_batches={fg.max_num_gen_batches})")
+    if n_kept < batch_size and fg.on_limit == "raise":
+        raise DynamicSamplingLimit(
+            f"{short}; algorithm.filter_groups.on_limit=raise stops here, as verl's DAPO recipe "
+            "does. Set algorithm.filter_groups.max_num_gen_batches=0 to draw until the batch is "
+            "full, or on_limit=train_short to train on the groups kept")
+    batches = [sb for _, sb in drawn]
+    metrics = merge_metrics(batches) | zero_variance_metrics(batches, group_size)
+    if n_kept == 0:       # nothing kept: the first batch, as it is
+        out_rows, out = drawn[0]
+    else:
+        out_rows, out = concat(kept)
+        out_rows, out = select_groups(out_rows, out, list(range(min(n_kept, batch_size))))
+    note = None
+    if n_kept < batch_size:
+        note = f"{short}; training on " + (first_batch_note(out, fg.metric, group_size)
+                                           if n_kept == 0 else f"those {n_kept}")
+    out.metrics = metrics | {"filter/gen_batches": len(drawn),
+                             "filter/zero_variance_share": float(np.mean(tied)),
+                             "filter/kept_groups": min(n_kept, batch_size),
+                             "filter/short": float(n_kept < batch_size)}
+    return out_rows, out, note
+
+
+def first_batch_note(scored: ScoredBatch, metric: str, group_size: int) -> str:
+    """What training on a batch whose groups all tie on `metric` means for its advantages,
+    which come from `final`: all 0 only when `final` ties in every group too."""
+    if metric == "final":
+        return "the first batch, whose advantages are all 0"
+    final_tied = zero_variance(group_values(scored, "final", group_size))
+    if final_tied.all():
+        return f"the first batch, whose {metric} and final both tie in every group: advantages all 0"
+    return (f"the first batch: its {metric} ties in every group, but final (what the advantages "
+            f"are computed from) varies in {int((~final_tied).sum())} of its {len(final_tied)} "
+            "group(s), whose advantages are not 0")

@@ -98,6 +98,7 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
     the pool of the run being resumed instead of drawing a new one."""
     from peer_rl.data.loading import load_subset
     from peer_rl.data.bundled import sample_root
+    from peer_rl.data.history import training_rows
     from peer_rl.data.prompt_loader import PromptPoolError, restore_prompts, select_prompts
 
     root = Path(cfg.data.root) if cfg.data.root else sample_root()
@@ -120,10 +121,9 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
                 reasons.update(rep.reasons())
             print(f"[peer-rl] {rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}",
                   file=sys.stderr)
-        # the judge and the redundancy check read the last turns; the prompt is the row's
-        # own messages, built from the whole history (kept for the policy template)
-        files.append([{**row, "history": row["history"][-cfg.data.max_history_turns:],
-                       "prompt_history": row["history"]} for row in res.dataset])
+        # the one place a row's history is decided (peer_rl.data.history): the policy's
+        # prompt, the judge, RUR, ESCRAG-R1's passes and the retrieval all read it
+        files.append(training_rows(list(res.dataset), cfg.data.max_history_turns))
     seen: dict[str, str] = {}
     for rel, f in zip(cfg.data.train_files, files):
         for r in f:

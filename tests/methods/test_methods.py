@@ -115,3 +115,77 @@ def test_a_reward_kind_no_method_serves_is_a_config_error():
     cfg = SimpleNamespace(reward_model=SimpleNamespace(kind="pairwise"))
     with pytest.raises(ConfigError, match="reward_model.kind='pairwise'"):
         method_class(cfg)
+
+
+def _sample_rows(k: int) -> tuple[list[dict], list[list[str]]]:
+    """Four textual sample rows as a run loads them with data.max_history_turns=k (two of them
+    longer than 8 turns), and each one's whole history in the file, read with json."""
+    import json
+
+    from peer_rl.data.bundled import sample_root
+    from peer_rl.trainer.run import load_prompts
+
+    lines = (sample_root() / "grpo" / "textual.jsonl").read_text().splitlines()
+    rows = {r["id"]: r for r in load_prompts(load_config(["data.train_files=[grpo/textual.jsonl]",
+                                                          f"data.max_history_turns={k}"]))}
+    ids = [f"grpo/textual.jsonl:{i}" for i in (1, 5, 6, 138)]
+    whole = [[t["content"] for t in json.loads(lines[int(i.rsplit(":", 1)[1]) - 1])["history"]]
+             for i in ids]
+    return [rows[i] for i in ids], whole
+
+
+def _contents(history) -> list[str]:
+    return [t["content"] for t in history]
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_every_pool_of_a_peer_step_sees_the_history_in_the_policys_prompt(k):
+    rows, whole = _sample_rows(k)
+    assert max(map(len, whole)) > 8
+    seen = [w[-k:] if k else w for w in whole]              # what the policy's prompt holds
+    for r, s, w in zip(rows, seen, whole):
+        text = r["messages"][-1]["content"]
+        assert all(t in text for t in s) and not any(t in text for t in w[:len(w) - len(s)])
+    cfg = load_config(["algorithm.rur.enable=true", "rollout.n=2"])
+    red = Recorder(lambda m, replies, hist, n: Similarities(*[np.zeros(len(replies))] * 4))
+    judge = Recorder(_judge)
+    rollout = Recorder(_rollout)
+    Peer.from_config(Groups(rollout=rollout, reward_model=judge, redundancy=red), cfg).score(
+        rows, 1, Timing(1))
+    assert [p.messages for p in rollout.calls[0][2]] == [r["messages"] for r in rows]
+    assert [_contents(it.history) for it in judge.calls[0][2]] == [s for s in seen for _ in "ab"]
+    assert red.calls[0][3][0] == seen                                   # RUR's s_hist
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_every_pass_of_an_escrag_step_sees_the_history_in_the_policys_prompt(k):
+    """Both passes' prompts, the scalar reward model's items, the retrieval queries and RUR
+    take the same turns; the retrieval's exclusion gets the whole dialogue."""
+    from peer_rl.protocol import RetrievalHits
+
+    rows, whole = _sample_rows(k)
+    seen = [w[-k:] if k else w for w in whole]
+    cfg = load_config(["recipe=escrag_r1_tiny", "algorithm.rur.enable=true", "rollout.n=2"])
+    think = "<think>why</think>\nI hear you."
+    rollout = Recorder(lambda m, prompts, sampling: [
+        Sample(uid=p.uid, prompt_ids=[1], response_ids=[2], response_logprobs=[0.0], text=think)
+        for p in prompts for _ in range(sampling.n)])
+    retrieval = Recorder(lambda m, queries, k: RetrievalHits(
+        [[{"score": 1.0, "id": "e", "response": "an exemplar"}]] * len(queries),
+        [0] * len(queries), 0.0, [0]))
+    rm = Recorder(lambda m, items: [1.0] * len(items))
+    red = Recorder(lambda m, replies, hist, n: Similarities(*[np.zeros(len(replies))] * 4))
+    EscragR1.from_config(Groups(rollout=rollout, reward_model=rm, redundancy=red,
+                                retrieval=retrieval), cfg).score(rows, 1, Timing(1))
+    first, final = rollout.calls[0][2], rollout.calls[1][2]
+    for prompts, per_prompt in ((first, 1), (final, 2)):
+        for p in prompts:
+            text, s, w = p.messages[-1]["content"], seen[p.uid], whole[p.uid]
+            assert all(t in text for t in s) and not any(t in text for t in w[:len(w) - len(s)])
+        assert len(prompts) == len(rows) * per_prompt
+    queries = retrieval.calls[0][2]
+    assert [_contents(q.history) for q in queries] == [s for s in seen for _ in "ab"]
+    assert [_contents(q.dialogue_history) for q in queries] == [w for w in whole for _ in "ab"]
+    # final replies then initial ones, each prompt-major
+    assert [_contents(it.history) for it in rm.calls[0][2]] == [s for s in seen for _ in "ab"] * 2
+    assert red.calls[0][3][0] == seen

@@ -83,14 +83,14 @@ def test_a_policy_that_learned_another_stage_name_is_asked_with_it():
     assert "(exploration, reassurance or action)" in user["content"]
 
 
-def test_the_template_is_read_off_the_history_the_prompt_was_built_from():
-    """The training loop cuts `history` to the judge's last turns (data.max_history_turns) but
-    the prompt holds them all: the template is checked against the whole history."""
+def test_a_history_cap_cuts_the_prompt_the_template_is_read_off():
+    """data.max_history_turns cuts a row's prompt with its history (peer_rl.data.history), so
+    the cut rows' prompts are still exactly what the template builds from their history."""
     from peer_rl.config import load_config
     from peer_rl.trainer.run import load_prompts
 
     rows = load_prompts(load_config(["data.max_history_turns=2"]))
-    assert any(len(r["prompt_history"]) > len(r["history"]) == 2 for r in rows)
+    assert any(len(r["dialogue_history"]) > len(r["history"]) == 2 for r in rows)
     template, line = training_template(rows)
     assert template == PolicyTemplate() and f"{len(rows)}/{len(rows)} training" in line
 

@@ -1,10 +1,13 @@
 """Dynamic sampling's choices on hand-made scored batches: which groups have no signal, the
-kept groups renumbered in order, batches joined, the step's metrics merged."""
+kept groups renumbered in order, batches joined, the step's metrics merged, and a step's refills
+against verl's behaviour at the draw limit."""
 import numpy as np
 import pytest
 
-from peer_rl.trainer.dynamic_sampling import (concat, group_values, merge_metrics, select_groups,
-                                      zero_variance, zero_variance_metrics)
+from peer_rl.config import ConfigError, FilterGroupsConfig, load_config
+from peer_rl.trainer.dynamic_sampling import (DynamicSamplingLimit, concat, group_values,
+                                              merge_metrics, refill, select_groups,
+                                              zero_variance, zero_variance_metrics)
 from peer_rl.protocol import Sample
 from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.protocol import Similarities
@@ -79,3 +82,80 @@ def test_metrics_of_a_step_count_and_weigh_every_batch():
     assert m["reward/format_rate"] == pytest.approx((0.5 * 4 + 1.0 * 2) / 6)
     z = zero_variance_metrics([a, b], 2)
     assert z["groups/zero_variance_share/reward"] == pytest.approx(2 / 3)
+
+
+def _draws(*batches):
+    """`refill`'s draw(): the given (rows, scored) batches in order, counted."""
+    it = iter(batches)
+    calls = []
+
+    def draw():
+        calls.append(1)
+        return next(it)
+    return draw, calls
+
+
+def _batch(tag, rewards, final=None):
+    return [{"id": f"{tag}{g}"} for g in range(len(rewards) // 2)], scored(rewards, final,
+                                                                            tag=tag)
+
+
+def test_the_draw_limit_defaults_to_none_and_at_the_limit_the_run_stops_as_in_verls_dapo():
+    # verl 0.9.1 (trainer/config/algorithm.py, ppo_trainer.yaml): max_num_gen_batches 0, no
+    # limit; its DAPO recipe raises when the limit is reached with the batch short
+    fg = load_config(["algorithm.filter_groups.enable=true"]).algorithm.filter_groups
+    assert (fg.max_num_gen_batches, fg.on_limit) == (0, "raise")
+    assert FilterGroupsConfig().max_num_gen_batches == 0
+    with pytest.raises(ConfigError, match="on_limit='keep': expected one of"):
+        load_config(["algorithm.filter_groups.on_limit=keep"])
+
+
+def test_without_a_limit_batches_are_drawn_until_the_batch_is_full():
+    tied = [_batch(f"t{i}", [1.0, 1.0, 2.0, 2.0]) for i in range(6)]
+    draw, calls = _draws(*tied[1:], _batch("v", [0.0, 1.0, 3.0, 2.0]))
+    rows, out, note = refill(tied[0], draw, FilterGroupsConfig(enable=True), 2, 2, step=1)
+    assert len(calls) == 6 and note is None
+    assert [r["id"] for r in rows] == ["v0", "v1"]
+    assert out.metrics["filter/gen_batches"] == 7 and out.metrics["filter/short"] == 0.0
+
+
+def test_at_the_limit_a_short_batch_raises_unless_on_limit_says_train_short():
+    first = _batch("a", [1.0, 2.0, 3.0, 3.0])            # one group of two varies
+    second = _batch("b", [0.0, 0.0, 1.0, 1.0])           # none does
+    fg = FilterGroupsConfig(enable=True, max_num_gen_batches=2)
+    with pytest.raises(DynamicSamplingLimit,
+                       match=r"step 4: dynamic sampling kept 1 of 2 group\(s\) whose final varies "
+                       r"after 2 batch\(es\) \(algorithm.filter_groups.max_num_gen_batches=2\); "
+                       r"algorithm.filter_groups.on_limit=raise"):
+        refill(first, _draws(second)[0], fg, 2, 2, step=4)
+    fg.on_limit = "train_short"
+    rows, out, note = refill(first, _draws(second)[0], fg, 2, 2, step=4)
+    assert [r["id"] for r in rows] == ["a0"] and note.endswith("training on those 1")
+    assert out.metrics["filter/short"] == 1.0 and out.metrics["filter/kept_groups"] == 1
+
+
+def _grpo_advantages(final, G=2):
+    """GRPO's (r - mean) / (std + eps) per group, unbiased std, by hand."""
+    out = []
+    for g in range(0, len(final), G):
+        x = np.array(final[g:g + G], float)
+        out += list((x - x.mean()) / (x.std(ddof=1) + 1e-6))
+    return np.array(out)
+
+
+def test_the_line_for_a_batch_with_no_signal_says_what_its_advantages_are():
+    fg = FilterGroupsConfig(enable=True, metric="reward", max_num_gen_batches=1,
+                            on_limit="train_short")
+    # every group ties on the judge's reward, but RUR's final varies in the first group
+    rewards, final = [2.0, 2.0, 1.0, 1.0], [1.5, 1.2, 0.8, 0.8]
+    _, out, note = refill(_batch("r", rewards, final), None, fg, 2, 2, step=1)
+    assert np.abs(_grpo_advantages(out.final)).max() > 0.5       # not all 0
+    assert "advantages are all 0" not in note and "all 0" not in note
+    assert "final (what the advantages are computed from) varies in 1 of its 2 group(s)" in note
+    fg.metric = "final"
+    _, out, note = refill(_batch("f", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, 2, step=1)
+    assert np.abs(_grpo_advantages(out.final)).max() == 0.0
+    assert note.endswith("training on the first batch, whose advantages are all 0")
+    fg.metric = "reward"
+    _, _, note = refill(_batch("g", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, 2, step=1)
+    assert note.endswith("whose reward and final both tie in every group: advantages all 0")

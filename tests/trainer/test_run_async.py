@@ -7,7 +7,7 @@ judge's reward, which for the tiny random policy is mostly 0, so whole groups of
 2 draws a step. Which groups come out of each draw is up to the models: every step is checked
 against a replay of the data order (its prompts come from the batches it drew, in order, right
 after the previous step's), every kept group's reward varies, and a short step is one that hit
-the draw limit."""
+the draw limit (on_limit=train_short: trained short rather than stopped)."""
 import json
 
 import pytest
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 MAX_DRAWS = 2
 RUN = ["trainer.async_training.staleness=1", "algorithm.filter_groups.enable=true",
        "algorithm.filter_groups.metric=reward",
-       f"algorithm.filter_groups.max_num_gen_batches={MAX_DRAWS}"]
+       f"algorithm.filter_groups.max_num_gen_batches={MAX_DRAWS}",
+       "algorithm.filter_groups.on_limit=train_short"]
 
 
 @pytest.fixture(scope="module")
