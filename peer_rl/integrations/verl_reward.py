@@ -17,10 +17,10 @@ Use (verl config):
 
 Defined behaviour: a response without the four steps is judged as peer-rl judges it (format 0,
 missing steps not asked, the raw text as the reply); an unparseable verdict scores 0 and counts
-in judge/parse_failures; an unreachable judge raises JudgeUnreachable after `retries` attempts
-(a silent 0 would train on a wrong reward); a group that never completes is answered after
-`group_timeout_s` from the members that came (rur/group_complete 0, a warning names the uid); a
-group of one has s_group 0.
+in judge/parse_failures; a judge that gives no usable answer (unreachable, 5xx, a malformed 200)
+raises JudgeUnreachable after `retries` attempts (a silent 0 would train on a wrong reward); a
+group that never completes is answered after `group_timeout_s` from the members that came
+(rur/group_complete 0, a warning names the uid); a group of one has s_group 0.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
+from peer_rl.integrations.judge_http import HttpJudge, JudgeUnreachable  # noqa: F401
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.judge_rounds import JudgeRounds, candidate_coin, judge_result
 from peer_rl.protocol import JudgeItem
@@ -74,56 +75,6 @@ class PeerRewardSettings:
             return OmegaConf.to_object(merged)
         except Exception as exc:     # omegaconf names the key and the expected type
             raise ValueError(f"reward.reward_kwargs: {exc}") from exc
-
-
-class JudgeUnreachable(RuntimeError):
-    """The judge server did not answer a request after every attempt."""
-
-
-class HttpJudge:
-    """Chat completions from an OpenAI-compatible judge server, greedy, retried with backoff."""
-
-    def __init__(self, url: str, model: str | None, timeout_s: float, retries: int):
-        self.url, self.model = url.rstrip("/"), model
-        self.timeout_s, self.retries = timeout_s, max(1, retries)
-
-    async def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            try:
-                async with aiohttp.ClientSession(timeout=timeout) as session:
-                    async with session.request(method, self.url + path, json=body) as resp:
-                        if 400 <= resp.status < 500:     # our request is wrong: no retry
-                            raise ValueError(f"judge at {self.url}{path} refused the request: "
-                                             f"HTTP {resp.status} {await resp.text()}")
-                        resp.raise_for_status()
-                        return await resp.json()
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                last = exc
-                if attempt + 1 < self.retries:
-                    await asyncio.sleep(min(2 ** attempt, 30))
-        raise JudgeUnreachable(f"judge at {self.url}{path} did not answer after "
-                               f"{self.retries} attempt(s): {type(last).__name__}: {last}")
-
-    async def served(self) -> dict:
-        """The server's model card (vLLM's carries max_model_len)."""
-        cards = (await self._request("GET", "/models")).get("data") or []
-        if self.model is None:
-            if len(cards) != 1:
-                raise ValueError(f"judge at {self.url} serves {len(cards)} models "
-                                 f"({[c.get('id') for c in cards]}): set "
-                                 "reward.reward_kwargs.judge_model")
-            self.model = cards[0]["id"]
-        return next((c for c in cards if c.get("id") == self.model), {})
-
-    async def answer(self, messages: list[dict], max_tokens: int) -> str:
-        out = await self._request("POST", "/chat/completions", {
-            "model": self.model, "messages": messages, "temperature": 0.0,
-            "max_tokens": max_tokens})
-        return out["choices"][0]["message"]["content"] or ""
 
 
 @dataclass
