@@ -207,7 +207,7 @@ def check_reward_path(config, rur: bool) -> None:
     """Refuse, at start-up, the verl paths on which the manager cannot score right.
 
     verl scores on one of two paths: streamed from the agent loop (no reward model, or one in
-    its own resource pool), each sample with its row, `uid` and `session_id`; or, when it serves
+    its own resource pool), each sample alone with its row and `uid`; or, when it serves
     a reward model on the trainer's GPUs, in a batch after rollout. V1's batch
     (`_compute_reward_colocate`) carries only the prompt and response, no `uid`, history or
     reference. The legacy trainer's batch carries them but is padded with copies of its first
