@@ -279,6 +279,7 @@ def test_a_rollout_that_fails_before_scoring_holds_its_group_only_the_group_time
     (s_group recomputed here by peer-rl's redundancy worker); the other groups are whole."""
     from workers.redundancy import RedundancyWorker
 
+    assert report["agent_loop"]["group_timeout_s"] <= 60      # the default bound (was 600 s)
     out = report["agent_loop"]["failed_sibling"]
     assert out["ok"], out
     assert out["status"] == {"group-en": "finished", "group-zh": "failure",
