@@ -84,6 +84,16 @@ def test_metrics_of_a_step_count_and_weigh_every_batch():
     assert z["groups/zero_variance_share/reward"] == pytest.approx(2 / 3)
 
 
+def test_the_final_share_counts_ties_of_the_reweighted_values_not_the_rewards():
+    """Two drawn batches of groups of 2: rewards tie in 3 of 4 groups; after RUR's reweighting
+    (final) a tied reward of 1 splits (0.5 vs 0.7) and a tied 0 stays tied: 2 of 4."""
+    a = scored([1.0, 1.0, 5.0, 5.0], final=[0.5, 0.7, 2.0, 2.0])
+    b = scored([0.0, 0.0, 1.0, 3.0], final=[0.0, 0.0, 0.4, 1.5])
+    z = zero_variance_metrics([a, b], 2)
+    assert z["groups/zero_variance_share/reward"] == pytest.approx(3 / 4)
+    assert z["groups/zero_variance_share/final"] == pytest.approx(2 / 4)
+
+
 def _draws(*batches):
     """`refill`'s draw(): the given (rows, scored) batches in order, counted."""
     it = iter(batches)

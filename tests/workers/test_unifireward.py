@@ -115,11 +115,6 @@ def test_score_four_batched_rounds(judge, tiny_models, monkeypatch):
         assert 0.0 <= r.reward <= 3.0
         assert r.asked == sum(s is not None for s in it.steps) + 1
         assert 0 <= r.parse_failures <= r.asked
-        # the paper's reward, written out here: 0.5 per step judged correct, 0.5 if the reply is
-        # preferred or tied, 1 for Steps 1-4 present in order
-        by_hand = 0.5 * sum(v is True for v in r.step_verdicts) \
-            + 0.5 * (r.preference_ok is True) + 1.0 * it.format_complete
-        assert r.reward == pytest.approx(by_hand)
     assert results[3].step_verdicts[1] is None and results[3].raw[1] == ""
     assert results[4].step_verdicts == [None, None, None]
 
@@ -172,3 +167,37 @@ def test_the_judge_sees_the_face_in_the_step2_round(judge, monkeypatch):
     captured.clear()
     judge.score([JudgeItem(**{**visual.__dict__, "steps": [STEPS[0], None, STEPS[2]]})])
     assert all(ids.count(image_token) == 0 for r in captured for ids in r)
+
+
+# the judge's answer to each round, by the question's language: step 1 judged correct, step 2
+# negated (False), step 3 hedged (a parse failure), the preference "first"
+SCRIPT = {"en": ["True", "Not true.", "Probably true", "The first sentence is better"],
+          "zh": ["正确", "不正确", "可能正确", "第一句更好"]}
+ROUND = {"Step 1 of": 0, "Step 2 of": 1, "Step 3 of": 2, "Which reply is better": 3,
+         "步骤1": 0, "步骤2": 1, "步骤3": 2, "哪条回复更好": 3}
+
+
+def test_known_answers_give_the_papers_reward_worked_out_by_hand(judge, monkeypatch):
+    """The engine's answers replaced by known ones: the rewards of five items, by hand, from
+    r = 0.5 x (steps True) + 0.5 x (candidate preferred or tied) + 1 x (format complete)."""
+    def scripted(conversations):
+        out = []
+        for c in conversations:
+            last = c[-1]["content"]
+            last = last if isinstance(last, str) else " ".join(p.get("text", "") for p in last)
+            k = [v for key, v in ROUND.items() if key in last]
+            assert len(k) == 1, last
+            out.append(SCRIPT["zh" if "哪条" in last or "步骤" in last else "en"][k[0]])
+        return out
+
+    monkeypatch.setattr(judge, "answer", scripted)
+    items = [item(), item(first=False), item(lang="zh", history=HISTORY_ZH),
+             item(steps=[STEPS[0], None, STEPS[2]], complete=False),
+             item(steps=[None, None, None], complete=False)]
+    results = judge.score(items)
+    # 0: step 1 (0.5) + preferred, shown first (0.5) + format (1); 1: the reference was first
+    # (0); 2: as 0, in Chinese; 3: step 1, preferred, no format; 4: only the preference
+    assert [r.reward for r in results] == [2.0, 1.5, 2.0, 1.0, 0.5]
+    assert [r.step_verdicts for r in results[:3]] == [[True, False, None]] * 3
+    assert results[3].step_verdicts == [True, None, None] and results[3].asked == 3
+    assert [r.parse_failures for r in results] == [1, 1, 1, 1, 0]
