@@ -408,7 +408,10 @@ class Controller:
                 look_ahead = bool(self.staleness) and self.step + 1 < total and not stop.signal
                 metrics, ahead = self.train_step(rows, scored, timing, look_ahead)
                 self.step += 1
-                if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
+                # after a stop signal the checkpoint comes first: an evaluation against a slow
+                # judge endpoint could outlast the scheduler's grace period and lose the step
+                if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0 \
+                        and not stop.signal:
                     metrics |= self.evaluate()
                 self.metrics.log(self.step, metrics)
                 bar.update(1)

@@ -178,15 +178,36 @@ def check_fresh_output(cfg, out: Path) -> None:
         if not (Path(cfg.resume) / STATE_FILE).exists():
             raise ConfigError(f"resume={cfg.resume}: not a complete checkpoint (no "
                               f"{STATE_FILE}); expected <output_dir>/checkpoints/step_N")
-    if cfg.resume != "disable" or not out.exists():
+    if cfg.resume not in ("disable", "auto") or not out.exists():
         return
     if not out.is_dir():
         raise ConfigError(f"trainer.output_dir={out}: exists and is not a directory")
+    from peer_rl.trainer.checkpoints import latest_checkpoint
+
+    if cfg.resume == "auto" and latest_checkpoint(out) is not None:
+        return
+    # resume=auto without a complete checkpoint starts afresh, as resume=disable does: it
+    # would replace the run's metrics and final policy, so the same refusal holds
     held = [name for name in ("metrics.jsonl", "checkpoints", "final") if (out / name).exists()]
     if held:
-        raise ConfigError(f"resume=disable: trainer.output_dir={out} already holds a run "
-                          f"({', '.join(held)}); pass resume=auto to continue it, or choose "
-                          "another trainer.output_dir")
+        why = "pass resume=auto to continue it" if cfg.resume == "disable" else \
+            "it has no complete checkpoint to continue from: move it aside"
+        raise ConfigError(f"resume={cfg.resume}: trainer.output_dir={out} already holds a run "
+                          f"({', '.join(held)}); {why}, or choose another trainer.output_dir")
+
+
+def claim_output(cfg, out: Path, command: str = "train"):
+    """The output directory as this run's own (peer_rl.data.out_paths: never a data root or a
+    model directory, never one another command wrote), locked for this process: a second run
+    on it is refused naming the first's pid. Returns the lock (held until the process ends)."""
+    from peer_rl.data.out_paths import claim_dir, lock_dir
+
+    inputs = [cfg.data.root, cfg.model.path]
+    inputs += [cfg.reward_model.get(k) for k in ("path", "outcome_path")] \
+        if "reward_model" in cfg else []
+    # its own earlier output may be written over: check_fresh_output has refused a run there
+    claim_dir(out, command, inputs, force=True, flag="trainer.output_dir")
+    return lock_dir(out, f"{command} run")
 
 
 def check_shared_output(actor_handles: list, out: Path) -> None:
@@ -235,7 +256,7 @@ def run(overrides: list[str]) -> Path:
         quiet_driver()
     out = Path(cfg.trainer.output_dir).resolve()
     check_fresh_output(cfg, out)
-    out.mkdir(parents=True, exist_ok=True)
+    lock = claim_output(cfg, out)     # noqa: F841 (held while this process writes out)
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
           flush=True)

@@ -318,7 +318,11 @@ def run_supervised(cfg, kind: str) -> Path:
     if cfg.resume == "disable" and (storage / RUN_NAME).exists():
         raise ConfigError(f"resume=disable: {storage / RUN_NAME} already holds a run; pass "
                           "resume=auto to continue it or choose another trainer.output_dir")
-    _log(f"{'sft' if kind == 'sft' else 'train-rm'}: recipe={cfg.recipe} kind={kind} "
+    from peer_rl.trainer.run import claim_output
+
+    stage = "sft" if kind == "sft" else "train-rm"
+    lock = claim_output(cfg, out, stage)    # noqa: F841 (held while this process writes out)
+    _log(f"{stage}: recipe={cfg.recipe} kind={kind} "
          f"output_dir={out}")
     plan = plan_stage(cfg, kind)
     out.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,7 @@ SHIPPED_DIR = Path(__file__).resolve().parents[1] / "bundled" / "models" / "tiny
 MANIFEST = "manifest.json"
 STAGES = (("judge", "rm"), ("policy", "sft"))   # each trained by its kind's default recipe
 BUILD_COMMAND = "peer-rl models build-tiny"
+BUILT_BY = "models build-tiny"          # its output marker (peer_rl.data.out_paths)
 
 
 def _hash_files(h, root: Path, pattern: str = "*"):
@@ -219,6 +220,7 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
     import torch
     import transformers
 
+    from peer_rl.data.out_paths import mark_dir
     from peer_rl.supervised.config import load_supervised_config
 
     out_dir = Path(out_dir).resolve()
@@ -239,6 +241,7 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
                                         "final_loss": round(state["loss"], 4),
                                         "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        mark_dir(staging, BUILT_BY)     # what a later build may replace
         # copied beside out_dir first, then swapped in by renames: never a half-written copy
         new, old = (out_dir.with_name(out_dir.name + suffix) for suffix in (".new", ".old"))
         for leftover in (new, old):
