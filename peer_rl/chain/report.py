@@ -9,7 +9,6 @@ across methods; what is missing is listed, not guessed.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from pathlib import Path

@@ -2,8 +2,6 @@
 `peer-rl models build-tiny`: the trained tiny judge and policy peer-rl ships."""
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def _list(args) -> int:
     from peer_rl.models.pinned import PINNED, fetched, pinned_dir

@@ -154,6 +154,15 @@ def claim_files(root: str | Path, rels, command: str, inputs=(), force: bool = F
     return [claim_file(Path(root) / r, command, inputs, force, flag) for r in rels]
 
 
+def claim_run_dir(out: str | Path, command: str, inputs=()):
+    """A training run's output directory (trainer.output_dir): claimed as `command`'s (its own
+    earlier output may be written over: the caller has refused to replace a run there), and
+    locked for this process, so a second run on it is refused naming the first's pid. Returns
+    the lock, held until it is closed or the process ends."""
+    claim_dir(out, command, inputs, force=True, flag="trainer.output_dir")
+    return lock_dir(out, f"{command} run")
+
+
 def plain_name(name: str, what: str) -> str:
     """A file or directory name from the command line: one path component, no climbing."""
     if not name or name in (".", "..") or any(c in name for c in "/\\") or "\0" in name:

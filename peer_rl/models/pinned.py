@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import shutil
 import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field

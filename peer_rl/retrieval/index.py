@@ -183,7 +183,9 @@ class ExemplarIndex:
             if not (d / name).is_file():
                 raise FileNotFoundError(f"{d}: no {name} (build one with `peer-rl index build "
                                         f"DATA --out {d}`)")
-        self.info = json.loads((d / INFO_FILE).read_text(encoding="utf-8"))
+        from peer_rl.data.out_paths import read_json
+
+        self.info = read_json(d / INFO_FILE, "index info")
         if embedding_model is not None and embedding_model != self.info["embedding_model"]:
             raise IndexMismatch(
                 f"{d} was built with embedding model {self.info['embedding_model']!r}; this run "

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from peer_rl.config import load_config, save_config
+from peer_rl.data.out_paths import claim_run_dir
 from peer_rl.runtime import init_ray, quiet_driver
 
 
@@ -69,8 +70,6 @@ def check_judges(cfg, judge: str) -> None:
 def resolve_index(cfg, out: Path) -> str:
     """retrieval.index, or an index built from data.root's exemplars/ (else preference/) into
     <output_dir>/index, rebuilt only when the source files or the embedding model change."""
-    import json
-
     from peer_rl.data.bundled import sample_root
     from peer_rl.retrieval.corpus import load_exemplars
     from peer_rl.retrieval.index import INFO_FILE, build_index
@@ -83,7 +82,9 @@ def resolve_index(cfg, out: Path) -> str:
     target = out / "index"
     info_path = target / INFO_FILE
     if info_path.exists():
-        info = json.loads(info_path.read_text(encoding="utf-8"))
+        from peer_rl.data.out_paths import read_json
+
+        info = read_json(info_path, "index info")
         if info.get("source_sha256") == src["sha256"] and \
                 info.get("embedding_model") == cfg.retrieval.embedding_model:
             return str(target)
@@ -196,19 +197,6 @@ def check_fresh_output(cfg, out: Path) -> None:
                           f"({', '.join(held)}); {why}, or choose another trainer.output_dir")
 
 
-def claim_output(cfg, out: Path, command: str = "train"):
-    """The output directory as this run's own (peer_rl.data.out_paths: never a data root or a
-    model directory, never one another command wrote), locked for this process: a second run
-    on it is refused naming the first's pid. Returns the lock (held until the process ends)."""
-    from peer_rl.data.out_paths import claim_dir, lock_dir
-
-    inputs = [cfg.data.root, cfg.model.path]
-    inputs += [cfg.reward_model.get(k) for k in ("path", "outcome_path")] \
-        if "reward_model" in cfg else []
-    # its own earlier output may be written over: check_fresh_output has refused a run there
-    claim_dir(out, command, inputs, force=True, flag="trainer.output_dir")
-    return lock_dir(out, f"{command} run")
-
 
 def check_shared_output(actor_handles: list, out: Path) -> None:
     """Each policy rank writes a probe file into the output directory, which the controller
@@ -244,6 +232,22 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
 
 
 def run(overrides: list[str]) -> Path:
+    cfg = load_config(overrides)
+    if not cfg.logging.verbose:
+        quiet_driver()
+    out = Path(cfg.trainer.output_dir).resolve()
+    check_fresh_output(cfg, out)
+    # check_fresh_output has refused a run there to replace; locked while this run writes it
+    inputs = [cfg.data.root, cfg.model.path, cfg.reward_model.path, cfg.reward_model.outcome_path]
+    lock = claim_run_dir(out, "train", inputs)
+    try:
+        return _train(cfg, out)
+    finally:
+        lock.close()
+
+
+def _train(cfg, out: Path) -> Path:
+    """The run, in the output directory run() has claimed and locked."""
     from peer_rl.trainer.checkpoints import STATE_FILE, resume_checkpoint, saved_prompt_selection
     from peer_rl.trainer.controller import Controller
     from peer_rl.data.loading import row_language
@@ -251,12 +255,6 @@ def run(overrides: list[str]) -> Path:
     from peer_rl.trainer.placement import PoolFactory
     from peer_rl.trainer.preemption import RunStopped, StopRequest
 
-    cfg = load_config(overrides)
-    if not cfg.logging.verbose:
-        quiet_driver()
-    out = Path(cfg.trainer.output_dir).resolve()
-    check_fresh_output(cfg, out)
-    lock = claim_output(cfg, out)     # noqa: F841 (held while this process writes out)
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
           flush=True)

@@ -128,14 +128,16 @@ def _code_and_data_key(kind: str) -> str:
 def remembered_stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     """stage_inputs, worked out once per version of peer-rl's code and data and kept in
     <cache_dir>/inputs/ (it reads every training row through the tokenizer: seconds a run)."""
+    from peer_rl.data.out_paths import DamagedFile, read_json, write_atomic
+
     memo = Path(cache_dir) / "inputs" / f"{_code_and_data_key(kind)[:24]}.json"
     if memo.exists():
-        return json.loads(memo.read_text(encoding="utf-8"))
+        try:
+            return read_json(memo)
+        except DamagedFile:            # cut short: worked out again and rewritten whole
+            pass
     inputs = stage_inputs(cache_dir, kind)
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(inputs), encoding="utf-8")
-    os.replace(tmp, memo)
+    write_atomic(memo, json.dumps(inputs))
     return inputs
 
 
