@@ -40,7 +40,7 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
     if torn:
         print(f"[peer-rl] {path}:{torn}: dropped a torn last line (cut off "
               "by a crash mid-write)", file=sys.stderr)
-    return int(torn)
+    return 1 if torn else 0
 
 
 # the append-only logs of a run directory: a resume cuts each back to its checkpoint's step

@@ -5,11 +5,12 @@ train-rm, eval rm, GRPO runs per recipe and seed, held-out evaluations) run in o
 A chain file (recipes/chains/*.yaml) holds `out` (where every stage writes), `seeds`, any other
 values the stages interpolate, and `stages`: each a `name`, the `run` arguments of one peer-rl
 command and `done`, a path that exists once the stage has finished. A stage whose `done` exists
-is skipped, so rerunning the command continues an interrupted chain (a `done` file that is
-JSON must parse: a damaged one is moved aside to `<name>.damaged` and its stage runs again) (the GRPO stages also pass
-resume=auto and continue from their last checkpoint). `{seed}` in a stage with `per_seed: true`
-expands it once per seed. Each stage's output goes to <out>/logs/<stage>.log; a failing stage
-stops the chain with its exit status and the log named.
+is skipped, so rerunning the command continues an interrupted chain (the GRPO stages also pass
+resume=auto and continue from their last checkpoint); a `done` file that is JSON must parse, a
+damaged one is moved aside to `<name>.damaged` and its stage runs again. The chain holds a lock
+on `out` while it runs: a second chain there is refused, naming the first's pid. `{seed}` in a
+stage with `per_seed: true` expands it once per seed. Each stage's output goes to
+<out>/logs/<stage>.log; a failing stage stops the chain with its exit status and the log named.
 """
 from __future__ import annotations
 

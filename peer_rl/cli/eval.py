@@ -41,6 +41,7 @@ def _file_errors() -> dict:
 
 def _eval_rm(args) -> int:
     from peer_rl.data.bundled import sample_root
+    from peer_rl.data.out_paths import claim_file
     from peer_rl.evaluation.rm import evaluate_rm, format_table
 
     if bool(args.model) == bool(args.prm or args.orm) or bool(args.prm) != bool(args.orm):
@@ -51,8 +52,6 @@ def _eval_rm(args) -> int:
             raise CommandError(f"{flag} {path}: no config.json there (expected an HF model "
                                "directory, e.g. outputs/unifireward_tiny/final)")
     root = args.data or sample_root()
-    from peer_rl.data.out_paths import claim_file
-
     claim_file(args.out, "eval rm", [root, args.model, args.prm, args.orm], args.force)
     report = evaluate_rm(root, args.model or args.prm, args.out, max_tokens=args.max_tokens,
                          kv_cache_gib=args.kv_cache_gib, max_model_len=args.max_model_len,
@@ -84,13 +83,12 @@ def _eval_rm(args) -> int:
 
 def _eval_pairs(args) -> int:
     from peer_rl.data.bundled import sample_root
+    from peer_rl.data.out_paths import claim_file
     from peer_rl.evaluation.pairs import evaluate_pairs
 
     if not Path(args.model, "config.json").exists():
         raise CommandError(f"--model {args.model}: no config.json there (expected the final "
                            "directory of `peer-rl train-rm recipe=escrag_rm...`)")
-    from peer_rl.data.out_paths import claim_file
-
     claim_file(args.out, "eval pairs", [args.data or sample_root(), args.model], args.force)
     rep = evaluate_pairs(args.data or sample_root(), args.model, args.out, args.files,
                          args.kv_cache_gib, args.max_model_len, args.limit)

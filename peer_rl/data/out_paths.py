@@ -228,7 +228,8 @@ def read_json(path: str | Path, what: str = ""):
 def read_jsonl(path: str | Path) -> tuple[list[dict], int, bool]:
     """The records of an append-only log; (records, torn, needs_repair): a last line that does
     not parse (a crash mid-append) is dropped (torn: its line number, else 0), and a file not
-    ending in a newline needs its tail rewritten before the next append. A bad line elsewhere: DamagedFile naming it."""
+    ending in a newline needs its tail rewritten before the next append. A bad line elsewhere:
+    DamagedFile naming it."""
     path = Path(path)
     if not path.exists():
         return [], 0, False

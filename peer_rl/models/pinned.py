@@ -143,10 +143,20 @@ def fetched(name: str) -> bool:
 
 
 def _keep_wheel(wheel: Path, kept: Path) -> None:
-    """The checked wheel copied into the cache beside and renamed in (never half a wheel)."""
-    from peer_rl.data.out_paths import write_atomic
+    """The checked wheel copied into the cache beside, fsynced and renamed in (never half a
+    wheel under the cached name)."""
+    import shutil
 
-    write_atomic(kept, wheel.read_bytes())
+    from peer_rl.runtime import fsync_dir
+
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_name(kept.name + ".tmp")
+    with open(wheel, "rb") as src, open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, kept)
+    fsync_dir(kept.parent)
 
 
 def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
