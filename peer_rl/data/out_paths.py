@@ -92,12 +92,14 @@ def _foreign(directory: Path) -> list[str]:
 
 # ------------------------------------------------------------------------- claims
 def claim_dir(out: str | Path, command: str, inputs=(), force: bool = False,
-              resume: bool = False, create: bool = True, flag: str = "--out") -> Path:
+              resume: bool = False, create: bool = True, flag: str = "--out",
+              run_state: str = "") -> Path:
     """`out` as `command`'s output directory, refused (OutputError, nothing written) when it is
     an input or holds one, is a file, or holds anything `command` did not write; an earlier
     output of `command` only with `force` (replaced) or `resume` (continued). `create`: make it
     and mark it now (False: the caller writes it elsewhere and renames it in, marked with
-    `mark_dir`)."""
+    `mark_dir`). `run_state`: with `resume`, the run file (relative to `out`) by which a run
+    `command` began before it left markers is recognised and continued."""
     out = Path(out)
     refuse_inside(out, inputs, flag)
     if out.exists() and not out.is_dir():
@@ -105,6 +107,8 @@ def claim_dir(out: str | Path, command: str, inputs=(), force: bool = False,
     found = _foreign(out) if out.is_dir() else []
     if found:
         owner = read_marker(out).get("command")
+        if owner is None and resume and run_state and (out / run_state).is_file():
+            owner = command
         listed = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
         if owner != command:
             by = f"the output of `peer-rl {owner}`" if owner else \

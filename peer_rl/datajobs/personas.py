@@ -53,7 +53,8 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
     from peer_rl.data.out_paths import claim_dir, mark_dir, write_atomic
 
     root, out = Path(root), Path(out)
-    claim_dir(out, "data personas", [root], resume=True, create=False)   # the store makes it
+    claim_dir(out, "data personas", [root], resume=True, create=False,
+              run_state="run.json")   # the store makes it
     seekers, loaded, no_history = seekers_of(root, cfg)
     seekers = seekers[:cfg.limit] if cfg.limit else seekers
     inputs = {"root": str(root), "files": {f: job.sha256(root / f) for f in loaded.files}}

@@ -184,7 +184,8 @@ def run_preference(out: str | Path, cfg, endpoints=None) -> dict:
 
     out = Path(out)
     seeds = Path(cfg.preference.seeds or SAMPLE_EVAL / "esc_cards.json")
-    claim_dir(out, "data preference", [seeds], resume=True)    # a rerun continues its run
+    claim_dir(out, "data preference", [seeds], resume=True,
+              run_state="_jobs/preference/run.json")    # a rerun continues its run
     loaded = load_role_cards(seeds, cfg.skip_invalid)
     cards = loaded.items[:cfg.limit] if cfg.limit else loaded.items
     cases = [SeedCase(c.id, c.language, c.base) for c in cards]

@@ -18,7 +18,7 @@ from peer_rl.evaluation.report import write_report
 from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.evaluation.sage import sage_case, summarise_sage
-from peer_rl.evaluation.store import RunStore
+from peer_rl.evaluation.store import MANIFEST_FILE, RunStore
 from peer_rl.evaluation.endpoints import party_record
 
 # what identifies a party's answers (operational knobs such as concurrency may change on rerun)
@@ -175,7 +175,7 @@ def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     loaded, inputs = _inputs(protocol, cfg)
     # the store makes the directory (private to the user) and marks it once it holds the lock
     claim_dir(out_dir, f"eval {protocol}", _input_paths(cfg, inputs), resume=True,
-              create=False)
+              create=False, run_state=MANIFEST_FILE)
     left_out = _keep_languages(loaded, cfg.languages)
     todo = loaded.items[:cfg.limit] if cfg.limit else loaded.items
     manifest = manifest_of(protocol, cfg, inputs)

@@ -108,3 +108,21 @@ def test_a_ladder_rung_cannot_climb_out_of_its_directory(tmp_path):
     path.write_text("protocol: diversity\nrungs:\n  - {name: '..', overrides: []}\n")
     with pytest.raises(ConfigError, match="plain names"):
         load_ladder(str(path), [])
+
+
+def test_a_run_begun_before_markers_is_continued_by_its_run_file(tmp_path):
+    """An evaluation or data-job directory with no marker but its run file (run.json, as the
+    store writes it) is that command's run: a rerun continues it. Another file is not enough."""
+    from peer_rl.data.out_paths import MARKER, claim_dir
+
+    old = tmp_path / "esc_run"
+    old.mkdir()
+    (old / "run.json").write_text('{"protocol": "esc"}')
+    (old / "cases.jsonl").write_text("")
+    claim_dir(old, "eval esc", resume=True, run_state="run.json")
+    assert json.loads((old / MARKER).read_text())["command"] == "eval esc"
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "cases.jsonl").write_text("mine\n")
+    with pytest.raises(OutputError, match="did not write"):
+        claim_dir(other, "eval esc", resume=True, run_state="run.json")
