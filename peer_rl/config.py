@@ -428,7 +428,9 @@ def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
         for k in keys[:-1]:
             node = node[k]
         node[keys[-1]] = raw
-    Path(path).write_text(OmegaConf.to_yaml(OmegaConf.create(data)), encoding="utf-8")
+    from peer_rl.data.out_paths import write_atomic    # whole or absent: a resume reads it
+
+    write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(data)))
 
 
 _FROM_ENV: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: "${oc.env:...}"}

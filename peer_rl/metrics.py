@@ -34,37 +34,17 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
     that does not parse (a crash mid-write) is dropped with a warning; one elsewhere is a
     damaged file and stops the resume, naming the line. The file is rewritten atomically.
     Returns the number of torn lines dropped."""
-    import os
-    import sys
+    from peer_rl.data.out_paths import repair_jsonl
 
-    if not path.exists():
-        return 0
-    lines = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8",
-                                                                errors="replace").splitlines(), 1)
-             if line.strip()]
-    kept, torn = [], 0
-    for k, (number, line) in enumerate(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if k == len(lines) - 1:
-                torn = 1
-                print(f"[peer-rl] {path}:{number}: dropped a torn last line (cut off by a "
-                      "crash mid-write)", file=sys.stderr)
-                continue
-            from peer_rl.errors import ConfigError
+    _, torn = repair_jsonl(path, last_step)
+    if torn:
+        print(f"[peer-rl] {path}:{torn}: dropped a torn last line (cut off "
+              "by a crash mid-write)", file=sys.stderr)
+    return 1 if torn else 0
 
-            raise ConfigError(f"{path}:{number}: not a JSON record (expected one object per "
-                             "line); move the file aside to resume without it") from None
-        if rec.get("step", 0) <= last_step:
-            kept.append(line)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("".join(k + "\n" for k in kept))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return torn
+
+# the append-only logs of a run directory: a resume cuts each back to its checkpoint's step
+LOGS = ("metrics.jsonl", "samples.jsonl", "timeline.jsonl")
 
 
 class MetricsSink:
@@ -73,7 +53,7 @@ class MetricsSink:
     def __init__(self, output_dir: Path, loggers: list[str], resume_step: int | None = None):
         self.path = output_dir / "metrics.jsonl"
         self.loggers = set(loggers)
-        for path in (self.path, output_dir / "samples.jsonl"):
+        for path in (output_dir / name for name in LOGS):
             if resume_step is not None:
                 truncate_jsonl(path, resume_step)
             elif path.exists():

@@ -2,7 +2,7 @@
 metrics.jsonl, and the evaluation reports' bars and lines (peer_rl.evaluation.figures)."""
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 
@@ -19,7 +19,13 @@ def pyplot():
 def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
                 title: str = "", width: int = 720, height: int = 420) -> Path | None:
     """Line plot of `keys` against `step` on one shared y axis (at least [0, 1])."""
-    recs = [json.loads(x) for x in Path(metrics_path).read_text().splitlines() if x.strip()]
+    from peer_rl.data.out_paths import DamagedFile, read_jsonl
+
+    try:                              # a torn last line (a crash mid-append) is left out
+        recs = read_jsonl(metrics_path)[0]
+    except DamagedFile as exc:        # a figure is not worth failing a finished run for
+        print(f"[peer-rl] no curves figure: {exc}", file=sys.stderr, flush=True)
+        return None
     series = {k: [(r["step"], r[k]) for r in recs if isinstance(r.get(k), (int, float))]
               for k in keys}
     series = {k: v for k, v in series.items() if v}

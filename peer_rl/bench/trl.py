@@ -295,6 +295,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-defaults", action="store_true",
                     help="skip the TRL-at-its-defaults row (beta 0)")
     ap.add_argument("--json", default="", help="also write every side's raw figures here")
+    ap.add_argument("--force", action="store_true", help="replace a --json file this bench wrote")
     ap.add_argument("--peer", action="append", default=[], metavar="KEY=VALUE",
                     help="an override for peer-rl's side (repeatable), e.g. actor.world_size=1")
     ap.add_argument("--peer-only", action="store_true",
@@ -310,6 +311,10 @@ def main(argv: list[str]) -> int:
         raise ConfigError("--steps: at least 2 (the first is warm-up)")
     if args.repeats < 1:
         raise ConfigError(f"--repeats {args.repeats}: expected at least 1")
+    if args.json:                     # refused now, not after minutes of steps
+        from peer_rl.data.out_paths import claim_file
+
+        claim_file(args.json, "bench trl", force=args.force, flag="--json")
     if not args.peer_only:
         check_trl()
     from peer_rl.config import load_config
@@ -343,7 +348,9 @@ def main(argv: list[str]) -> int:
         print("\n" + spread([(rows[0][1], rows[1][1]) for rows in runs]))
     if args.json:
         out = dict(runs[0]) if len(runs) == 1 else [dict(rows) for rows in runs]
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        from peer_rl.data.out_paths import write_atomic
+
+        write_atomic(args.json, json.dumps(out, indent=1))
     return 0
 
 

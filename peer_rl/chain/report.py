@@ -9,12 +9,13 @@ across methods; what is missing is listed, not guessed.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from peer_rl.data.out_paths import read_json, read_jsonl, write_atomic
 
 RUN = re.compile(r"^(?P<method>.+)_s(?P<seed>\d+)(?:_step(?P<step>\d+))?$")
 CURVE_KEYS = ("reward/mean", "reward/format_rate", "rur/s_group/mean", "rur/s_hist/mean")
@@ -73,7 +74,7 @@ def judge_table(out: Path) -> list[str]:
         path = out / "eval_rm" / f"{name}.json"
         if not path.exists():
             continue
-        rep = json.loads(path.read_text(encoding="utf-8"))
+        rep = read_json(path, "`eval rm` report")
         if rep["metrics"].get("all"):
             rows.append((label, rep["metrics"]["all"]))
         if name == "judge" and rep.get("majority_baseline", {}).get("metrics", {}).get("all"):
@@ -94,8 +95,7 @@ def judge_table(out: Path) -> list[str]:
 def _curves(out: Path) -> dict[str, list[dict]]:
     runs = {}
     for path in sorted((out / "grpo").glob("*/metrics.jsonl")):
-        runs[path.parent.name] = [json.loads(x) for x in path.read_text().splitlines()
-                                  if x.strip()]
+        runs[path.parent.name] = read_jsonl(path)[0]    # a torn last line left out
     return runs
 
 
@@ -145,8 +145,8 @@ def plot_runs(runs: dict[str, list[dict]], path: Path) -> Path | None:
 def held_out_table(out: Path) -> list[str]:
     reports: dict[str, dict[str, dict]] = defaultdict(dict)
     for path in sorted((out / "eval").glob("*/*/report.json")):
-        reports[path.parent.parent.name][path.parent.name] = json.loads(
-            path.read_text(encoding="utf-8"))["summary"]
+        reports[path.parent.parent.name][path.parent.name] = read_json(
+            path, "evaluation report")["summary"]
     if not reports:
         return ["No held-out evaluations yet."]
     lines = ["| policy | runs | " + " | ".join(c for c, _, _ in HELD_OUT) + " |",
@@ -163,7 +163,7 @@ def safety_table(out: Path) -> list[str]:
     """Pass rate per probe group (crisis, ...), mean +- sd over seeds."""
     found: dict[str, dict] = {}
     for path in sorted((out / "eval").glob("*/safety/report.json")):
-        found[path.parent.parent.name] = json.loads(path.read_text(encoding="utf-8"))["summary"]
+        found[path.parent.parent.name] = read_json(path, "evaluation report")["summary"]
     if not found:
         return []
     groups = sorted({g for s in found.values() for g in s.get("groups", {})})
@@ -196,6 +196,4 @@ def write_chain_report(values: dict) -> Path:
               "s_group penalises, history what s_hist penalises). ESC-Eval, SAGE and safety are "
               "judged by the chain's judge party (SmolLM2-135M-Instruct in the smollm2 chain: a "
               "weak judge).", "", *held_out_table(out), "", *safety_table(out)]
-    md = out / "report.md"
-    md.write_text("\n".join(lines), encoding="utf-8")
-    return md
+    return write_atomic(out / "report.md", "\n".join(lines))

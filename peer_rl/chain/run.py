@@ -6,12 +6,15 @@ A chain file (recipes/chains/*.yaml) holds `out` (where every stage writes), `se
 values the stages interpolate, and `stages`: each a `name`, the `run` arguments of one peer-rl
 command and `done`, a path that exists once the stage has finished. A stage whose `done` exists
 is skipped, so rerunning the command continues an interrupted chain (the GRPO stages also pass
-resume=auto and continue from their last checkpoint). `{seed}` in a stage with `per_seed: true`
-expands it once per seed. Each stage's output goes to <out>/logs/<stage>.log; a failing stage
-stops the chain with its exit status and the log named.
+resume=auto and continue from their last checkpoint); a `done` file that is JSON must parse, a
+damaged one is moved aside to `<name>.damaged` and its stage runs again. The chain holds a lock
+on `out` while it runs: a second chain there is refused, naming the first's pid. `{seed}` in a
+stage with `per_seed: true` expands it once per seed. Each stage's output goes to
+<out>/logs/<stage>.log; a failing stage stops the chain with its exit status and the log named.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -88,12 +91,47 @@ def _stage(s: dict, seed) -> Stage:
     return Stage(fill(s["name"]), tuple(args), fill(str(s["done"])))
 
 
+def stage_done(done: str | Path) -> bool:
+    """Whether a stage's `done` path marks it finished. Every stage writes its mark whole
+    (peer_rl.data.out_paths.write_atomic), so a JSON mark that does not parse was written by
+    something else or damaged later: it is moved aside (kept, named) and the stage redone."""
+    from peer_rl.data.out_paths import DamagedFile, read_json
+
+    path = Path(done)
+    if not path.exists():
+        return False
+    if path.is_file() and path.suffix == ".json":
+        try:
+            read_json(path)
+        except DamagedFile as exc:
+            aside = path.with_name(path.name + ".damaged")
+            os.replace(path, aside)
+            print(f"[peer-rl] {exc}; moved to {aside}, running its stage again", flush=True)
+            return False
+    return True
+
+
 def run_chain(name: str, overrides=(), only: list[str] | None = None,
               dry_run: bool = False) -> int:
+    from peer_rl.data.out_paths import claim_dir, lock_dir
+
     values, stages = load_chain(name, overrides)
     out = Path(values["out"])
+    if dry_run:
+        return _run_stages(name, values, stages, out, only, dry_run)
+    claim_dir(out, "chain", resume=True)        # a rerun continues the chain
+    lock = lock_dir(out, "chain")               # one chain at a time on one `out`
+    try:
+        return _run_stages(name, values, stages, out, only, dry_run)
+    finally:
+        lock.close()
+
+
+def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
+                only: list[str] | None, dry_run: bool) -> int:
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    if not dry_run:
+        logs.mkdir(parents=True, exist_ok=True)
     wanted = set(only or [])
     unknown = wanted - {s.name for s in stages}
     if unknown:
@@ -103,7 +141,7 @@ def run_chain(name: str, overrides=(), only: list[str] | None = None,
         head = f"[peer-rl] chain {name} {k}/{len(stages)} {stage.name}"
         if wanted and stage.name not in wanted:
             continue
-        if Path(stage.done).exists():
+        if stage_done(stage.done):
             print(f"{head}: done ({stage.done})", flush=True)
             continue
         cmd = [sys.executable, "-m", "peer_rl.cli", *stage.run]
@@ -115,7 +153,7 @@ def run_chain(name: str, overrides=(), only: list[str] | None = None,
         with open(log, "ab") as f:
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
         took = time.perf_counter() - t0
-        if rc or not Path(stage.done).exists():
+        if rc or not stage_done(stage.done):
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
             print("\n".join(tail), file=sys.stderr)
             print(f"{head}: failed (exit {rc}" + ("" if rc else f", but {stage.done} was not "

@@ -17,7 +17,7 @@ def _errors() -> dict:
 def _rounds_errors() -> dict:
     from peer_rl.datajobs.rows import InvalidInput
 
-    return {OSError: 2, ValueError: 2, InvalidInput: 2}
+    return {OSError: 2, ValueError: 2, InvalidInput: 2}   # OutputError is a ValueError
 
 
 def _job_errors() -> dict:
@@ -71,10 +71,10 @@ def _data_stats(args) -> int:
 
 
 def _data_sample(args) -> int:
-    from peer_rl.data.out_paths import refuse_nonempty
+    from peer_rl.data.out_paths import claim_dir
     from peer_rl.data.bundled import build_sample
 
-    refuse_nonempty(args.out, args.force)
+    claim_dir(args.out, "data sample", force=args.force)
     counts = build_sample(args.out)
     for rel, n in counts.items():
         print(f"{rel}: {n} rows")
@@ -85,11 +85,10 @@ def _data_sample(args) -> int:
 def _data_to_verl(args) -> int:
     from peer_rl.data.history import training_rows
     from peer_rl.data.loading import load_subset
-    from peer_rl.data.out_paths import refuse_inside, refuse_nonempty
+    from peer_rl.data.out_paths import claim_dir
     from peer_rl.data.verl_export import export_verl, is_test_file
 
-    refuse_inside(args.out, [args.root])
-    refuse_nonempty(args.out, args.force)
+    claim_dir(args.out, "data to-verl", [args.root], force=args.force)
     res = load_subset(args.root, "grpo", skip_invalid=args.skip_invalid)
     for r in res.reports:
         if r.problems:
@@ -109,12 +108,11 @@ def _data_to_verl(args) -> int:
 
 def _data_import_esconv(args) -> int:
     from peer_rl.data.esconv import import_esconv
-    from peer_rl.data.out_paths import plain_name, refuse_existing
+    from peer_rl.data.out_paths import claim_files, plain_name
     from peer_rl.data.bundled import _write_jsonl
 
-    out = Path(args.out) / "grpo" / args.name
-    plain_name(args.name, "--name")
-    refuse_existing([out], args.force)
+    out = Path(args.out) / "grpo" / plain_name(args.name, "--name")
+    claim_files(args.out, [f"grpo/{args.name}"], "data import-esconv", [args.file], args.force)
     rows, rep = import_esconv(args.file, args.rounds_per_dialogue, args.seed, args.language)
     _write_jsonl(out, rows)
     print(f"{rep.dialogues} dialogue(s) -> {rep.rows} grpo row(s) in {out}")

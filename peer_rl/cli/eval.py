@@ -28,16 +28,20 @@ def _rm_errors() -> dict:
 
 def _pairs_errors() -> dict:
     from peer_rl.data.loading import InvalidDataError
+    from peer_rl.errors import ConfigError
 
-    return {FileNotFoundError: 2, InvalidDataError: 2}
+    return {FileNotFoundError: 2, InvalidDataError: 2, ConfigError: 2}
 
 
 def _file_errors() -> dict:
-    return {FileNotFoundError: 2}
+    from peer_rl.errors import ConfigError
+
+    return {FileNotFoundError: 2, ConfigError: 2}   # an output refused, a report damaged
 
 
 def _eval_rm(args) -> int:
     from peer_rl.data.bundled import sample_root
+    from peer_rl.data.out_paths import claim_file
     from peer_rl.evaluation.rm import evaluate_rm, format_table
 
     if bool(args.model) == bool(args.prm or args.orm) or bool(args.prm) != bool(args.orm):
@@ -50,6 +54,7 @@ def _eval_rm(args) -> int:
             check_model_dir(f"{flag} {path}", path, error=CommandError,
                             example="outputs/unifireward_tiny/final")
     root = args.data or sample_root()
+    claim_file(args.out, "eval rm", [root, args.model, args.prm, args.orm], args.force)
     report = evaluate_rm(root, args.model or args.prm, args.out, max_tokens=args.max_tokens,
                          kv_cache_gib=args.kv_cache_gib, max_model_len=args.max_model_len,
                          limit=args.limit, images=not args.no_images, pattern=args.pattern,
@@ -80,12 +85,14 @@ def _eval_rm(args) -> int:
 
 def _eval_pairs(args) -> int:
     from peer_rl.data.bundled import sample_root
+    from peer_rl.data.out_paths import claim_file
     from peer_rl.evaluation.pairs import evaluate_pairs
 
     from peer_rl.models.local import check_model_dir
 
     check_model_dir(f"--model {args.model}", args.model, error=CommandError,
                     example="the final directory of `peer-rl train-rm recipe=escrag_rm...`")
+    claim_file(args.out, "eval pairs", [args.data or sample_root(), args.model], args.force)
     rep = evaluate_pairs(args.data or sample_root(), args.model, args.out, args.files,
                          args.kv_cache_gib, args.max_model_len, args.limit)
     langs = ", ".join(f"{k} {v['pairwise_accuracy']:.3f} ({v['pairs']})"
@@ -112,8 +119,10 @@ def _eval_protocol(args) -> int:
 
 
 def _eval_ladder(args) -> int:
+    from peer_rl.data.out_paths import claim_dir
     from peer_rl.evaluation.ladder import run_ladder
 
+    claim_dir(args.out, "eval ladder", resume=True)     # each rung is a run that continues
     md = run_ladder(args.ladder, args.out, args.overrides)
     print(md.read_text(encoding="utf-8"))
     print(f"wrote {md.resolve()}")
@@ -121,8 +130,10 @@ def _eval_ladder(args) -> int:
 
 
 def _eval_compare(args) -> int:
+    from peer_rl.data.out_paths import claim_dir
     from peer_rl.evaluation.report import compare_runs
 
+    claim_dir(args.out, "eval compare", args.runs, force=args.force)
     md = compare_runs(args.runs, args.out, args.names.split(",") if args.names else None)
     print(md.read_text(encoding="utf-8"))
     print(f"wrote {md.resolve()}")
@@ -163,6 +174,7 @@ def _add_eval_protocols(ev) -> None:
     p.add_argument("runs", nargs="+", help="run directories of `peer-rl eval ...`")
     p.add_argument("--out", required=True, help="directory for compare.md and figures")
     p.add_argument("--names", default="", help="comma-separated model names, in run order")
+    p.add_argument("--force", action="store_true", help="replace an earlier compare output")
     p.set_defaults(fn=_eval_compare, errors=_file_errors)
 
 
@@ -177,6 +189,7 @@ def register(sub) -> None:
                    "(train-rm recipe=prm...), with --orm")
     p.add_argument("--orm", default="", help="the outcome model (train-rm recipe=orm...)")
     p.add_argument("--out", required=True, help="JSON report to write")
+    p.add_argument("--force", action="store_true", help="replace a report this command wrote")
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per judge answer")
     p.add_argument("--kv-cache-gib", type=float, default=1.0)
     p.add_argument("--max-model-len", type=int, default=4096)
@@ -192,6 +205,7 @@ def register(sub) -> None:
     p.add_argument("--data", default="", help="root with preference/ (default: the sample)")
     p.add_argument("--files", default="test", help="preference/<files>.jsonl (glob)")
     p.add_argument("--out", default="eval_pairs.json", help="JSON report to write")
+    p.add_argument("--force", action="store_true", help="replace a report this command wrote")
     p.add_argument("--kv-cache-gib", type=float, default=1.0)
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--limit", type=int, default=0)

@@ -18,9 +18,11 @@ def _errors() -> dict:
 
 
 def build(args) -> int:
+    from peer_rl.data.out_paths import claim_dir
     from peer_rl.encoders import load_embedding_model
     from peer_rl.retrieval.index import IndexDirError, build_index, check_replaceable
 
+    claim_dir(args.out, "index build", [args.data], force=args.force, create=False)
     try:
         check_replaceable(args.out)
     except IndexDirError as exc:
@@ -35,7 +37,7 @@ def build(args) -> int:
 
     info = build_index(rows, encoder.encode, args.embedding_model, args.out,
                        approx_threshold=args.approx_threshold, source_sha256=src["sha256"],
-                       progress=progress)
+                       progress=progress, marker="index build")
     print(file=sys.stderr)
     print(f"wrote {Path(args.out).resolve()}: {info['count']} vectors, dim {info['dim']}, "
           f"{info['kind']} index, embedding model {info['embedding_model']}")
@@ -73,8 +75,10 @@ def register(sub) -> None:
     p = ix.add_parser("build", help="embed ESC-Preference exemplars into a faiss index")
     p.add_argument("data", help="a root with exemplars/ (or preference/: the chosen replies), "
                    "or one such .jsonl file")
-    p.add_argument("--out", required=True, help="index directory: new, empty or an index "
-                   "(replaced once the new one is built); anything else is refused")
+    p.add_argument("--out", required=True, help="index directory: new, empty, or one an "
+                   "earlier `index build` wrote (with --force; replaced once the new one is "
+                   "built); anything else is refused")
+    p.add_argument("--force", action="store_true", help="replace an index this command built")
     p.add_argument("--embedding-model", default=DEFAULT_EMBEDDING_MODEL,
                    help="as algorithm.rur.embedding_model; queries must use the same")
     p.add_argument("--approx-threshold", type=int, default=50_000,

@@ -22,17 +22,15 @@ def _template_at(path: str):
 
 def fit(args) -> int:
     from peer_rl.data.loading import located_ser_rows
+    from peer_rl.data.out_paths import claim_file, write_atomic
     from peer_rl.prompts.judge_fit import fit_template
 
+    out = claim_file(args.out, "judge-template fit", [args.data], force=args.force)
     rows = located_ser_rows(args.data, args.files or DEFAULT_FILES, args.skip_invalid)
     if not rows:
         raise FileNotFoundError(f"{args.data}: no SER rows in {args.files or DEFAULT_FILES}")
     template, report = fit_template(rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(template.dumps(), encoding="utf-8")
-    tmp.replace(out)
+    write_atomic(out, template.dumps())
     langs = ", ".join(f"{k} {v['rows']}" for k, v in report["languages"].items())
     print(f"fitted from {len(rows)} SER row(s) ({langs}); the fixed text, per language:")
     for lang, t in template.text.items():
@@ -77,7 +75,9 @@ def register(sub) -> None:
     p = jt.add_parser("fit", help="read the template off SER rows; list the rows it cannot "
                       "reproduce (exit 1 if any)")
     p.add_argument("data", help="PEER-layout root with ser/")
-    p.add_argument("--out", required=True, help="judge_template.json to write")
+    p.add_argument("--out", required=True, help="judge_template.json to write (outside the "
+                   "data root)")
+    p.add_argument("--force", action="store_true", help="replace a template this command wrote")
     p.add_argument("--files", nargs="*", help=f"ser/ paths, globs allowed (default {DEFAULT_FILES})")
     p.add_argument("--skip-invalid", action="store_true", help="fit on the valid rows, count the rest")
     p.set_defaults(fn=fit, errors=_errors)

@@ -2,15 +2,13 @@
 `peer-rl models build-tiny`: the trained tiny judge and policy peer-rl ships."""
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def _list(args) -> int:
-    from peer_rl.models.pinned import PINNED, CARD_FILE, pinned_dir
+    from peer_rl.models.pinned import PINNED, fetched, pinned_dir
 
     for name, spec in PINNED.items():
         where = pinned_dir(name)
-        state = "fetched" if Path(where, CARD_FILE).exists() else "not fetched"
+        state = "fetched" if fetched(name) else "not fetched"
         print(f"{name}  ({spec.wheel}, {spec.license}; {', '.join(spec.languages)}, "
               f"{', '.join(spec.modalities)})  {state}: {where}")
         print(f"    {spec.note}; sampling {spec.sampling}")
@@ -25,16 +23,21 @@ def _fetch(args) -> int:
 
 
 def _build_tiny(args) -> int:
-    from peer_rl.trainer.tiny_cache import SHIPPED_DIR, build_shipped_tiny_models
+    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models
 
-    build_shipped_tiny_models(args.out or SHIPPED_DIR, args.ray_address)
+    # the copy peer-rl ships is this command's own, and rebuilding it is what it is for
+    out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
+                    create=False)
+    build_shipped_tiny_models(out, args.ray_address)
     return 0
 
 
 def _errors() -> dict:
+    from peer_rl.data.out_paths import OutputError
     from peer_rl.models.pinned import PinnedModelError
 
-    return {PinnedModelError: 2}
+    return {PinnedModelError: 2, OutputError: 2}
 
 
 def register(sub) -> None:
@@ -54,4 +57,6 @@ def register(sub) -> None:
     p.add_argument("--out", default="", help="where to write them (default: the copy shipped "
                    "inside peer-rl, peer_rl/bundled/models/tiny)")
     p.add_argument("--ray-address", default="", help="an existing Ray cluster (default: start one)")
-    p.set_defaults(fn=_build_tiny)
+    p.add_argument("--force", action="store_true", help="replace an earlier build-tiny output "
+                   "in --out (nothing else is ever replaced)")
+    p.set_defaults(fn=_build_tiny, errors=_errors)

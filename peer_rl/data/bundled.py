@@ -164,10 +164,10 @@ def sft_row(tg: dict, visual: bool, faces: dict, rid: int) -> dict:
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    """Whole or absent (a training run reads it later): peer_rl.data.out_paths.write_atomic."""
+    from peer_rl.data.out_paths import rewrite_jsonl
+
+    rewrite_jsonl(path, rows)
 
 
 def build_sample(out: str | Path) -> dict[str, int]:

@@ -67,7 +67,11 @@ def demo_case(case: ContextCase):
 
 
 def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
+    from peer_rl.data.out_paths import claim_dir
+
     root, out = Path(root), Path(out)
+    claim_dir(out, "data cold-start", [root], resume=True,
+              run_state="_jobs/cold_start/run.json")     # a rerun continues its run
     c = cfg.cold_start
     loaded = load_rows(root, tuple(c.subsets), skip_invalid=cfg.skip_invalid)
     pool, skipped = contexts(loaded.rows)

@@ -18,7 +18,7 @@ from peer_rl.datajobs.prompts import CRITERIA, CRITERION_TITLES, FILTER_SCHEMA, 
 from peer_rl.datajobs.rows import Row, dialogue_turns, load_rows, row_source
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
-from peer_rl.data.out_paths import refuse_inside
+from peer_rl.data.out_paths import claim_dir
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ def filter_case(case: FilterCase):
 
 def run_filter(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
     root, out = Path(root), Path(out)
-    refuse_inside(out, [root])
+    # a rerun continues its run (one begun before runs left markers: by its run.json)
+    claim_dir(out, "data filter", [root], resume=True, run_state="_jobs/filter/run.json")
     loaded = load_rows(root, tuple(cfg.filter.subsets), skip_invalid=cfg.skip_invalid)
     rows = loaded.rows[:cfg.limit] if cfg.limit else loaded.rows
     inputs = {"root": str(root), "files": {f: job.sha256(root / f) for f in loaded.files}}

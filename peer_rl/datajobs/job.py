@@ -15,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from peer_rl.data.out_paths import LOCK_FILE, MARKER
 from peer_rl.datajobs.config import ROLES
 from peer_rl.evaluation.endpoints import close_all, open_endpoints
 from peer_rl.evaluation.runner import run_cases
@@ -87,7 +88,8 @@ def copy_root(src: str | Path, dst: str | Path, replaced: set[str]) -> None:
     src, dst = Path(src), Path(dst)
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src).as_posix()
-        if rel.split("/")[0] == JOBS_DIR or rel in replaced or not path.is_file():
+        if rel.split("/")[0] == JOBS_DIR or rel in replaced or not path.is_file() \
+                or path.name in (MARKER, LOCK_FILE):       # the source's own claims stay there
             continue
         target = dst / rel
         if target.exists() and target.stat().st_size == path.stat().st_size \
@@ -99,12 +101,13 @@ def copy_root(src: str | Path, dst: str | Path, replaced: set[str]) -> None:
 
 def write_report(directory: Path, title: str, summary: dict, manifest_: dict,
                  tables: list[str], figures: list[Path]) -> dict:
+    from peer_rl.data.out_paths import write_atomic
+
     report = {"summary": summary, "manifest": manifest_, "figures": [f.name for f in figures]}
-    (directory / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=1),
-                                           encoding="utf-8")
+    write_atomic(directory / "report.json", json.dumps(report, ensure_ascii=False, indent=1))
     md = [f"# {title}", ""] + [t + "\n" for t in tables] + [f"![{f.stem}]({f.name})"
                                                              for f in figures]
-    (directory / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    write_atomic(directory / "report.md", "\n".join(md) + "\n")
     return report
 
 

@@ -50,13 +50,18 @@ def seekers_of(root: Path, cfg) -> tuple[list[Seeker], object, int]:
 
 
 def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
+    from peer_rl.data.out_paths import claim_dir, mark_dir, write_atomic
+
     root, out = Path(root), Path(out)
+    claim_dir(out, "data personas", [root], resume=True, create=False,
+              run_state="run.json")   # the store makes it
     seekers, loaded, no_history = seekers_of(root, cfg)
     seekers = seekers[:cfg.limit] if cfg.limit else seekers
     inputs = {"root": str(root), "files": {f: job.sha256(root / f) for f in loaded.files}}
     settings = {k: v for k, v in job.section(cfg, "personas").items()}
     manifest = job.manifest("personas", cfg, inputs, settings)
     store = RunStore(out, manifest)
+    mark_dir(out, "data personas")
     job.run_job("personas", cfg, [SeekerCase(s.id, s) for s in seekers], persona_case, store, endpoints)
 
     records = {s.id: store.records[s.id] for s in seekers}
@@ -77,7 +82,7 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
         {"seeker": sid, "language": r["language"], "disc": r["disc"],
          "description": r["description"], "cluster": assignment[sid], "rows": r["rows"]}
         for sid, r in records.items() if r["disc"]))
-    (out / CLUSTERS_FILE).write_text(json.dumps(clusters, indent=1), encoding="utf-8")
+    write_atomic(out / CLUSTERS_FILE, json.dumps(clusters, indent=1))   # `rewrite` reads it
     summary = summarise(records, assignment, clusters, len(loaded.rows), no_history,
                         len(loaded.invalid))
     figures = [job.bar_figure(out / "persona_clusters.png", "seekers per persona cluster",

@@ -180,8 +180,12 @@ def split_of(case_id: str, seed: int, test_fraction: float) -> str:
 def run_preference(out: str | Path, cfg, endpoints=None) -> dict:
     from functools import partial
 
+    from peer_rl.data.out_paths import claim_dir
+
     out = Path(out)
     seeds = Path(cfg.preference.seeds or SAMPLE_EVAL / "esc_cards.json")
+    claim_dir(out, "data preference", [seeds], resume=True,
+              run_state="_jobs/preference/run.json")    # a rerun continues its run
     loaded = load_role_cards(seeds, cfg.skip_invalid)
     cards = loaded.items[:cfg.limit] if cfg.limit else loaded.items
     cases = [SeedCase(c.id, c.language, c.base) for c in cards]

@@ -31,7 +31,7 @@ from peer_rl.datajobs.seekers import Seeker
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
 from peer_rl.metrics import distinct_n
-from peer_rl.data.out_paths import refuse_inside
+from peer_rl.data.out_paths import claim_dir
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,8 @@ def rewrite_row(row: Row, history: list[dict], turns: list[str], new_id) -> dict
 def run_rewrite(root: str | Path, personas_dir: str | Path, out: str | Path, cfg,
                 endpoints=None) -> dict:
     root, out = Path(root), Path(out)
-    refuse_inside(out, [root])
+    claim_dir(out, "data rewrite", [root, personas_dir], resume=True,
+              run_state="_jobs/rewrite/run.json")
     personas = load_personas(personas_dir)
     seekers, loaded, no_history = seekers_of(root, cfg)
     if not [s for s in seekers if s.id in personas]:

@@ -24,7 +24,7 @@ from peer_rl.data.esconv import import_esconv
 from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import load_rows
-from peer_rl.data.out_paths import refuse_existing, refuse_inside
+from peer_rl.data.out_paths import LOCK_FILE, MARKER, claim_dir
 
 BINS = 10        # the histogram of relative positions r / N_r
 
@@ -48,13 +48,12 @@ def run_rounds(src: str | Path, out: str | Path, rounds_per_dialogue: int = 3, s
     src, out = Path(src), Path(out)
     if rounds_per_dialogue < 1:
         raise ValueError(f"--rounds-per-dialogue={rounds_per_dialogue}: expected >= 1")
-    refuse_inside(out, [src] if src.is_dir() else
-                  [src.parent.parent] if src.parent.name == "grpo" else [])
+    claim_dir(out, "data rounds", [src] + ([src.parent.parent] if src.parent.name == "grpo"
+                                           else []), force=force)
 
     fmt = input_format(src)
     if fmt == "esconv":
         rows, rep = import_esconv(src, rounds_per_dialogue, seed, language)
-        refuse_existing([out / "grpo/esconv.jsonl"], force)
         written = {"grpo/esconv.jsonl": job.write_lines(out / "grpo/esconv.jsonl", job.jsonl(rows))}
         kept, dialogues = rep.kept_rounds, rep.dialogues
         skipped = dict(rep.skipped)
@@ -83,9 +82,8 @@ def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool, force: bo
                              "(or pass the PEER-layout root)")
         loaded = load_rows(root, ("grpo",), pattern=f"grpo/{src.name}", skip_invalid=skip_invalid)
     root = src if src.is_dir() else src.parent.parent
-    refuse_existing([out / f for f in loaded.files], force)
     for path in sorted((root / "grpo").rglob("*")):     # the frames visual rows point to
-        if path.is_file() and path.suffix != ".jsonl":
+        if path.is_file() and path.suffix != ".jsonl" and path.name not in (MARKER, LOCK_FILE):
             target = out / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)

@@ -38,6 +38,7 @@ def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
             "pairs": len(idx),
             "pairwise_accuracy": pairwise_accuracy([chosen[i] for i in idx],
                                                    [rejected[i] for i in idx])}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(report, indent=1), encoding="utf-8")
+    from peer_rl.data.out_paths import write_atomic
+
+    write_atomic(out, json.dumps(report, indent=1))
     return report

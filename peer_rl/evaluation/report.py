@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from peer_rl.data.out_paths import read_json, write_atomic
 from peer_rl.evaluation import figures
 from peer_rl.evaluation.prompts import (CCJ_DIMENSIONS, CCJ_PERSPECTIVES, CCJ_TITLES,
                                         DIMENSIONS, DIMENSION_TITLES)
@@ -147,13 +148,13 @@ def write_report(out_dir: str | Path, summary: dict, manifest: dict) -> dict:
     label = model_label(manifest)
     figs = _figure(protocol, {label: summary}, out, protocol)
     report = {"summary": summary, "manifest": manifest, "figures": [p.name for p in figs]}
-    (out / REPORT_JSON).write_text(json.dumps(report, ensure_ascii=False, indent=1),
-                                   encoding="utf-8")
+    # whole or absent: `compare`, a ladder and a chain read them and count them as done
+    write_atomic(out / REPORT_JSON, json.dumps(report, ensure_ascii=False, indent=1))
     lines = [f"# {protocol} evaluation", "", f"Model: {label}", "",
              TABLES[protocol]({label: summary}), ""]
     lines += _notes(summary)
     lines += [f"![{p.stem}]({p.name})" for p in figs]
-    (out / REPORT_MD).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(out / REPORT_MD, "\n".join(lines) + "\n")
     return report
 
 
@@ -188,8 +189,8 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path,
         if not path.exists():
             raise FileNotFoundError(f"{run}: no {REPORT_JSON} (is it the --out of a finished "
                                     "`peer-rl eval` run?)")
-        report = json.loads(path.read_text(encoding="utf-8"))
-        manifest = report.get("manifest") or json.loads((Path(run) / MANIFEST_FILE).read_text())
+        report = read_json(path, "evaluation report")
+        manifest = report.get("manifest") or read_json(Path(run) / MANIFEST_FILE)
         name = names[i] if names and i < len(names) else model_label(manifest)
         table = by_protocol.setdefault(report["summary"]["protocol"], {})
         if name in table:
@@ -200,8 +201,6 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path,
         figs = _figure(protocol, named, out, f"compare_{protocol}")
         lines += [f"## {protocol}", "", TABLES[protocol](named), ""]
         lines += [f"![{p.stem}]({p.name})" for p in figs] + [""]
-    (out / "compare.json").write_text(json.dumps(by_protocol, ensure_ascii=False, indent=1),
-                                      encoding="utf-8")
-    md = out / "compare.md"
-    md.write_text("\n".join(lines), encoding="utf-8")
+    write_atomic(out / "compare.json", json.dumps(by_protocol, ensure_ascii=False, indent=1))
+    md = write_atomic(out / "compare.md", "\n".join(lines))
     return md

@@ -320,7 +320,7 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
                     for r, a in zip(kept, answers)],
     }
     if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+        from peer_rl.data.out_paths import write_atomic
+
+        write_atomic(out, json.dumps(report, ensure_ascii=False, indent=1))   # a chain's mark
     return report

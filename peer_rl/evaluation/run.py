@@ -18,7 +18,7 @@ from peer_rl.evaluation.report import write_report
 from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.evaluation.sage import sage_case, summarise_sage
-from peer_rl.evaluation.store import RunStore
+from peer_rl.evaluation.store import MANIFEST_FILE, RunStore
 from peer_rl.evaluation.endpoints import party_record
 
 # what identifies a party's answers (operational knobs such as concurrency may change on rerun)
@@ -160,13 +160,27 @@ def _keep_languages(loaded, languages) -> dict[str, int]:
     return dict(out)
 
 
+def _input_paths(cfg, inputs: dict) -> list[str]:
+    """What an evaluation reads from disk: its case files and any local model or index."""
+    found = [inputs.get("file")] + list(inputs.get("files") or {})
+    found += [cfg[r].get("path") for r in ("model", "seeker", "judge") if r in cfg]
+    found.append(cfg.get("rag", {}).get("index") if "rag" in cfg else None)
+    return [p for p in found if p]
+
+
 def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     """Run (or continue) one evaluation; returns its report."""
+    from peer_rl.data.out_paths import claim_dir, mark_dir
+
     loaded, inputs = _inputs(protocol, cfg)
+    # the store makes the directory (private to the user) and marks it once it holds the lock
+    claim_dir(out_dir, f"eval {protocol}", _input_paths(cfg, inputs), resume=True,
+              create=False, run_state=MANIFEST_FILE)
     left_out = _keep_languages(loaded, cfg.languages)
     todo = loaded.items[:cfg.limit] if cfg.limit else loaded.items
     manifest = manifest_of(protocol, cfg, inputs)
     store = RunStore(out_dir, manifest)
+    mark_dir(out_dir, f"eval {protocol}")
     try:
         if store.torn_lines:
             print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "

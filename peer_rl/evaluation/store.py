@@ -15,38 +15,17 @@ import json
 import os
 from pathlib import Path
 
+from peer_rl.data.out_paths import DirLocked, lock_dir, write_atomic
+
 CASES_FILE = "cases.jsonl"
 MANIFEST_FILE = "run.json"
-LOCK_FILE = ".lock"
 
 
 class RunMismatch(ValueError):
     pass
 
 
-class RunLocked(RuntimeError):
-    """Another process has the run directory open."""
-
-
-def _lock(directory: Path):
-    """An exclusive flock on <directory>/.lock holding this process's pid; released when the
-    file is closed (close(), garbage collection or the process's end, a kill included)."""
-    import fcntl
-
-    fh = open(directory / LOCK_FILE, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip() or "?"
-        fh.close()
-        raise RunLocked(f"{directory}: in use by another process (pid {holder}); wait for it "
-                        "to finish or stop it, then rerun to continue") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    return fh
+RunLocked = DirLocked          # another process has the run directory open
 
 
 class RunStore:
@@ -58,7 +37,7 @@ class RunStore:
         if not self.dir.exists():     # dialogues of a sensitive kind: the user's eyes only
             self.dir.mkdir(parents=True, mode=0o700)
             os.chmod(self.dir, 0o700)
-        self._lock = _lock(self.dir)
+        self._lock = lock_dir(self.dir, "run")
         self.path = self.dir / CASES_FILE
         self.torn_lines = 0
         self.records: dict[str, dict] = {}
@@ -72,16 +51,16 @@ class RunStore:
     def _check_manifest(self, manifest: dict) -> None:
         path = self.dir / MANIFEST_FILE
         if path.exists():
-            old = json.loads(path.read_text(encoding="utf-8"))
+            from peer_rl.data.out_paths import read_json
+
+            old = read_json(path, "run manifest")
             diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
             if diff:
                 raise RunMismatch(
                     f"{self.dir}: holds a run made with other settings ({', '.join(diff)} "
                     f"differ); rerun with the same settings to continue it, or use a new --out")
         else:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(manifest, ensure_ascii=False, indent=1), encoding="utf-8")
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(manifest, ensure_ascii=False, indent=1))
         self.manifest = manifest
 
     def _load(self) -> None:
@@ -105,13 +84,10 @@ class RunStore:
                 raise ValueError(f"{self.path}:{i + 1}: case {rec['id']!r} appears twice")
             self.records[rec["id"]] = rec
             good.append(line)
-        if self.torn_lines:
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-                fh.write(b"".join(x + b"\n" for x in good))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+        # a torn line dropped, or a last record without its newline (the next append would be
+        # glued to it): the file is rewritten beside and renamed in
+        if self.torn_lines or not raw.endswith(b"\n"):
+            write_atomic(self.path, b"".join(x + b"\n" for x in good), mode=0o600)
 
     def close(self) -> None:
         """Release the directory's lock (the process's end releases it too)."""

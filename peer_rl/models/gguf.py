@@ -71,6 +71,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
                             "policy and judge prompts need one")
         info = {"source": str(gguf_path), "dtype": dtype, **(provenance or {})}
         (tmp / "converted_from.json").write_text(json.dumps(info, indent=2) + "\n")
+        from peer_rl.runtime import fsync_tree
+
+        fsync_tree(tmp)                  # on disk before the card marks it fetched
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.chmod(tmp, 0o755)

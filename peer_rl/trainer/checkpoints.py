@@ -5,7 +5,6 @@ A checkpoint is `checkpoints/step_N/`: the policy's sharded state (policy/), the
 checkpoint) and the ids of the run's prompt pool (PROMPTS_FILE)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 STATE_FILE = "trainer_state.json"
@@ -51,7 +50,9 @@ def saved_prompt_selection(checkpoint: Path | None) -> list[str] | None:
     path = checkpoint / PROMPTS_FILE if checkpoint is not None else None
     if path is None or not path.exists():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))["ids"]
+    from peer_rl.data.out_paths import read_json
+
+    return read_json(path, "checkpoint prompt pool")["ids"]
 
 
 def unseen_files(root: Path, reports: list[dict]) -> list[str]:

@@ -87,7 +87,9 @@ class Controller:
         cursor = None
         resume_dir = resume_checkpoint(cfg, self.out)
         if resume_dir is not None:
-            state = json.loads((resume_dir / STATE_FILE).read_text())
+            from peer_rl.data.out_paths import read_json
+
+            state = read_json(resume_dir / STATE_FILE, "checkpoint state")
             self.step, cursor = state["step"], Cursor(**state["cursor"])
         self.resume_cursor: dict | None = None   # the data cursor after self.step's draws
         self.loader = PromptLoader(rows, cfg.data.train_batch_size, cfg.data.seed,
@@ -183,6 +185,7 @@ class Controller:
         shutil.rmtree(tmp, ignore_errors=True)
         self.policy.call("export_hf", str(tmp))
         self._write_side_files(tmp)
+        fsync_tree(tmp)                 # on disk before the rename makes it the run's final/
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -386,7 +389,10 @@ class Controller:
                 look_ahead = bool(self.staleness) and self.step + 1 < total and not stop.signal
                 metrics, ahead = self.train_step(rows, scored, timing, look_ahead)
                 self.step += 1
-                if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0:
+                # after a stop signal the checkpoint comes first: an evaluation against a slow
+                # judge endpoint could outlast the scheduler's grace period and lose the step
+                if self.evaluator is not None and self.step % self.cfg.trainer.eval_freq == 0 \
+                        and not stop.signal:
                     metrics |= self.evaluate()
                 self.metrics.log(self.step, metrics)
                 bar.update(1)

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from peer_rl.config import load_config, save_config
+from peer_rl.data.out_paths import claim_run_dir
 from peer_rl.runtime import init_ray, quiet_driver
 
 
@@ -65,8 +66,6 @@ def check_judges(cfg, judge: str) -> None:
 def resolve_index(cfg, out: Path) -> str:
     """retrieval.index, or an index built from data.root's exemplars/ (else preference/) into
     <output_dir>/index, rebuilt only when the source files or the embedding model change."""
-    import json
-
     from peer_rl.data.bundled import sample_root
     from peer_rl.retrieval.corpus import load_exemplars
     from peer_rl.retrieval.index import INFO_FILE, build_index
@@ -79,7 +78,9 @@ def resolve_index(cfg, out: Path) -> str:
     target = out / "index"
     info_path = target / INFO_FILE
     if info_path.exists():
-        info = json.loads(info_path.read_text(encoding="utf-8"))
+        from peer_rl.data.out_paths import read_json
+
+        info = read_json(info_path, "index info")
         if info.get("source_sha256") == src["sha256"] and \
                 info.get("embedding_model") == cfg.retrieval.embedding_model:
             return str(target)
@@ -174,15 +175,23 @@ def check_fresh_output(cfg, out: Path) -> None:
         if not (Path(cfg.resume) / STATE_FILE).exists():
             raise ConfigError(f"resume={cfg.resume}: not a complete checkpoint (no "
                               f"{STATE_FILE}); expected <output_dir>/checkpoints/step_N")
-    if cfg.resume != "disable" or not out.exists():
+    if cfg.resume not in ("disable", "auto") or not out.exists():
         return
     if not out.is_dir():
         raise ConfigError(f"trainer.output_dir={out}: exists and is not a directory")
+    from peer_rl.trainer.checkpoints import latest_checkpoint
+
+    if cfg.resume == "auto" and latest_checkpoint(out) is not None:
+        return
+    # resume=auto without a complete checkpoint starts afresh, as resume=disable does: it
+    # would replace the run's metrics and final policy, so the same refusal holds
     held = [name for name in ("metrics.jsonl", "checkpoints", "final") if (out / name).exists()]
     if held:
-        raise ConfigError(f"resume=disable: trainer.output_dir={out} already holds a run "
-                          f"({', '.join(held)}); pass resume=auto to continue it, or choose "
-                          "another trainer.output_dir")
+        why = "pass resume=auto to continue it" if cfg.resume == "disable" else \
+            "it has no complete checkpoint to continue from: move it aside"
+        raise ConfigError(f"resume={cfg.resume}: trainer.output_dir={out} already holds a run "
+                          f"({', '.join(held)}); {why}, or choose another trainer.output_dir")
+
 
 
 def check_shared_output(actor_handles: list, out: Path) -> None:
@@ -219,6 +228,22 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
 
 
 def run(overrides: list[str]) -> Path:
+    cfg = load_config(overrides)
+    if not cfg.logging.verbose:
+        quiet_driver()
+    out = Path(cfg.trainer.output_dir).resolve()
+    check_fresh_output(cfg, out)
+    # check_fresh_output has refused a run there to replace; locked while this run writes it
+    inputs = [cfg.data.root, cfg.model.path, cfg.reward_model.path, cfg.reward_model.outcome_path]
+    lock = claim_run_dir(out, "train", inputs)
+    try:
+        return _train(cfg, out)
+    finally:
+        lock.close()
+
+
+def _train(cfg, out: Path) -> Path:
+    """The run, in the output directory run() has claimed and locked."""
     from peer_rl.trainer.checkpoints import STATE_FILE, resume_checkpoint, saved_prompt_selection
     from peer_rl.trainer.controller import Controller
     from peer_rl.data.loading import row_language
@@ -226,12 +251,6 @@ def run(overrides: list[str]) -> Path:
     from peer_rl.trainer.placement import PoolFactory
     from peer_rl.trainer.preemption import RunStopped, StopRequest
 
-    cfg = load_config(overrides)
-    if not cfg.logging.verbose:
-        quiet_driver()
-    out = Path(cfg.trainer.output_dir).resolve()
-    check_fresh_output(cfg, out)
-    out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
           flush=True)

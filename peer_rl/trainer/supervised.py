@@ -183,6 +183,9 @@ def _export_final(ckpt_dir: Path, out: Path) -> Path:
     shutil.copytree(ckpt_dir / "model", tmp)
     (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
                                   encoding="utf-8")
+    from peer_rl.runtime import fsync_tree
+
+    fsync_tree(tmp)                 # on disk before the rename makes it the stage's final/
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
@@ -299,13 +302,9 @@ def examples_sha256(examples: list[dict]) -> str:
 
 def run_supervised(cfg, kind: str) -> Path:
     """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
-    from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
-                           ScalingConfig)
-    from ray.train.torch import TorchTrainer
-
-    from peer_rl.config import ConfigError, save_config
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.runtime import init_ray, quiet_driver
+    from peer_rl.config import ConfigError
+    from peer_rl.data.out_paths import claim_run_dir
+    from peer_rl.runtime import quiet_driver
 
     if cfg.kind != kind:
         raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
@@ -316,8 +315,26 @@ def run_supervised(cfg, kind: str) -> Path:
     if cfg.resume == "disable" and (storage / RUN_NAME).exists():
         raise ConfigError(f"resume=disable: {storage / RUN_NAME} already holds a run; pass "
                           "resume=auto to continue it or choose another trainer.output_dir")
-    _log(f"{'sft' if kind == 'sft' else 'train-rm'}: recipe={cfg.recipe} kind={kind} "
-         f"output_dir={out}")
+    stage = "sft" if kind == "sft" else "train-rm"
+    # the resume=disable check above has refused a run there to replace; locked while it runs
+    lock = claim_run_dir(out, stage, [cfg.data.root, cfg.model.path])
+    try:
+        return _run_stage(cfg, kind, out, storage, stage)
+    finally:
+        lock.close()
+
+
+def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
+    """The stage, in the output directory run_supervised has claimed and locked."""
+    from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
+                           ScalingConfig)
+    from ray.train.torch import TorchTrainer
+
+    from peer_rl.config import save_config
+    from peer_rl.supervised.config import JUDGE_KINDS
+    from peer_rl.runtime import init_ray
+
+    _log(f"{stage}: recipe={cfg.recipe} kind={kind} output_dir={out}")
     plan = plan_stage(cfg, kind)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
@@ -367,14 +384,16 @@ def run_supervised(cfg, kind: str) -> Path:
     finally:
         if started_ray:          # a local cluster this call started; also flushes worker logs
             ray.shutdown()
-    state = json.loads((final / STATE_FILE).read_text(encoding="utf-8"))
+    from peer_rl.data.out_paths import read_json, write_atomic
+
+    state = read_json(final / STATE_FILE, "trainer state")
     if state["step"] < total:
         raise RuntimeError(f"the newest checkpoint is step {state['step']} < {total}")
     _log(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
     _log(f"output directory: {out} (model: {final})")
-    (final / TRAIN_TIME_FILE).write_text(json.dumps(
+    write_atomic(final / TRAIN_TIME_FILE, json.dumps(     # `eval rm` reads it
         {"seconds": round(time.perf_counter() - t0, 1), "steps": state["step"], "kind": kind,
-         "world_size": cfg.trainer.world_size}), encoding="utf-8")
+         "world_size": cfg.trainer.world_size}))
     if kind == "rm":
         _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
     if kind in ("prm", "orm"):

@@ -8,6 +8,7 @@ t's update, which is what `overlap` measures and the PNG shows.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -65,7 +66,13 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
     """One row per stage, one bar per span, for the last `last_steps` steps (labelled by step)."""
     if not spans_path.exists():
         return None
-    spans = [json.loads(x) for x in spans_path.read_text(encoding="utf-8").splitlines() if x]
+    from peer_rl.data.out_paths import DamagedFile, read_jsonl
+
+    try:                                  # a torn last line (a crash mid-append) is left out
+        spans = read_jsonl(spans_path)[0]
+    except DamagedFile as exc:            # a figure is not worth failing a finished run for
+        print(f"[peer-rl] no timeline figure: {exc}", file=sys.stderr, flush=True)
+        return None
     if not spans:
         return None
     steps = sorted({s["step"] for s in spans})[-last_steps:]

@@ -57,6 +57,7 @@ SHIPPED_DIR = Path(__file__).resolve().parents[1] / "bundled" / "models" / "tiny
 MANIFEST = "manifest.json"
 STAGES = (("judge", "rm"), ("policy", "sft"))   # each trained by its kind's default recipe
 BUILD_COMMAND = "peer-rl models build-tiny"
+BUILT_BY = "models build-tiny"          # its output marker (peer_rl.data.out_paths)
 
 
 def _hash_files(h, root: Path, pattern: str = "*"):
@@ -127,14 +128,16 @@ def _code_and_data_key(kind: str) -> str:
 def remembered_stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     """stage_inputs, worked out once per version of peer-rl's code and data and kept in
     <cache_dir>/inputs/ (it reads every training row through the tokenizer: seconds a run)."""
+    from peer_rl.data.out_paths import DamagedFile, read_json, write_atomic
+
     memo = Path(cache_dir) / "inputs" / f"{_code_and_data_key(kind)[:24]}.json"
     if memo.exists():
-        return json.loads(memo.read_text(encoding="utf-8"))
+        try:
+            return read_json(memo)
+        except DamagedFile:            # cut short: worked out again and rewritten whole
+            pass
     inputs = stage_inputs(cache_dir, kind)
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(inputs), encoding="utf-8")
-    os.replace(tmp, memo)
+    write_atomic(memo, json.dumps(inputs))
     return inputs
 
 
@@ -219,6 +222,7 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
     import torch
     import transformers
 
+    from peer_rl.data.out_paths import mark_dir
     from peer_rl.supervised.config import load_supervised_config
 
     out_dir = Path(out_dir).resolve()
@@ -239,6 +243,7 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
                                         "final_loss": round(state["loss"], 4),
                                         "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        mark_dir(staging, BUILT_BY)     # what a later build may replace
         # copied beside out_dir first, then swapped in by renames: never a half-written copy
         new, old = (out_dir.with_name(out_dir.name + suffix) for suffix in (".new", ".old"))
         for leftover in (new, old):

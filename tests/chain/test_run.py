@@ -4,9 +4,24 @@ import json
 
 import pytest
 
-from peer_rl.chain.run import load_chain, run_chain
+from peer_rl.chain.run import load_chain, run_chain, stage_done
+from peer_rl.cli import main
 from peer_rl.chain.report import write_chain_report
 from peer_rl.config import ConfigError
+
+
+# another process writing `out`: its marker, and an exclusive flock on out/.lock holding its pid
+HOLDER = """
+import fcntl, json, os, pathlib, time
+out = pathlib.Path({out!r})
+out.mkdir(parents=True, exist_ok=True)
+(out / ".peer-rl-out.json").write_text(json.dumps({{"command": {command!r}}}))
+fh = open(out / ".lock", "a+")
+fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+fh.truncate(0); fh.write(str(os.getpid())); fh.flush()
+print("held", flush=True)
+time.sleep(60)
+"""
 
 
 def _chain(tmp_path, stages: str, extra: str = "") -> str:
@@ -49,6 +64,7 @@ def test_done_stages_are_skipped_and_a_failure_stops_the_chain(tmp_path, capsys)
     out = tmp_path / "out"
     (out).mkdir()
     (out / "first").write_text("")
+    (out / ".peer-rl-out.json").write_text('{"command": "chain"}')    # an earlier chain's
     chain = _chain(tmp_path, f"""
   - {{name: first, run: "no-such-command", done: "{out}/first"}}
   - {{name: second, run: "no-such-command", done: "{out}/second"}}
@@ -105,3 +121,50 @@ def test_report_gives_mean_and_sd_over_seeds_per_method(tmp_path):
     assert [r.split(" | ")[0] for r in rows] == ["| sft", "| peer", "| peer_rur"]
     assert "0.450 +- 0.071" in rows[1]                       # distinct-1 of 0.40 and 0.50
     assert (out / "curves.png").stat().st_size > 0
+
+
+def test_a_torn_json_mark_is_not_done_and_is_kept_aside(tmp_path, capsys):
+    """A stage's `done` JSON cut off mid-write (an `eval rm` report, a model card) does not
+    count as done: it is moved to <name>.damaged and the stage runs again."""
+    done = tmp_path / "eval_rm" / "judge.json"
+    done.parent.mkdir()
+    done.write_text('{"metrics": {"all": {"n": 1')
+    assert stage_done(done) is False
+    assert not done.exists() and (tmp_path / "eval_rm" / "judge.json.damaged").read_text() \
+        == '{"metrics": {"all": {"n": 1'
+    assert "judge.json: damaged" in capsys.readouterr().out
+    done.write_text('{"metrics": {}}')
+    assert stage_done(done) is True and stage_done(tmp_path / "absent.json") is False
+    (tmp_path / "log.txt").write_text("partial")          # not JSON: existence marks it
+    assert stage_done(tmp_path / "log.txt") is True
+
+
+def test_the_report_names_a_damaged_file_instead_of_a_traceback(tmp_path, capsys):
+    chain = _chain(tmp_path, "  []\n")
+    out = tmp_path / "out"
+    (out / "eval_rm").mkdir(parents=True)
+    (out / ".peer-rl-out.json").write_text('{"command": "chain"}')
+    (out / "eval_rm" / "judge.json").write_text('{"metrics": {"all"')
+    assert main(["chain", chain]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out / 'eval_rm' / 'judge.json'}: damaged" in err[0]
+
+
+def test_a_second_chain_on_the_same_out_is_refused_naming_the_first(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(out=str(out),
+                                                                   command="chain")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["chain", _chain(tmp_path, "  []\n")]) == 2
+        err = capsys.readouterr().err
+        assert f"pid {holder.pid}" in err and str(out) in err
+        assert not (out / "report.md").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["chain", _chain(tmp_path, "  []\n")]) == 0     # the lock went with it

@@ -80,14 +80,14 @@ def test_no_sample_exemplar_is_a_grpo_reference_reply():
 def test_eval_pairs_names_a_bad_pair_before_starting_an_engine(tmp_path, capsys):
     from peer_rl.cli import main
 
-    (tmp_path / "preference").mkdir()
-    (tmp_path / "preference" / "test.jsonl").write_text(
+    (tmp_path / "data" / "preference").mkdir(parents=True)
+    (tmp_path / "data" / "preference" / "test.jsonl").write_text(
         '{"id": 1, "language": "en", "history": ["hi"], "chosen": "a"}\n')
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"")     # a whole model directory, by its files
-    assert main(["eval", "pairs", "--model", str(model), "--data", str(tmp_path),
+    assert main(["eval", "pairs", "--model", str(model), "--data", str(tmp_path / "data"),
                  "--out", str(tmp_path / "r.json")]) == 2
     assert "test.jsonl:1: rejected: missing" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()

@@ -1,5 +1,6 @@
-"""Issue 24.2: a command that writes a root never writes into its input, never replaces files it
-did not make without --force, and a name from the command line cannot climb out."""
+"""A command that writes a root never writes into its input, never replaces files it did not
+make (not even with --force), and a name from the command line cannot climb out. Every writing
+subcommand against the same layouts: tests/test_writers.py."""
 import json
 
 import pytest
@@ -22,15 +23,18 @@ def _snapshot(root):
             if p.is_file()}
 
 
-def test_data_sample_refuses_a_directory_that_is_not_empty(tmp_path, capsys):
+def test_data_sample_refuses_a_directory_it_did_not_write_even_with_force(tmp_path, capsys):
     (tmp_path / "ser").mkdir()
     (tmp_path / "ser" / "mine.jsonl").write_text('{"id": 1}\n')
-    assert main(["data", "sample", "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "not empty" in err and "--force" in err
-    assert [p.name for p in tmp_path.rglob("*")] == ["ser", "mine.jsonl"]
-    assert main(["data", "sample", "--out", str(tmp_path), "--force"]) == 0
-    assert (tmp_path / "ser" / "mine.jsonl").exists() and (tmp_path / "grpo").is_dir()
+    for force in ([], ["--force"]):
+        assert main(["data", "sample", "--out", str(tmp_path), *force]) == 2
+        assert "did not write (ser)" in capsys.readouterr().err
+        assert [p.name for p in tmp_path.rglob("*")] == ["ser", "mine.jsonl"]
+    out = tmp_path / "sample"
+    assert main(["data", "sample", "--out", str(out)]) == 0
+    assert main(["data", "sample", "--out", str(out)]) == 2
+    assert "pass --force to replace it" in capsys.readouterr().err
+    assert main(["data", "sample", "--out", str(out), "--force"]) == 0
 
 
 def test_data_rounds_refuses_its_own_input_and_existing_files(root, tmp_path, capsys):
@@ -46,7 +50,7 @@ def test_data_rounds_refuses_its_own_input_and_existing_files(root, tmp_path, ca
     assert main(["data", "rounds", str(root), "--out", str(out)]) == 0
     first = (out / "grpo" / "textual.jsonl").read_text()
     assert main(["data", "rounds", str(root), "--out", str(out), "--seed", "3"]) == 2
-    assert "would be overwritten" in capsys.readouterr().err
+    assert "holds an earlier `peer-rl data rounds` output" in capsys.readouterr().err
     assert (out / "grpo" / "textual.jsonl").read_text() == first
     assert main(["data", "rounds", str(root), "--out", str(out), "--seed", "3", "--force"]) == 0
 
@@ -65,8 +69,16 @@ def test_import_esconv_names_stay_in_grpo_and_do_not_overwrite(tmp_path, capsys)
     assert not (tmp_path / "escape.jsonl").exists()
     (out / "grpo").mkdir(parents=True)
     (out / "grpo" / "esconv.jsonl").write_text("mine\n")
-    assert main(["data", "import-esconv", str(src), "--out", str(out)]) == 2
+    for force in ([], ["--force"]):         # not its own file: refused either way
+        assert main(["data", "import-esconv", str(src), "--out", str(out), *force]) == 2
+        assert "not written by `peer-rl data import-esconv`" in capsys.readouterr().err
     assert (out / "grpo" / "esconv.jsonl").read_text() == "mine\n"
+    assert main(["data", "import-esconv", str(src), "--out", str(out), "--name", "b.jsonl"]) == 0
+    first = (out / "grpo" / "b.jsonl").read_text()
+    assert main(["data", "import-esconv", str(src), "--out", str(out), "--name", "b.jsonl"]) == 2
+    assert main(["data", "import-esconv", str(src), "--out", str(out), "--name", "b.jsonl",
+                 "--force"]) == 0             # its own file, with --force
+    assert (out / "grpo" / "b.jsonl").read_text() == first
 
 
 def test_filter_and_rewrite_refuse_an_output_inside_their_input(root):
@@ -96,3 +108,21 @@ def test_a_ladder_rung_cannot_climb_out_of_its_directory(tmp_path):
     path.write_text("protocol: diversity\nrungs:\n  - {name: '..', overrides: []}\n")
     with pytest.raises(ConfigError, match="plain names"):
         load_ladder(str(path), [])
+
+
+def test_a_run_begun_before_markers_is_continued_by_its_run_file(tmp_path):
+    """An evaluation or data-job directory with no marker but its run file (run.json, as the
+    store writes it) is that command's run: a rerun continues it. Another file is not enough."""
+    from peer_rl.data.out_paths import MARKER, claim_dir
+
+    old = tmp_path / "esc_run"
+    old.mkdir()
+    (old / "run.json").write_text('{"protocol": "esc"}')
+    (old / "cases.jsonl").write_text("")
+    claim_dir(old, "eval esc", resume=True, run_state="run.json")
+    assert json.loads((old / MARKER).read_text())["command"] == "eval esc"
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "cases.jsonl").write_text("mine\n")
+    with pytest.raises(OutputError, match="did not write"):
+        claim_dir(other, "eval esc", resume=True, run_state="run.json")

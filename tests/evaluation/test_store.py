@@ -36,6 +36,21 @@ def test_a_line_cut_by_a_kill_is_dropped_and_its_case_redone(tmp_path):
     assert ids == ["1", "2"]
 
 
+def test_a_last_record_without_its_newline_is_kept_and_the_next_append_stands_apart(tmp_path):
+    """A kill between a record and its newline: the record is whole, so it counts; the file is
+    given its newline on open, or the next append would be glued to it and the open after that
+    would call the file damaged."""
+    store = RunStore(tmp_path, MANIFEST)
+    store.close()
+    store.path.write_text('{"id": "1"}\n{"id": "2"}')
+    again = RunStore(tmp_path, MANIFEST)
+    assert list(again.records) == ["1", "2"] and again.torn_lines == 0
+    again.append({"id": "3"})
+    again.close()
+    assert store.path.read_text() == '{"id": "1"}\n{"id": "2"}\n{"id": "3"}\n'
+    assert list(RunStore(tmp_path, MANIFEST).records) == ["1", "2", "3"]
+
+
 def test_a_damaged_line_in_the_middle_is_an_error_naming_it(tmp_path):
     store = RunStore(tmp_path, MANIFEST)
     store.path.write_text('{"id": "1"}\nnot json\n{"id": "3"}\n')

