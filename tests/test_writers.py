@@ -134,6 +134,7 @@ def _world(tmp: Path) -> Path:
          "annotation": {"strategy": "Question"}}]}]))
     (tmp / "model").mkdir()
     (tmp / "model" / "config.json").write_text("{}")
+    (tmp / "model" / "model.safetensors").write_bytes(b"")   # a whole model directory
     (tmp / "chain.yaml").write_text("out: unset\nstages: []\n")
     (tmp / "theirs").mkdir()
     (tmp / "theirs" / "notes.txt").write_text("someone's notes\n")

@@ -104,7 +104,8 @@ def test_a_rerun_with_force_leaves_no_split_of_the_earlier_run(sample, tmp_path,
     assert main(["data", "to-verl", str(sample["root"]), "--out", str(out), "--force",
                  "--val-fraction", "0"]) == 0
     assert "removed val.parquet" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "test.parquet", "to-verl.json",
+    assert sorted(p.name for p in out.iterdir()) == [".peer-rl-out.json", "notes.txt",
+                                                      "test.parquet", "to-verl.json",
                                                       "train.parquet"]
     assert len(read(out / "train.parquet")) == 152 and len(read(out / "test.parquet")) == 67
     assert (out / "notes.txt").read_text() == "mine"        # not to-verl's: left alone
@@ -118,7 +119,7 @@ def test_a_same_named_file_no_run_wrote_is_refused_not_deleted(sample, tmp_path,
     assert main(["data", "to-verl", str(sample["root"]), "--out", str(out), "--force",
                  "--val-fraction", "0"]) == 2
     err = capsys.readouterr().err
-    assert "val.parquet is not listed in to-verl.json" in err
+    assert "holds files `peer-rl data to-verl` did not write (val.parquet)" in err
     assert (out / "val.parquet").read_bytes() == before and not (out / "train.parquet").exists()
 
 
