@@ -138,8 +138,9 @@ class Adapters(FullWeights):
                                  f" adapts {name} in the vision tower, which stays untouched")
             hf = f"{name}.weight"
             if not isinstance(mod, LoRALinear) or getattr(mod, "fan_in_fan_out", False):
-                raise ValueError(f"{KEY}.target_modules: {name} is a {type(mod.base_layer).__name__}"
-                                 "; only linear layers can be adapted here")
+                kind = type(mod.base_layer).__name__
+                raise ValueError(f"{KEY}.target_modules: {name} is a {kind}; only linear "
+                                 "layers can be adapted here")
             if hf in tied_names:
                 raise ValueError(f"{KEY}.target_modules: {name} shares its weight with the "
                                  "embeddings (tied); leave it out")
