@@ -18,6 +18,7 @@ from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
 from peer_rl.worker_settings import (  # noqa: F401  (PolicyLossConfig: actor.policy_loss)
     JudgeSettings,
+    LoRASettings,
     PolicyLossConfig,
     PolicySettings,
     RedundancySettings,
@@ -56,6 +57,7 @@ class DataConfig:
 class ModelConfig:
     path: str = ""                       # HF model dir; "" = the tiny SFT'd VL policy (cached)
     tiny_cache_dir: str = ""             # where tiny models are built ("" = $XDG_CACHE_HOME/peer-rl/tiny-vl2, ~/.cache by default)
+    lora: LoRASettings = field(default_factory=LoRASettings)   # rank 0 = full weights
 
 
 @dataclass
@@ -303,7 +305,7 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
                  "actor.micro_batch_activation_gib",
                  "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
-                 "actor.num_threads", "data.max_history_turns")
+                 "actor.num_threads", "data.max_history_turns", "model.lora.rank")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"),
             "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
@@ -346,6 +348,10 @@ def _check_values(cfg: DictConfig) -> None:
     if cfg.algorithm.filter_groups.enable and cfg.retrieval.enable and cfg.retrieval.train_initial:
         raise ConfigError("algorithm.filter_groups.enable=true with retrieval.train_initial=true: "
                           "the initial replies' groups are not filtered; set one of them false")
+    lora = cfg.model.lora
+    if lora.rank and (lora.lora_alpha <= 0 or not lora.target_modules):
+        raise ConfigError(f"model.lora.rank={lora.rank}: expected model.lora.lora_alpha > 0 "
+                          f"(got {lora.lora_alpha}) and model.lora.target_modules not empty")
     if a.clip_ratio_c <= 1.0:
         raise ConfigError(f"actor.clip_ratio_c={a.clip_ratio_c}: the dual-clip bound must exceed 1")
     tp, gpus = cfg.rollout.tensor_model_parallel_size, cfg.resources.rollout.gpus_per_worker

@@ -78,6 +78,18 @@ class PolicySettings:
 
 
 @dataclass
+class LoRASettings:
+    """LoRA adapters on the policy (workers.lora; verl's actor_rollout_ref.model.lora keys):
+    only the adapters train, and the reference is the policy with its adapters switched off."""
+    rank: int = 0                        # r of every adapter; 0 = full weights, no adapters
+    lora_alpha: float = 16.0             # the update is (lora_alpha / rank) * B A
+    # module names (or name suffixes) to adapt, as PEFT reads them; "all-linear" = every
+    # linear layer of the decoder (PEFT's own choice, which leaves the output layer out)
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    lora_adapter_path: str = ""          # start from this saved PEFT adapter ("" = fresh)
+
+
+@dataclass
 class EngineSettings:
     """A vLLM engine's size (workers.vllm_engine.make_llm)."""
     max_model_len: int = 2048

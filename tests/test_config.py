@@ -32,6 +32,9 @@ def test_recipes_by_name_with_overrides():
     ("trainer.async.staleness=1", "config key 'trainer.async'"),
     ("actor.behavior_weight_cap=-1", "actor.behavior_weight_cap=-1.0: expected a value >= 0"),
     ("actor.num_threads=-2", "actor.num_threads=-2: expected a value >= 0"),
+    ("model.lora.rnak=8", "config key 'model.lora.rnak'"),
+    ("model.lora.rank=-8", "model.lora.rank=-8: expected a value >= 0"),
+    ("model.lora.target_modules=q_proj", "config key 'model.lora.target_modules'"),
 ])
 def test_bad_config_fails_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=None) as err:

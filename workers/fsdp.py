@@ -242,10 +242,12 @@ def copy_model_files(src_dir: str | Path, dst_dir: str | Path) -> None:
             shutil.copy2(f, dst / f.name)
 
 
-def _flat(model, msd: dict | None, osd: dict) -> dict[str, torch.Tensor]:
-    """One flat name -> tensor dict (the storage holds tensors only; a tied lm_head once)."""
+def _flat(model, msd: dict | None, osd: dict, keep=None) -> dict[str, torch.Tensor]:
+    """One flat name -> tensor dict (the storage holds tensors only; a tied lm_head once);
+    `keep(name)` chooses the model tensors (None: all)."""
     tied = tied_duplicates(model)
-    flat = {f"model/{k}": v for k, v in (msd or {}).items() if k not in tied}
+    flat = {f"model/{k}": v for k, v in (msd or {}).items()
+            if k not in tied and (keep is None or keep(k))}
     flat |= {f"optim/{fqn}/{k}": v for fqn, st in osd["state"].items() for k, v in st.items()
              if torch.is_tensor(v)}
     return flat
@@ -272,18 +274,19 @@ def file_index(flat: dict[str, torch.Tensor], world_size: int,
 
 
 def save_sharded(directory: str | Path, model, optim, rank: int, include_model: bool = True,
-                 **extra) -> None:
+                 keep=None, **extra) -> None:
     """Collective. `directory`: the policy (unless include_model=False) and its AdamW state as
     torch.distributed.checkpoint shards, each rank writing its own slices in parallel, in
     safetensors files of ~SHARD_FILE_BYTES a rank (file_index) whose JSON headers carry the
     sharding (no pickle anywhere), plus `state.json` (rank 0: param groups and `extra`).
-    Loadable at any world size."""
+    Loadable at any world size. `keep(name)`: only these model tensors (LoRA: the adapters).
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
     d = Path(directory)
     msd, osd = get_state_dict(model, optim)
-    flat = _flat(model, msd if include_model else None, osd)
+    flat = _flat(model, msd if include_model else None, osd, keep)
     mapping = file_index(flat, dist.get_world_size() if dist.is_initialized() else 1,
                          SHARD_FILE_BYTES)
     dcp.save(flat, storage_writer=HuggingFaceStorageWriter(
@@ -294,7 +297,8 @@ def save_sharded(directory: str | Path, model, optim, rank: int, include_model: 
                                        encoding="utf-8")
 
 
-def load_sharded(directory: str | Path, model, optim, include_model: bool = True) -> dict:
+def load_sharded(directory: str | Path, model, optim, include_model: bool = True,
+                 keep=None) -> dict:
     """Collective. Restore what save_sharded wrote, resharded to this group's world size;
     returns its `extra`. The optimizer state is built first (zeros; torch does this for an
     optimizer that has not stepped yet) so every tensor has its target shape and sharding."""
@@ -309,7 +313,7 @@ def load_sharded(directory: str | Path, model, optim, include_model: bool = True
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     msd, osd = get_state_dict(model, optim)
     try:
-        dcp.load(_flat(model, msd if include_model else None, osd),
+        dcp.load(_flat(model, msd if include_model else None, osd, keep),
                  storage_reader=HuggingFaceStorageReader(str(d)))   # in place, into msd / osd
     except CheckpointException as exc:   # a BaseException: name the directory and the cause
         causes = "; ".join(sorted({str(e).strip().splitlines()[-1]
@@ -317,9 +321,11 @@ def load_sharded(directory: str | Path, model, optim, include_model: bool = True
         raise ValueError(f"{d}: the sharded checkpoint cannot be read: {causes}") from None
     osd["param_groups"] = [{k: tuple(v) if k == "betas" else v for k, v in g.items()}
                            for g in meta["param_groups"]]
+    if keep is not None:
+        msd = {k: v for k, v in msd.items() if keep(k)}
     set_state_dict(model, optim, model_state_dict=msd if include_model else {},
                    optim_state_dict=osd,
-                   options=StateDictOptions(strict=include_model))
+                   options=StateDictOptions(strict=include_model and keep is None))
     return meta["extra"]
 
 

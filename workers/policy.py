@@ -44,9 +44,9 @@ from peer_rl import packing
 from peer_rl.micro_batches import by_count, by_token_budget
 from peer_rl.runtime import fsync_tree, peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
-from peer_rl.worker_settings import PolicySettings
+from peer_rl.worker_settings import LoRASettings, PolicySettings
 from peer_rl.models.local import on_this_node
-from workers import fsdp
+from workers import fsdp, lora
 
 
 def _tensor(x, dtype=None) -> torch.Tensor:
@@ -56,7 +56,9 @@ def _tensor(x, dtype=None) -> torch.Tensor:
 
 
 class PolicyWorker:
-    """FSDP2-sharded trainable policy plus a frozen FSDP2-sharded reference, on one rank.
+    """FSDP2-sharded trainable policy plus a frozen FSDP2-sharded reference, on one rank; with
+    model.lora.rank > 0 only LoRA adapters train and the reference is the policy with its
+    adapters off, no copy (workers.lora: what trains and where the reference comes from).
 
     The reference is sharded like the policy rather than kept as a full copy per rank: a full
     fp32 copy of an 8B model is 32 GB on every rank, sharding divides it by world_size, and it
@@ -69,15 +71,18 @@ class PolicyWorker:
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
                  model_path: str, settings: PolicySettings | None = None, *, rollout_n: int = 1,
-                 seed: int = 0, backend: str | None = None, max_row_len: int = 0):
+                 seed: int = 0, backend: str | None = None, max_row_len: int = 0,
+                 lora_settings: LoRASettings | None = None):
         """`rollout_n`: rows each prompt brings, so that a mini-batch of
         settings.ppo_mini_batch_size prompts is that many times as many rows (verl's
         normalisation); 1 where the rows are not groups. `max_row_len`: the longest row a batch
         can hold (prompt + reply, the rollout's max_model_len; 0 = the token budget), which
-        gradient_checkpointing=auto estimates attention's share from."""
+        gradient_checkpointing=auto estimates attention's share from. `lora_settings`:
+        model.lora (rank 0 or None = full weights; workers.lora)."""
         s = self.settings = settings or PolicySettings()
         self.rank, self.world_size = rank, world_size
         self.model_path = model_path = on_this_node(model_path)
+        self.weights = lora.policy_weights(lora_settings, model_path)
         self.master_addr, self.seed = master_addr, seed
         self.mini = s.ppo_mini_batch_size * rollout_n
         self.policy_loss = get_policy_loss_fn(s.policy_loss.loss_mode)
@@ -111,11 +116,15 @@ class PolicyWorker:
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
         self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
         self.model = self._load_sharded(mp, trainable=True)
-        self.ref = self._load_sharded(mp, offload=s.ref_param_offload).requires_grad_(False)
+        self.ref, ref_line = self.weights.reference(
+            lambda: self._load_sharded(mp, offload=s.ref_param_offload).requires_grad_(False),
+            world_size)
+        if self.weights.on:                   # the reference runs the policy's own output layer
+            self._heads[id(self.ref)] = self._heads.get(id(self.model))
         self.token_budget, budget_line = self._fit_token_budget(max_row_len)
         self.recompute, self.recompute_line = self._choose_recomputation(max_row_len)
-        if budget_line:
-            self.recompute_line = f"{budget_line}; {self.recompute_line}"
+        self.recompute_line = "; ".join(x for x in (ref_line, budget_line, self.recompute_line)
+                                        if x)
         if self.recompute:      # the forward is wrapped on the instance: sharding is unaffected
             fsdp.checkpoint_layers(self.model)
         # frozen parameters get no gradient and no optimizer state
@@ -133,6 +142,8 @@ class PolicyWorker:
             self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
         if trainable and self.settings.freeze_vision_tower and self.vision is not None:
             self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
+        if trainable:
+            model = self.weights.wrap(model)  # LoRA: adapters injected, the base frozen
         if self.settings.logits_chunk_size > 0:
             self._heads[id(model)] = fsdp.logprob_head(model, self.settings.logits_chunk_size)
         return fsdp.shard(model, self.mesh, mp, offload=offload)
@@ -452,6 +463,7 @@ class PolicyWorker:
         trained_only leaves out the frozen vision tower (it never changes); checkpoint_names
         renames to the on-disk names (fsdp.to_checkpoint_names) that vLLM and
         from_pretrained read."""
+        sd = self.weights.hf_state(sd)        # LoRA: HF names, adapters merged
         for dup, src in self.tied.items():
             if dup not in sd and src in sd:
                 sd[dup] = sd[src]
@@ -474,7 +486,8 @@ class PolicyWorker:
         if not hasattr(self, "_sync_pairs"):
             tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
             keys = [k for k in self.hf_keys if k not in self.tied and k not in self.frozen]
-            probe = {k: torch.empty(tensors[k].shape, device="meta") for k in keys}
+            probe = {k: torch.empty(tensors[self.weights.param_name(k)].shape, device="meta")
+                     for k in keys}
             renamed = fsdp.to_checkpoint_names(self.model, probe)
             by_id = {id(v): k for k, v in renamed.items()}
             if len(renamed) != len(probe) or any(id(v) not in by_id for v in probe.values()):
@@ -489,7 +502,8 @@ class PolicyWorker:
         """(checkpoint name, shape, dtype) of the tensors `send_weights` broadcasts, in order;
         `dtype` is the engines' (they load in it)."""
         tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
-        return [(ck, list(tensors[k].shape), dtype) for k, ck in self._sync_names()]
+        return [(ck, list(tensors[self.weights.param_name(k)].shape), dtype)
+                for k, ck in self._sync_names()]
 
     @dispatch(Dispatch.ALL)
     def host_weight_sync(self, world_size: int) -> tuple[str, int] | None:
@@ -526,11 +540,12 @@ class PolicyWorker:
         t0 = time.perf_counter()
         tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
 
-        def full(k):
-            t = tensors[k].detach()
+        def full(t):
+            t = t.detach()
             return t.full_tensor() if isinstance(t, DTensor) else t
 
-        gathered = (full(k) for k, _ in self._sync_names())
+        # LoRA: each adapted weight merged with its adapters as it is gathered
+        gathered = (self.weights.full_tensor(tensors, k, full) for k, _ in self._sync_names())
         if self.rank != 0:
             for _ in gathered:
                 pass
@@ -553,12 +568,13 @@ class PolicyWorker:
     @dispatch(Dispatch.ALL)
     def save_checkpoint(self, directory: str, hf_model: bool = True) -> None:
         """dcp/ (every rank writes its slices of the weights and AdamW state in parallel;
-        workers.fsdp.save_sharded) and, with `hf_model`, model/ (rank 0, HF format, fp32 master
+        workers.fsdp.save_sharded; LoRA: the adapters and their AdamW state only) and, with `hf_model`, model/ (rank 0, HF format, fp32 master
         weights: what vLLM, `peer-rl eval` and from_pretrained read; it costs one full gather).
         Collective."""
         d = Path(directory)
         fsdp.save_sharded(d / "dcp", self.model, self.optim, self.rank,
-                          global_step=self.global_step, world_size=self.world_size)
+                          keep=self.weights.in_checkpoint, global_step=self.global_step,
+                          world_size=self.world_size, lora_rank=self.weights.rank)
         if hf_model:
             self.export_hf(str(d / "model"))
         dist.barrier()
@@ -576,13 +592,15 @@ class PolicyWorker:
 
     @dispatch(Dispatch.ALL)
     def export_hf(self, directory: str) -> None:
-        """The policy as a plain Hugging Face model directory (rank 0 writes). Collective."""
+        """The policy as a plain Hugging Face model directory (rank 0 writes; LoRA: the
+        adapters merged, and adapter/ beside the weights in PEFT's format). Collective."""
         sd = fsdp.full_state_dict(self.model)
         if self.rank == 0:
             d = Path(directory)
             fsdp.copy_model_files(self.model_path, d)
             save_file(self._hf_state(sd, drop_tied=True, checkpoint_names=True),
                       str(d / "model.safetensors"), metadata={"format": "pt"})
+            self.weights.save_adapter(sd, d / "adapter")    # LoRA: adapter/ in PEFT's format
         del sd
         dist.barrier()
 
@@ -591,7 +609,9 @@ class PolicyWorker:
         """Restore weights, AdamW state and step counter from dcp/, resharded to this group's
         world size (it may differ from the one that wrote it). Collective. Returns the saved
         extra fields (global_step, world_size)."""
-        extra = fsdp.load_sharded(Path(directory) / "dcp", self.model, self.optim)
+        self.weights.check_checkpoint(Path(directory) / "dcp")
+        extra = fsdp.load_sharded(Path(directory) / "dcp", self.model, self.optim,
+                                  keep=self.weights.in_checkpoint)
         self.global_step = int(extra["global_step"])
         dist.barrier()
         return extra

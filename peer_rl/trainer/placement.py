@@ -22,6 +22,7 @@ from peer_rl.trainer.faults import with_faults
 from peer_rl.trainer.worker_group import Pools
 from peer_rl.worker_settings import (
     JudgeSettings,
+    LoRASettings,
     PolicySettings,
     RedundancySettings,
     RolloutSettings,
@@ -202,7 +203,8 @@ class PoolFactory:
             a.loss_scale_factor or self.cfg.rollout.response_length))
         return (rank, a.world_size, *rendezvous, self.policy_path, settings), {
             "rollout_n": self.cfg.rollout.n, "seed": self.cfg.trainer.seed,
-            "max_row_len": self.cfg.rollout.max_model_len}
+            "max_row_len": self.cfg.rollout.max_model_len,
+            "lora_settings": narrow(LoRASettings, self.cfg.model.lora)}
 
     def start(self, pool: str, i: int = 0):
         """Worker i of an engine or encoder pool as a Ray actor on its bundle (also how a

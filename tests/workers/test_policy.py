@@ -546,7 +546,7 @@ def test_kl_zero_and_checkpoint_round_trip(ckpt_world2):
     assert max_diff(r0["saved"], r0["perturbed"]) > 1e-4
     assert max_diff(r0["saved"], r0["loaded"]) == 0.0
     assert max_diff(r0["perturbed"], r0["replayed"]) < 1e-6   # optimizer state + step restored
-    assert r0["extra"] == {"global_step": 1, "world_size": 2}
+    assert r0["extra"] == {"global_step": 1, "world_size": 2, "lora_rank": 0}
     # both ranks wrote their own slices, in several files each (~64 KiB a rank here: the
     # fixture's budget), the sharding in each file's header
     shards = sorted(f for f in os.listdir(os.path.join(r0["ckpt"], "dcp"))

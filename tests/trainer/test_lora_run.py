@@ -1,0 +1,51 @@
+"""`peer-rl train model.lora.rank=8` as a user runs it: two steps, then `resume=auto` to a third;
+the checkpoint holds the adapters only, final/ is the merged model plus adapter/ in PEFT's
+format, and PeftModel on the base model computes what the merged export computes."""
+from pathlib import Path
+
+import pytest
+import torch
+from train_util import metrics as _metrics, train as _train
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, grpo_models):
+    out = tmp_path_factory.mktemp("lora_train")
+    first = _train(out, grpo_models, "model.lora.rank=8", "trainer.total_steps=2")
+    second = _train(out, grpo_models, "model.lora.rank=8", "trainer.total_steps=3",
+                    "resume=auto")
+    return out, first.stdout, second.stdout
+
+
+def test_a_lora_run_says_the_reference_is_free_checkpoints_adapters_and_resumes(lora_run):
+    from safetensors import safe_open
+
+    out, first, second = lora_run
+    assert "reference: the policy with its LoRA adapters off (model.lora.rank=8" in first
+    assert "resuming from" in second and "(step 2)" in second
+    assert [m["step"] for m in _metrics(out)] == [1, 2, 3]
+    names = set()
+    for f in (out / "checkpoints" / "step_3" / "policy" / "dcp").glob("*.safetensors"):
+        with safe_open(str(f), "pt") as fh:
+            names |= {n for n in fh.keys() if n.startswith("model/")}
+    assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
+
+
+def test_final_is_the_merged_model_and_its_adapter_loads_in_peft(lora_run, grpo_models):
+    from peft import PeftModel
+
+    from workers.fsdp import load_pretrained
+
+    out = lora_run[0]
+    final = Path(out) / "final"
+    merged = load_pretrained(str(final))
+    base = load_pretrained(grpo_models["policy"])
+    adapted = PeftModel.from_pretrained(load_pretrained(grpo_models["policy"]),
+                                        str(final / "adapter")).eval()
+    ids = torch.arange(3, 40)[None]
+    with torch.no_grad():
+        want, got, plain = (m(input_ids=ids).logits for m in (merged, adapted, base))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    assert (want - plain).abs().max() > 1e-5              # three steps moved the adapters

