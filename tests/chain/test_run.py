@@ -8,20 +8,8 @@ from peer_rl.chain.run import load_chain, run_chain, stage_done
 from peer_rl.cli import main
 from peer_rl.chain.report import write_chain_report
 from peer_rl.config import ConfigError
+from dir_holder import hold_dir
 
-
-# another process writing `out`: its marker, and an exclusive flock on out/.lock holding its pid
-HOLDER = """
-import fcntl, json, os, pathlib, time
-out = pathlib.Path({out!r})
-out.mkdir(parents=True, exist_ok=True)
-(out / ".peer-rl-out.json").write_text(json.dumps({{"command": {command!r}}}))
-fh = open(out / ".lock", "a+")
-fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-fh.truncate(0); fh.write(str(os.getpid())); fh.flush()
-print("held", flush=True)
-time.sleep(60)
-"""
 
 
 def _chain(tmp_path, stages: str, extra: str = "") -> str:
@@ -151,13 +139,8 @@ def test_the_report_names_a_damaged_file_instead_of_a_traceback(tmp_path, capsys
 
 
 def test_a_second_chain_on_the_same_out_is_refused_naming_the_first(tmp_path, capsys):
-    import subprocess
-    import sys
-
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(out=str(out),
-                                                                   command="chain")],
-                              stdout=subprocess.PIPE, text=True)
+    holder = hold_dir(out, "chain")
     try:
         assert holder.stdout.readline().strip() == "held"
         assert main(["chain", _chain(tmp_path, "  []\n")]) == 2

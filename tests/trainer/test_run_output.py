@@ -3,12 +3,12 @@ the run there, a second run on the same directory is refused naming the first's 
 signal checkpoints before any in-training evaluation. What follows the checks (prompt loading,
 then Ray and the pools) is replaced by `Reached`: no cluster starts."""
 import json
-import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 
+from dir_holder import hold_dir
 from peer_rl.cli import main
 
 
@@ -16,23 +16,8 @@ class Reached(Exception):
     pass
 
 
-# another process writing `out`: its marker, and an exclusive flock on out/.lock holding its pid
-HOLDER = """
-import fcntl, json, os, pathlib, time
-out = pathlib.Path({out!r})
-out.mkdir(parents=True, exist_ok=True)
-(out / ".peer-rl-out.json").write_text(json.dumps({{"command": {command!r}}}))
-fh = open(out / ".lock", "a+")
-fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-fh.truncate(0); fh.write(str(os.getpid())); fh.flush()
-print("held", flush=True)
-time.sleep(60)
-"""
-
-
 def _holder(out, command):
-    return subprocess.Popen([sys.executable, "-c", HOLDER.format(out=str(out), command=command)],
-                            stdout=subprocess.PIPE, text=True)
+    return hold_dir(out, command)
 
 
 def reached(*a, **k):
