@@ -167,6 +167,16 @@ def claim_run_dir(out: str | Path, command: str, inputs=()):
     return lock_dir(out, f"{command} run")
 
 
+def release_unwritten(out: str | Path) -> None:
+    """Remove a directory this process claimed (it did not exist before) when it still holds
+    nothing but the marker and the lock: a run refused before writing leaves nothing behind."""
+    import shutil
+
+    d = Path(out)
+    if d.is_dir() and {p.name for p in d.iterdir()} <= {MARKER, LOCK_FILE}:
+        shutil.rmtree(d)
+
+
 def plain_name(name: str, what: str) -> str:
     """A file or directory name from the command line: one path component, no climbing."""
     if not name or name in (".", "..") or any(c in name for c in "/\\") or "\0" in name:

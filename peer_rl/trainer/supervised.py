@@ -303,7 +303,7 @@ def examples_sha256(examples: list[dict]) -> str:
 def run_supervised(cfg, kind: str) -> Path:
     """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
     from peer_rl.config import ConfigError
-    from peer_rl.data.out_paths import claim_run_dir
+    from peer_rl.data.out_paths import claim_run_dir, release_unwritten
     from peer_rl.runtime import quiet_driver
 
     if cfg.kind != kind:
@@ -317,9 +317,14 @@ def run_supervised(cfg, kind: str) -> Path:
                           "resume=auto to continue it or choose another trainer.output_dir")
     stage = "sft" if kind == "sft" else "train-rm"
     # the resume=disable check above has refused a run there to replace; locked while it runs
+    created = not out.exists()
     lock = claim_run_dir(out, stage, [cfg.data.root, cfg.model.path])
     try:
         return _run_stage(cfg, kind, out, storage, stage)
+    except BaseException:
+        if created:             # refused before writing (a template mismatch, bad rows)
+            release_unwritten(out)
+        raise
     finally:
         lock.close()
 

@@ -126,3 +126,19 @@ def test_a_run_begun_before_markers_is_continued_by_its_run_file(tmp_path):
     (other / "cases.jsonl").write_text("mine\n")
     with pytest.raises(OutputError, match="did not write"):
         claim_dir(other, "eval esc", resume=True, run_state="run.json")
+
+
+def test_a_claimed_directory_left_unwritten_is_released_and_a_written_one_kept(tmp_path):
+    from peer_rl.data.out_paths import LOCK_FILE, MARKER, claim_run_dir, release_unwritten
+
+    out = tmp_path / "run"
+    lock = claim_run_dir(out, "train-rm")
+    assert sorted(p.name for p in out.iterdir()) == sorted([MARKER, LOCK_FILE])
+    release_unwritten(out)                      # refused before writing: nothing left behind
+    lock.close()
+    assert not out.exists()
+    lock = claim_run_dir(out, "train-rm")
+    (out / "config.yaml").write_text("x")
+    release_unwritten(out)                      # it wrote: kept
+    lock.close()
+    assert (out / "config.yaml").read_text() == "x"
