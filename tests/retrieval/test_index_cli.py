@@ -69,9 +69,9 @@ def test_build_from_the_sample_then_query(tmp_path):
 
 
 def test_bad_rows_are_named_and_nothing_is_written(tmp_path):
-    bad = tmp_path / "exemplars"
-    bad.mkdir()
+    bad = tmp_path / "data" / "exemplars"          # the output lies outside the data root
+    bad.mkdir(parents=True)
     (bad / "x.jsonl").write_text('{"id": "a", "language": "en", "history": ["hi"]}\n')
-    proc = _cli("build", str(tmp_path), "--out", str(tmp_path / "idx"))
+    proc = _cli("build", str(tmp_path / "data"), "--out", str(tmp_path / "idx"))
     assert proc.returncode == 2 and "x.jsonl:1: response: missing" in proc.stderr
     assert not (tmp_path / "idx").exists()
