@@ -32,7 +32,9 @@ def _cfg(tmp_path, tiny, *extra):
 @pytest.fixture(scope="module")
 def system(tmp_path_factory, grpo_models):
     out = tmp_path_factory.mktemp("controller")
-    cfg = _cfg(out, grpo_models, "actor.world_size=2")   # a real two-rank FSDP group
+    # a real two-rank FSDP group; Ray may restart each engine 6 times: three tests kill rollout
+    # worker 0 once each, and in any order the last of them must still find it restarted
+    cfg = _cfg(out, grpo_models, "actor.world_size=2", "trainer.max_actor_restarts=6")
     init_ray(cfg)
     factory = PoolFactory(cfg, grpo_models["policy"], grpo_models["judge"])
     pools = factory.make_pools()
