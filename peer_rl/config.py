@@ -219,7 +219,7 @@ class LoggingConfig:
 @dataclass
 class RayConfig:
     # "" = RAY_ADDRESS (set inside `ray job submit`) or else a new local cluster; "auto" = a
-    # cluster started with `ray start` on this machine; or a cluster's address
+    # cluster started with `ray start` on the machine the run starts from; or a cluster's address
     address: str = ""
     num_cpus: int = 0                    # for a local cluster; 0 = all cores
     dashboard_host: str = "127.0.0.1"
