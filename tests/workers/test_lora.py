@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from peer_rl.worker_settings import LoRASettings, PolicySettings
-from test_policy import HP, SEED, free_port, make_batch, tiny_model  # noqa: F401 (fixture)
+from test_policy import HP, SEED, free_port, make_batch, rank_results, tiny_model  # noqa: F401 (fixture)
 
 RANK, ALPHA = 4, 8.0
 # one optimizer step over the whole 8-row batch, micro-batches of 2, a KL term, no clipping
@@ -107,11 +107,7 @@ def run_lora(world_size: int, model_path: str, adapter: str, out, ckpt_from=None
     os.makedirs(out, exist_ok=True)
     mp.spawn(_entry, args=(world_size, free_port(), model_path, adapter, str(out), ckpt_from),
              nprocs=world_size, join=True)
-    results = []
-    for r in range(world_size):
-        with open(os.path.join(out, f"rank{r}.pkl"), "rb") as f:
-            results.append(pickle.load(f))
-    return results
+    return rank_results(out, world_size)
 
 
 @pytest.fixture(scope="module")

@@ -342,6 +342,11 @@ def run_group(world_size, model_path, scenario, out, arg=None, **hp) -> list[dic
     mp.spawn(_entry, args=(world_size, free_port(), model_path, scenario, {**HP, **hp}, str(out),
                            arg),
              nprocs=world_size, join=True)
+    return rank_results(out, world_size)
+
+
+def rank_results(out, world_size: int) -> list[dict]:
+    """What each spawned rank left in out/rank<r>.pkl, in rank order."""
     results = []
     for r in range(world_size):
         with open(os.path.join(out, f"rank{r}.pkl"), "rb") as f:
