@@ -97,6 +97,9 @@ class RewardModelConfig(JudgeSettings):
     kind: str = "unifireward"
     path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
     outcome_path: str = ""               # prm_orm only: the outcome model's directory
+    # unifireward: a LoRA adapter of `path` in PEFT's format (`train-rm model.lora.rank=R`
+    # writes final/adapter); the judge engines serve path plus this adapter ("" = none)
+    lora_path: str = ""
     num_workers: int = 1
     kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's samples per engine
 
@@ -318,6 +321,13 @@ _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_a
             "trainer.async_training.staleness": (0, 1)}
 
 
+def check_lora(lora) -> None:
+    """model.lora, in every schema that has it (GRPO, sft, train-rm)."""
+    if lora.rank and (lora.lora_alpha <= 0 or not lora.target_modules):
+        raise ConfigError(f"model.lora.rank={lora.rank}: expected model.lora.lora_alpha > 0 "
+                          f"(got {lora.lora_alpha}) and model.lora.target_modules not empty")
+
+
 def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) -> None:
     """Fail naming the key: sizes that must be > 0, amounts that must be >= 0, enumerations."""
     for key in positive:
@@ -348,10 +358,12 @@ def _check_values(cfg: DictConfig) -> None:
     if cfg.algorithm.filter_groups.enable and cfg.retrieval.enable and cfg.retrieval.train_initial:
         raise ConfigError("algorithm.filter_groups.enable=true with retrieval.train_initial=true: "
                           "the initial replies' groups are not filtered; set one of them false")
-    lora = cfg.model.lora
-    if lora.rank and (lora.lora_alpha <= 0 or not lora.target_modules):
-        raise ConfigError(f"model.lora.rank={lora.rank}: expected model.lora.lora_alpha > 0 "
-                          f"(got {lora.lora_alpha}) and model.lora.target_modules not empty")
+    check_lora(cfg.model.lora)
+    if cfg.reward_model.lora_path and cfg.reward_model.kind != "unifireward":
+        raise ConfigError(f"reward_model.lora_path with reward_model.kind="
+                          f"{cfg.reward_model.kind}: only the unifireward judge is served with "
+                          "an adapter; merge it (train-rm's final/ is merged) and set "
+                          "reward_model.path")
     if a.clip_ratio_c <= 1.0:
         raise ConfigError(f"actor.clip_ratio_c={a.clip_ratio_c}: the dual-clip bound must exceed 1")
     tp, gpus = cfg.rollout.tensor_model_parallel_size, cfg.resources.rollout.gpus_per_worker

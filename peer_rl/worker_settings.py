@@ -87,6 +87,10 @@ class LoRASettings:
     # linear layer of the decoder (PEFT's own choice, which leaves the output layer out)
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     lora_adapter_path: str = ""          # start from this saved PEFT adapter ("" = fresh)
+    # false: the rollout engines serve the base model plus the adapter (vLLM enable_lora) and a
+    # weight sync sends the adapters alone; true: each sync sends W + (lora_alpha / rank) B A,
+    # every weight, for an engine or model without LoRA support in vLLM
+    merge: bool = False
 
 
 @dataclass

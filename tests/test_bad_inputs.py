@@ -62,3 +62,16 @@ def test_an_eval_case_file_that_is_not_utf8_and_an_out_that_is_a_file(tmp_path, 
 
     with pytest.raises(RunMismatch, match="exists and is not a directory"):
         RunStore(tmp_path / "afile", {})
+
+
+def test_a_judge_adapter_that_is_not_one_fails_before_the_pools(tmp_path, capsys):
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    assert main(["train", f"reward_model.lora_path={tmp_path / 'adapter'}",
+                 f"trainer.output_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert (f"reward_model.lora_path={str(tmp_path / 'adapter')!r}: no "
+            "adapter_model.safetensors, judge_template.json there") in err
+    assert main(["train", "reward_model.kind=scalar", f"reward_model.lora_path={tmp_path}",
+                 f"trainer.output_dir={tmp_path / 'run'}"]) == 2
+    assert "only the unifireward judge is served with an adapter" in capsys.readouterr().err

@@ -46,6 +46,16 @@ class FullWeights:
     def param_name(self, hf_name: str) -> str:
         return hf_name
 
+    def sync_pairs(self, full_pairs: Callable[[], list], names: list[str]) -> list[tuple[str, str]]:
+        """(module tensor, name the engines load it by) of each tensor a weight sync sends:
+        every weight (`full_pairs()`); `names`: the model's parameter names."""
+        return full_pairs()
+
+    def adapter_config(self) -> str | None:
+        """adapter_config.json's text when the engines serve base + adapter (a sync then
+        sends the adapters only); None when they load plain weights."""
+        return None
+
     def full_tensor(self, tensors: dict, hf_name: str, gather) -> torch.Tensor:
         return gather(tensors[hf_name])
 
@@ -162,6 +172,27 @@ class Adapters(FullWeights):
         base_layer)."""
         module, _, leaf = hf_name.rpartition(".")
         return f"{module}.base_layer.{leaf}" if f"{module}.weight" in self.scaling else hf_name
+
+    def sync_pairs(self, full_pairs, names):
+        """model.lora.merge=false: the adapters alone, by the names PEFT saves them under
+        (what vLLM's LoRA loader reads); merge=true: every weight, merged as it is gathered."""
+        if self.settings.merge:
+            return full_pairs()
+        return [(n, PEFT_PREFIX + re.sub(rf"\.(lora_[AB])\.{ADAPTER}\.", r".\1.", n))
+                for n in names if ".lora_" in n]
+
+    def adapter_config(self) -> str | None:
+        """PEFT's own adapter_config.json for this adapter, written by PEFT (so vLLM reads
+        exactly what `save_adapter` would write)."""
+        if self.settings.merge:
+            return None
+        if not hasattr(self, "_config_text"):
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="peer-rl-adapter-config-") as d:
+                self.peft.peft_config[ADAPTER].save_pretrained(d)
+                self._config_text = (Path(d) / "adapter_config.json").read_text(encoding="utf-8")
+        return self._config_text
 
     def _delta(self, hf_name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (b.float() @ a.float()) * self.scaling[hf_name]

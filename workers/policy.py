@@ -484,18 +484,23 @@ class PolicyWorker:
         order: the state dict's keys without tied duplicates (vLLM ties them itself) and
         without the frozen vision tower (the engines hold it from their start)."""
         if not hasattr(self, "_sync_pairs"):
-            tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
-            keys = [k for k in self.hf_keys if k not in self.tied and k not in self.frozen]
-            probe = {k: torch.empty(tensors[self.weights.param_name(k)].shape, device="meta")
-                     for k in keys}
-            renamed = fsdp.to_checkpoint_names(self.model, probe)
-            by_id = {id(v): k for k, v in renamed.items()}
-            if len(renamed) != len(probe) or any(id(v) not in by_id for v in probe.values()):
-                raise NotImplementedError(
-                    f"{type(self.model).__name__}: saving converts weights beyond renaming "
-                    "them; weight sync sends module tensors one by one and cannot follow it")
-            self._sync_pairs = [(k, by_id[id(probe[k])]) for k in keys]
+            self._sync_pairs = self.weights.sync_pairs(       # LoRA: the adapters alone
+                self._weight_pairs, [n for n, _ in self.model.named_parameters()])
         return self._sync_pairs
+
+    def _weight_pairs(self) -> list[tuple[str, str]]:
+        """_sync_names of a sync of plain weights."""
+        tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
+        keys = [k for k in self.hf_keys if k not in self.tied and k not in self.frozen]
+        probe = {k: torch.empty(tensors[self.weights.param_name(k)].shape, device="meta")
+                 for k in keys}
+        renamed = fsdp.to_checkpoint_names(self.model, probe)
+        by_id = {id(v): k for k, v in renamed.items()}
+        if len(renamed) != len(probe) or any(id(v) not in by_id for v in probe.values()):
+            raise NotImplementedError(
+                f"{type(self.model).__name__}: saving converts weights beyond renaming "
+                "them; weight sync sends module tensors one by one and cannot follow it")
+        return [(k, by_id[id(probe[k])]) for k in keys]
 
     @dispatch(Dispatch.ALL)
     def weight_metas(self, dtype: str) -> list[tuple[str, list[int], str]]:
@@ -504,6 +509,12 @@ class PolicyWorker:
         tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
         return [(ck, list(tensors[self.weights.param_name(k)].shape), dtype)
                 for k, ck in self._sync_names()]
+
+    @dispatch(Dispatch.ALL)
+    def adapter_config(self) -> str | None:
+        """adapter_config.json's text when the engines serve base + adapter (model.lora.rank > 0,
+        merge false: a sync sends the adapters alone); None when they load plain weights."""
+        return self.weights.adapter_config()
 
     @dispatch(Dispatch.ALL)
     def host_weight_sync(self, world_size: int) -> tuple[str, int] | None:

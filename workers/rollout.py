@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 from peer_rl.multimodal import attach_images, for_vllm, strip_tags
 from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import RolloutSettings
 from peer_rl.models.local import on_this_node
-from workers.vllm_engine import make_llm, on_cpu
+from workers.vllm_engine import lora_engine_args, make_llm, on_cpu
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +36,22 @@ class RolloutWorker:
     policy version of the weights that drew it (set with every weight sync).
     """
 
-    def __init__(self, model_path: str, settings: RolloutSettings | None = None, seed: int = 0):
+    def __init__(self, model_path: str, settings: RolloutSettings | None = None, seed: int = 0,
+                 lora_rank: int = 0):
+        """`lora_rank` > 0: the policy trains LoRA adapters of that rank and syncs them alone
+        (model.lora.merge=false); the engine serves the base model plus the latest adapter."""
         t0 = time.perf_counter()
         self.model_path = model_path = on_this_node(model_path)
         s = settings or RolloutSettings()
         self.llm = make_llm(model_path, s, seed=seed,
                             tensor_parallel_size=s.tensor_model_parallel_size,
-                            logprobs_mode="processed_logprobs")
+                            logprobs_mode="processed_logprobs",
+                            **(lora_engine_args(lora_rank) if lora_rank else {}))
+        # the adapter every request runs with (None: the weights alone); each sync writes the
+        # next one under _adapter_root, and the previous one is dropped once it is loaded
+        self.lora_request = None
+        self._adapter_root = (Path(tempfile.mkdtemp(prefix="peer-rl-adapters-"))
+                              if lora_rank else None)
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
         # A reply must not contain image placeholders: in the engine a sampled <|image_pad|> is
         # a plain embedding, but a training forward would try to fill it with image features.
@@ -89,7 +101,8 @@ class RolloutWorker:
                                        else sampling.seed + i * n) if per_request else None,
                                  logit_bias=self._no_vision_tokens)
                   for i, p in enumerate(prompts)]
-        outputs = self.llm.chat([self._messages(p) for p in prompts], params, use_tqdm=False)
+        outputs = self.llm.chat([self._messages(p) for p in prompts], params, use_tqdm=False,
+                                lora_request=self.lora_request)
         samples = []
         for prompt, out in zip(prompts, outputs):
             for comp in sorted(out.outputs, key=lambda c: c.index):
@@ -108,12 +121,19 @@ class RolloutWorker:
         return str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
 
     def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
-                         metas: list, bucket_bytes: int) -> list[int]:
+                         metas: list, bucket_bytes: int,
+                         adapter_config: str | None = None) -> list[int]:
         """Every worker of this engine joins the policy's weight-sync group (workers.weight_sync)
-        as ranks rank_offset.. (one per tensor-parallel worker); returns their ranks."""
+        as ranks rank_offset.. (one per tensor-parallel worker); returns their ranks.
+        `adapter_config`: the policy sends its LoRA adapter alone (adapter_config.json's text)."""
+        if (adapter_config is None) != (self._adapter_root is None):
+            raise ValueError("weight sync: the policy sends " + (
+                "plain weights" if adapter_config is None else "a LoRA adapter") +
+                ", but this engine was started " + (
+                "with" if self._adapter_root is not None else "without") + " LoRA support")
         backend = "gloo" if on_cpu() else "nccl"
         return self.llm.collective_rpc("join_weight_sync", args=(
-            addr, port, rank_offset, world_size, backend, metas, bucket_bytes))
+            addr, port, rank_offset, world_size, backend, metas, bucket_bytes, adapter_config))
 
     def receive_weights(self, version: int | None = None) -> int:
         """Receive one broadcast of the policy into the engine, in place; returns #tensors.
@@ -124,7 +144,10 @@ class RolloutWorker:
         worker's multimodal input cache, so the front end's copy is cleared with it (the two
         must agree, or the next image request misses).
         """
-        n = self.llm.collective_rpc("receive_weights")[0]
+        if self._adapter_root is not None:
+            n = self._receive_adapter()
+        else:
+            n = self.llm.collective_rpc("receive_weights")[0]
         self.llm.reset_prefix_cache()
         if self.multimodal:
             self.llm.llm_engine.reset_encoder_cache()
@@ -132,6 +155,22 @@ class RolloutWorker:
         self.weight_syncs += 1
         if version is not None:
             self.policy_version = int(version)
+        return n
+
+    def _receive_adapter(self) -> int:
+        """The policy's adapter into a new directory, loaded into the engine now (a bad adapter
+        fails the sync, not the next rollout) under a new id; the previous one is removed."""
+        from vllm.lora.request import LoRARequest
+
+        lora_id = self.weight_syncs + 1          # unique in this engine's life
+        directory = self._adapter_root / f"v{lora_id}"
+        n = self.llm.collective_rpc("receive_adapter", args=(str(directory),))[0]
+        request = LoRARequest(f"policy-v{lora_id}", lora_id, str(directory))
+        self.llm.llm_engine.add_lora(request)
+        old, self.lora_request = self.lora_request, request
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
         return n
 
     def prompt_logprobs(self, prompt_ids: list[list[int]],
@@ -151,7 +190,7 @@ class RolloutWorker:
                 prompt = {"prompt_token_ids": _collapse_runs(list(ids), self._image_token_id()),
                           "multi_modal_data": {"image": [open_image(p) for p in images[i]]}}
             prompts.append(prompt)
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.lora_request)
         for ids, out in zip(prompt_ids, outs):
             if list(out.prompt_token_ids) != list(ids):
                 raise ValueError(f"the engine expanded a {len(ids)}-token sequence to "
@@ -176,6 +215,7 @@ class RolloutWorker:
         return {"ok": True, "pid": os.getpid(), "model": self.model_path, "device": "cpu" if on_cpu() else "cuda",
                 "multimodal": self.multimodal, "weight_syncs": self.weight_syncs,
                 "policy_version": self.policy_version,
+                "lora_id": self.lora_request.lora_int_id if self.lora_request else 0,
                 "start_seconds": round(self.start_seconds, 2),
                 "probe_seconds": round(time.perf_counter() - t0, 4),
                 "peak_rss_bytes": peak_rss_bytes()}
@@ -185,6 +225,8 @@ class RolloutWorker:
         core = getattr(self.llm.llm_engine, "engine_core", None)
         if core is not None:
             core.shutdown()
+        if self._adapter_root is not None:
+            shutil.rmtree(self._adapter_root, ignore_errors=True)
 
 
 def _collapse_runs(ids: list[int], token: int) -> list[int]:

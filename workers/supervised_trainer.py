@@ -11,7 +11,9 @@ for a reward model.
 Checkpoints (every trainer.save_freq steps and at the end), reported with
 `ray.train.report(..., checkpoint=...)` and merged by Ray Train into
 `<output_dir>/ray_train/run/step_N/`:
-    model/                HF format, fp32 master weights, safetensors (rank 0)
+    model/                HF format, fp32 master weights, safetensors (rank 0); with
+                          model.lora.rank > 0 the adapters merged, and model/adapter/ in PEFT's
+                          format (what a resume trains on from the base model.path)
     optim/                AdamW state, torch.distributed.checkpoint shards in safetensors
                           files (every rank writes its slices; loadable at another world size)
     trainer_state.json    step, examples, world size (rank 0)
@@ -88,12 +90,34 @@ def image_token_counter(vision):
     return vision.image_token_id, lambda path: vision.tokens(path)
 
 
+def lora_weights(config: dict, resume_dir: Path | None):
+    """What a stage trains (workers.lora): full weights, or LoRA adapters of config["lora"]
+    (model.lora) that a resume takes from its checkpoint's model/adapter/. A checkpoint of the
+    other kind stops the resume naming the key."""
+    from peer_rl.worker_settings import LoRASettings
+    from workers import lora
+
+    settings = dict(config.get("lora") or {})
+    saved = resume_dir is not None and (resume_dir / "model" / "adapter").is_dir()
+    if resume_dir is not None and saved != bool(settings.get("rank")):
+        what = "LoRA adapters" if saved else "full weights"
+        raise ValueError(f"{resume_dir}: the checkpoint holds {what}, but {lora.KEY}.rank="
+                         f"{settings.get('rank', 0)}: resume with the setting it was trained with")
+    if not settings.get("rank"):
+        return lora.FullWeights()
+    if saved:
+        settings["lora_adapter_path"] = str(resume_dir / "model" / "adapter")
+    return lora.Adapters(LoRASettings(**settings), config["model_path"])
+
+
 def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, src_dir: str,
-                     state: dict, extra_files: dict[str, str], drop: set[str]) -> None:
-    """Collective. Rank 0: model/ (HF, safetensors) + trainer_state.json; every rank: its
-    slices of the AdamW state (optim/, workers.fsdp.save_sharded: loadable at another world
-    size)."""
+                     state: dict, extra_files: dict[str, str], drop: set[str],
+                     weights=None) -> None:
+    """Collective. Rank 0: model/ (HF, safetensors; LoRA: the adapters merged, and adapter/
+    in PEFT's format) + trainer_state.json; every rank: its slices of the AdamW state (optim/,
+    workers.fsdp.save_sharded: loadable at another world size; LoRA: the adapters' only)."""
     import torch.distributed as dist
+    from safetensors.torch import save_file
 
     from workers import fsdp
 
@@ -103,8 +127,17 @@ def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, 
         fsdp.copy_model_files(src_dir, mdir)
         for name, text in extra_files.items():
             (mdir / name).write_text(text, encoding="utf-8")
-        sd = {k: v for k, v in sd.items() if k not in drop}
-        model.save_pretrained(mdir, state_dict=sd, max_shard_size="5GB")
+        if weights is not None and weights.on:
+            merged = {k: v.detach().cpu().clone() for k, v in weights.hf_state(sd).items()
+                      if k not in drop}
+            save_file(fsdp.to_checkpoint_names(model, merged), str(mdir / "model.safetensors"),
+                      metadata={"format": "pt"})
+            weights.save_adapter(sd, mdir / "adapter")
+            for name, text in extra_files.items():   # a judge adapter is served with its template
+                (mdir / "adapter" / name).write_text(text, encoding="utf-8")
+        else:
+            sd = {k: v for k, v in sd.items() if k not in drop}
+            model.save_pretrained(mdir, state_dict=sd, max_shard_size="5GB")
         (directory / STATE_FILE).write_text(json.dumps(state, indent=1), encoding="utf-8")
     del sd
     fsdp.save_sharded(directory / "optim", model, optim, rank, include_model=False)
@@ -174,10 +207,18 @@ def train_loop(config: dict) -> None:
             ckpt_dir = Path(ckpt.to_directory(tempfile.mkdtemp(prefix="peer-rl-ckpt-")))
         state = json.loads((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"))
         start_step, src = int(state["step"]), str(ckpt_dir / "model")
+    weights = lora_weights(config, ckpt_dir)
+    if weights.on:               # the base from model_path, the adapters from the checkpoint
+        src = config["model_path"]
     mp = fsdp.mixed_precision(device, config["bf16"])
     # loaded on the host; fully_shard moves each rank's shard to the mesh's device
     model = _load_model(src, config["gradient_checkpointing"], config["freeze_vision_tower"])
     tied = set(fsdp.tied_duplicates(model))
+    model = weights.wrap(model)      # LoRA: adapters injected, every base weight frozen
+    if weights.on and config["gradient_checkpointing"]:
+        # recomputed layers need an input that requires grad, or the frozen embeddings cut
+        # the adapters' gradient
+        model.enable_input_require_grads()
     model = fsdp.shard(model, mesh, mp)
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                               lr=config["lr"], weight_decay=config["weight_decay"])
@@ -276,7 +317,7 @@ def train_loop(config: dict) -> None:
                 state = {"step": done, "total_steps": total, "world_size": ws, "examples": n,
                          "kind": config["kind"], "loss": last.get("loss")}
                 _save_checkpoint(tmp, model, optim, rank, ws, config["model_path"], state,
-                                 config["extra_files"], tied)
+                                 config["extra_files"], tied, weights)
                 ray.train.report({**last, "step": done}, checkpoint=Checkpoint.from_directory(str(tmp)),
                                  checkpoint_dir_name=f"step_{done:06d}")
             finally:

@@ -36,13 +36,20 @@ class UnifiRewardWorker:
     answers score 0 and are counted in `parse_failures`, never raised.
     """
 
-    def __init__(self, model_path: str, settings: JudgeSettings | None = None, seed: int = 0):
+    def __init__(self, model_path: str, settings: JudgeSettings | None = None, seed: int = 0,
+                 lora_path: str = ""):
+        """`lora_path`: a PEFT adapter of `model_path` (reward_model.lora_path); the engine
+        serves the base plus it, and the judge template is the adapter's."""
         t0 = time.perf_counter()
         s = settings or JudgeSettings()
         self.model_path = model_path = on_this_node(model_path)
-        self.template = JudgeTemplate.load(model_path)
+        self.lora_request, lora_args = None, {}
+        if lora_path:
+            self.lora_request, lora_args = judge_adapter(on_this_node(lora_path))
+        self.template = JudgeTemplate.load(self.lora_request.lora_path if lora_path
+                                           else model_path)
         self.max_tokens = s.max_tokens
-        self.llm = make_llm(model_path, s, seed=seed, enable_prefix_caching=True)
+        self.llm = make_llm(model_path, s, seed=seed, enable_prefix_caching=True, **lora_args)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
         self.multimodal = bool(self.llm.llm_engine.model_config.is_multimodal_model)
@@ -55,7 +62,8 @@ class UnifiRewardWorker:
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
-        outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False)
+        outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False,
+                             lora_request=self.lora_request)
         return [o.outputs[0].text.strip() for o in outs]
 
     @dispatch(Dispatch.SHARD)
@@ -69,7 +77,8 @@ class UnifiRewardWorker:
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                 structured_outputs=StructuredOutputsParams(json=schema)
                                 if schema is not None else None)
-        outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False)
+        outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False,
+                             lora_request=self.lora_request)
         return [o.outputs[0].text for o in outs]
 
     def _with_images(self, item: JudgeItem, turns: list[dict | None]) -> list[dict | None]:
@@ -105,6 +114,25 @@ class UnifiRewardWorker:
         core = getattr(self.llm.llm_engine, "engine_core", None)
         if core is not None:
             core.shutdown()
+
+
+def judge_adapter(path: str):
+    """(LoRARequest, make_llm keywords) for a judge adapter directory; one that is not a PEFT
+    adapter with its judge template fails here, naming reward_model.lora_path."""
+    import json
+    from pathlib import Path
+
+    from vllm.lora.request import LoRARequest
+
+    from peer_rl.models.local import check_adapter_dir
+    from peer_rl.prompts.judge import TEMPLATE_FILE
+    from workers.vllm_engine import lora_engine_args
+
+    check_adapter_dir(f"reward_model.lora_path={path!r}", path, also=(TEMPLATE_FILE,),
+                      error=FileNotFoundError)
+    d = Path(path)
+    rank = int(json.loads((d / "adapter_config.json").read_text(encoding="utf-8"))["r"])
+    return LoRARequest("judge", 1, str(d)), lora_engine_args(rank)
 
 
 class PairRewardWorker:

@@ -104,6 +104,21 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     )
 
 
+# the adapter ranks a vLLM engine can be sized for (vllm.config.lora.MaxLoRARanks)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_engine_args(rank: int) -> dict:
+    """make_llm keywords for an engine that serves the base model plus one adapter of `rank`
+    at a time (its slots sized to the next rank vLLM offers; an adapter of a smaller rank fits)."""
+    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise ValueError(f"model.lora.rank={rank}: vLLM serves adapters of rank up to "
+                         f"{VLLM_LORA_RANKS[-1]}; lower it, or set model.lora.merge=true (the "
+                         "engines then load merged weights)")
+    return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 1}
+
+
 def _config(model_path: str) -> dict:
     path = Path(model_path) / "config.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -138,8 +153,11 @@ class WeightSyncExtension:
     """
 
     def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
-                         backend: str, metas: list, bucket_bytes: int) -> int:
-        """Join a freshly built group (dropping any earlier one); returns this member's rank."""
+                         backend: str, metas: list, bucket_bytes: int,
+                         adapter_config: str | None = None) -> int:
+        """Join a freshly built group (dropping any earlier one); returns this member's rank.
+        `adapter_config` (adapter_config.json's text): the tensors sent are a LoRA adapter,
+        which `receive_weights` writes out as an adapter directory instead of loading."""
         from workers import weight_sync
 
         rank = rank_offset + int(getattr(self, "rank", 0))
@@ -148,7 +166,38 @@ class WeightSyncExtension:
         self._sync_group = weight_sync.open_group(store, rank, world_size, backend)
         self._sync_metas = [weight_sync.TensorMeta(m[0], tuple(m[1]), m[2]) for m in metas]
         self._sync_bucket_bytes = int(bucket_bytes)
+        self._sync_adapter_config = adapter_config
         return rank
+
+    def receive_adapter(self, directory: str) -> int:
+        """Receive one broadcast of the policy's LoRA adapter and write it to `directory` in
+        PEFT's format (adapter_model.safetensors + adapter_config.json), where the engine's
+        LoRARequest reads it; returns #tensors. The engine's first worker writes it (every
+        tensor-parallel worker receives the whole adapter and vLLM cuts its own shard when it
+        loads the directory). Written whole: into a temporary directory, then renamed."""
+        import shutil
+
+        from safetensors.torch import save_file
+
+        from workers import weight_sync
+
+        if getattr(self, "_sync_group", None) is None:
+            raise RuntimeError("receive_adapter before join_weight_sync")
+        if self._sync_adapter_config is None:
+            raise RuntimeError("receive_adapter: the policy sends plain weights (receive_weights)")
+        tensors = {}
+        for bucket in weight_sync.receive(self._sync_group, self._sync_metas,
+                                          self._sync_bucket_bytes, torch.device("cpu")):
+            tensors |= {name: t.clone() for name, t in bucket}
+        if int(getattr(self, "rank", 0)) == 0:
+            final = Path(directory)
+            tmp = final.with_name(final.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            save_file(tensors, str(tmp / "adapter_model.safetensors"))
+            (tmp / "adapter_config.json").write_text(self._sync_adapter_config, encoding="utf-8")
+            os.replace(tmp, final)
+        return len(tensors)
 
     def receive_weights(self) -> int:
         """Receive one broadcast of the policy and load it in place, bucket by bucket as the

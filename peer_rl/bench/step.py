@@ -38,6 +38,7 @@ def main(overrides: list[str]) -> int:
         sec = float(np.median([r[f"timing/{stage}"] for r in timed]))
         print(f"{stage:12s} {sec:9.3f} {100 * sec / total:6.1f}%")
     print(f"rollout tokens/s (median): {np.median([r['rollout/tokens_per_s'] for r in timed]):.0f}")
+    print(f"weight sync: {timed[-1]['sync/bytes'] / 2**20:.2f} MiB to each engine a step")
     if "actor/padding_share" in timed[0]:
         share = float(np.median([r["actor/padding_share"] for r in timed]))
         print(f"padding in the update's training forwards (median share of positions): "

@@ -61,6 +61,21 @@ def check_model_dir(label: str, path: str, *, error: type[Exception] = ConfigErr
     return path
 
 
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def check_adapter_dir(label: str, path: str, *, also: tuple[str, ...] = (),
+                      error: type[Exception] = ConfigError) -> str:
+    """`path` when it is a LoRA adapter in PEFT's format (and holds the files in `also`);
+    otherwise `error` in one line naming `label` and what is missing."""
+    missing = [f for f in (*ADAPTER_FILES, *also) if not (Path(path) / f).is_file()]
+    if missing:
+        raise error(f"{label}: no {', '.join(missing)} there (expected a LoRA adapter "
+                    "directory in PEFT's format, e.g. the final/adapter of `peer-rl train-rm "
+                    "model.lora.rank=R`)")
+    return path
+
+
 def on_this_node(path: str) -> str:
     """A path into peer-rl's bundled files as the driver saw them, mapped to this process's own
     copy. A job's working dir is unpacked under a different directory on every node (Ray's

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from omegaconf import MISSING, DictConfig
 
-from peer_rl.config import ConfigError, LoggingConfig, RayConfig, check_ranges, load_config
+from peer_rl.config import (ConfigError, LoggingConfig, RayConfig, check_lora, check_ranges,
+                            load_config)
+from peer_rl.worker_settings import LoRASettings
 
 # rm: UnifiReward SFT on SER chats; prm / orm: the separate process and outcome judges PEER
 # compares it with, on the same SER rows; bt: a scalar reward model on preference pairs
@@ -44,6 +46,9 @@ class SupervisedModelConfig:
     # vision-language models: the vision encoder gets no gradient and no optimizer state (the
     # aligner/merger still trains); ignored for text-only models
     freeze_vision_tower: bool = True
+    # LoRA adapters instead of full weights (rank 0 = full); final/ is the merged model plus
+    # final/adapter/ in PEFT's format. `merge` is the GRPO engines' setting and unused here
+    lora: LoRASettings = field(default_factory=LoRASettings)
 
 
 @dataclass
@@ -109,7 +114,7 @@ _POSITIVE = ("trainer.epochs", "trainer.batch_size", "trainer.micro_batch_size",
 _NON_NEGATIVE = ("trainer.total_steps", "trainer.lr", "trainer.warmup_steps",
                  "trainer.min_lr_ratio", "trainer.weight_decay", "trainer.grad_clip",
                  "trainer.save_freq", "trainer.max_failures", "data.max_rows",
-                 "resources.cpus_per_worker", "resources.gpus_per_worker")
+                 "resources.cpus_per_worker", "resources.gpus_per_worker", "model.lora.rank")
 _CHOICES = {"kind": KINDS, "trainer.lr_scheduler": ("constant", "cosine"),
             "resume": ("auto", "disable"), "judge.template_check": ("strict", "warn", "off")}
 
@@ -120,6 +125,11 @@ def check_supervised(cfg: DictConfig) -> None:
         raise ConfigError(f"model.path: recipe {cfg.recipe!r} needs a starting model, {path} (an "
                           "HF model directory); pass model.path=/path/to/model")
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
+    check_lora(cfg.model.lora)
+    if cfg.model.lora.rank and cfg.kind == "bt":
+        raise ConfigError(f"model.lora.rank={cfg.model.lora.rank}: the Bradley-Terry reward "
+                          "model (kind bt) trains its score head and full weights; set "
+                          "model.lora.rank=0")
     if not cfg.data.train_files:
         raise ConfigError("data.train_files: expected at least one file (e.g. ser/*/*_train.jsonl)")
     for rel in cfg.data.train_files:

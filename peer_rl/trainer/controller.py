@@ -109,8 +109,12 @@ class Controller:
         # so the engines' stamps and the policy's staleness check agree
         self.policy_version = self.policy.call("health")[0]["global_step"]
         self.synced_version = self.policy_version   # what every engine's weights are now
-        if {h["policy_version"] for h in self.rollout.health()} != {self.policy_version}:
-            self._sync_weights()                    # engines hold other weights than the policy
+        self.sync_bytes = 0                         # what the last weight sync sent
+        # engines hold other weights than the policy: another version, or a policy that
+        # started from a saved adapter (model.lora.lora_adapter_path) the engines lack
+        if ({h["policy_version"] for h in self.rollout.health()} != {self.policy_version}
+                or cfg.model.lora.rank and cfg.model.lora.lora_adapter_path):
+            self._sync_weights()
 
     # ---------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
@@ -196,8 +200,9 @@ class Controller:
         """Policy -> engines over the weight-sync group (peer_rl.trainer.sync_group). A resync after an
         engine restart during an overlapped update stamps the version before that update, while
         the weights sent may already include it: the stamp can only overstate a sample's age."""
-        self.weight_sync.sync(version=self.policy_version)
+        sent = self.weight_sync.sync(version=self.policy_version)
         self.synced_version = self.policy_version
+        self.sync_bytes = sent["bytes"]
 
     def _resync_restarted(self, i: int) -> None:
         """A restarted engine is a new process holding the initial checkpoint."""
@@ -338,6 +343,7 @@ class Controller:
             "data/epoch": (self.resume_cursor or self.loader.cursor.state())["epoch"],
             "data/visual_share": float(np.mean([bool(r.get("images")) for r in batch_rows])),
             "faults/actor_restarts": self.restarts,
+            "sync/bytes": self.sync_bytes,
         }
         m |= summarise("advantages", adv)
         m |= {k: v for k, v in actor_metrics.items() if isinstance(v, (int, float))}

@@ -181,13 +181,17 @@ class PoolFactory:
         return "KV cache per CPU engine: " + "; ".join(parts) if parts else ""
 
     def _rollout_args(self, i, _):
+        lora = self.cfg.model.lora
         return (self.policy_path, self.engine_settings("rollout")), {
-            "seed": self.cfg.trainer.seed + i}
+            "seed": self.cfg.trainer.seed + i,
+            "lora_rank": 0 if lora.merge else lora.rank}    # base + adapter, synced alone
 
     def _reward_model_args(self, i, _):
         c = self.cfg.reward_model
         paths = (self.judge_path, c.outcome_path) if c.kind == "prm_orm" else (self.judge_path,)
-        return (*paths, self.engine_settings("reward_model")), {"seed": self.cfg.trainer.seed}
+        extra = {"lora_path": c.lora_path} if c.lora_path else {}   # unifireward only
+        return (*paths, self.engine_settings("reward_model")), {"seed": self.cfg.trainer.seed,
+                                                                 **extra}
 
     def _redundancy_args(self, i, _):
         return (narrow(RedundancySettings, self.cfg.algorithm.rur),), {}

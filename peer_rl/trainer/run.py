@@ -50,10 +50,16 @@ def check_judges(cfg, judge: str) -> None:
     slots = ([("reward_model.path", judge, "process"),
               ("reward_model.outcome_path", cfg.reward_model.outcome_path, "outcome")]
              if kind == "prm_orm" else [("reward_model.path", judge, "unified")])
-    from peer_rl.models.local import check_model_dir
+    from peer_rl.models.local import check_adapter_dir, check_model_dir
+    from peer_rl.prompts.judge import TEMPLATE_FILE
 
+    lora = cfg.reward_model.lora_path
+    if lora:      # the judge is the base plus this adapter, and its template is the adapter's
+        check_adapter_dir(f"reward_model.lora_path={lora!r}", lora, also=(TEMPLATE_FILE,))
     for key, path, role in slots:
         check_model_dir(f"{key}={path!r}", path)
+        if lora:
+            key, path = "reward_model.lora_path", lora
         try:
             found = JudgeTemplate.load(path).role
         except TemplateError as exc:
@@ -234,7 +240,8 @@ def run(overrides: list[str]) -> Path:
     out = Path(cfg.trainer.output_dir).resolve()
     check_fresh_output(cfg, out)
     # check_fresh_output has refused a run there to replace; locked while this run writes it
-    inputs = [cfg.data.root, cfg.model.path, cfg.reward_model.path, cfg.reward_model.outcome_path]
+    inputs = [cfg.data.root, cfg.model.path, cfg.reward_model.path, cfg.reward_model.outcome_path,
+              cfg.reward_model.lora_path, cfg.model.lora.lora_adapter_path]
     lock = claim_run_dir(out, "train", inputs)
     try:
         return _train(cfg, out)

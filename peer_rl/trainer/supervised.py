@@ -283,6 +283,11 @@ def plan_stage(cfg, kind: str) -> StagePlan:
         "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
         "extra_files": extra, "verbose": bool(cfg.logging.verbose),
     }
+    lora = cfg.model.lora
+    if lora.rank:   # only then: a full-weight stage's config (and its digest) stays as it was
+        worker["lora"] = {"rank": lora.rank, "lora_alpha": lora.lora_alpha,
+                          "target_modules": list(lora.target_modules),
+                          "lora_adapter_path": lora.lora_adapter_path}
     return StagePlan(model_path, root, extra, int(total), summary, worker,
                      examples_sha256(examples))
 
@@ -318,7 +323,8 @@ def run_supervised(cfg, kind: str) -> Path:
     stage = "sft" if kind == "sft" else "train-rm"
     # the resume=disable check above has refused a run there to replace; locked while it runs
     created = not out.exists()
-    lock = claim_run_dir(out, stage, [cfg.data.root, cfg.model.path])
+    lock = claim_run_dir(out, stage, [cfg.data.root, cfg.model.path,
+                                      cfg.model.lora.lora_adapter_path])
     try:
         return _run_stage(cfg, kind, out, storage, stage)
     except BaseException:

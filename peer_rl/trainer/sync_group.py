@@ -38,10 +38,13 @@ class WeightSyncGroup:
         if self.metas is None:   # what the engines hold their weights in is what is sent
             dtype = ray.get(engines[0].engine_dtype.remote())
             self.metas = self.policy_call("weight_metas", dtype)[0]
+            # a LoRA policy whose engines serve base + adapter sends its adapters alone
+            self.adapter_config = self.policy_call("adapter_config")[0]
         world = 1 + len(engines) * self.tp
         addr, port = self.policy_call("host_weight_sync", world)[0]
         joins = [e.join_weight_sync.remote(addr, port, 1 + i * self.tp, world, self.metas,
-                                           self.bucket_bytes) for i, e in enumerate(engines)]
+                                           self.bucket_bytes, self.adapter_config)
+                 for i, e in enumerate(engines)]
         self.policy_call("join_weight_sync")
         ray.get(joins)
         self.formed = True

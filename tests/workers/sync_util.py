@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import torch
 
 from workers import weight_sync
@@ -51,6 +52,7 @@ def push_policy(policy, engine, bucket_bytes: int = 1 << 20) -> tuple[dict, int]
     """One sync from an in-process PolicyWorker (world size 1) into a RolloutWorker, the way
     the controller drives it (peer_rl.trainer.sync_group)."""
     metas = policy.weight_metas(engine.engine_dtype())
+    adapter_config = policy.adapter_config()
     addr, port = policy.host_weight_sync(2)
 
     def sender():
@@ -58,7 +60,22 @@ def push_policy(policy, engine, bucket_bytes: int = 1 << 20) -> tuple[dict, int]
         return policy.send_weights(metas, bucket_bytes)
 
     def receiver():
-        engine.join_weight_sync(addr, port, 1, 2, metas, bucket_bytes)
+        engine.join_weight_sync(addr, port, 1, 2, metas, bucket_bytes, adapter_config)
         return engine.receive_weights()
 
     return _run(sender, receiver)
+
+
+def update_batch(samples):
+    """An UpdateBatch of the engine's samples (advantages +1, -1, +0.5, -0.5, repeated) and
+    their full token sequences."""
+    from peer_rl.protocol import UpdateBatch
+
+    seqs = [s.prompt_ids + s.response_ids for s in samples]
+    T = max(map(len, seqs))
+    ids, attn, resp = (np.zeros((len(seqs), T), np.int64) for _ in range(3))
+    for i, (s, seq) in enumerate(zip(samples, seqs)):
+        ids[i, :len(seq)], attn[i, :len(seq)] = seq, 1
+        resp[i, len(s.prompt_ids):len(seq)] = 1
+    adv = np.resize(np.array([1.0, -1.0, 0.5, -0.5], np.float32), len(seqs))
+    return UpdateBatch(ids, attn, resp, adv), seqs

