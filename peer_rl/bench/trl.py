@@ -122,7 +122,8 @@ def _peer_rl(model: str, steps: int, overrides: list[str] = ()) -> dict:
         _, (whole, _), (peak, peak_rss) = _run_tree(cmd, lambda: _lines(metrics) >= steps)
         recs = [json.loads(x) for x in metrics.read_text().splitlines()]
     return {"steps": [r["timing/step"] for r in recs], "peak": peak, "peak_rss": peak_rss,
-            "peak_with_save": whole, "update": [r["timing/update"] for r in recs]}
+            "peak_with_save": whole, "update": [r["timing/update"] for r in recs],
+            "sync": [r["timing/sync"] for r in recs], "sync_bytes": recs[-1]["sync/bytes"]}
 
 
 def _timed(name: str, fn, spent: dict):
@@ -136,9 +137,10 @@ def _timed(name: str, fn, spent: dict):
     return wrapper
 
 
-def _trl_child(model: str, steps: int, beta: float, data: list[str]) -> None:
+def _trl_child(model: str, steps: int, beta: float, data: list[str], lora: int = 0) -> None:
     """Runs in its own process: TRL's GRPO for `steps` optimizer steps; prints each step's time
-    and the part of it that was not generation or reward."""
+    and the part of it that was not generation or reward. `lora` > 0: TRL gets a peft_config of
+    that rank with peer-rl's defaults (lora_alpha 16, every linear layer but the output)."""
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -174,9 +176,18 @@ def _trl_child(model: str, steps: int, beta: float, data: list[str]) -> None:
                           use_cpu=True, disable_tqdm=True)
         # the random policies carry the tiny vision-language tokenizer's files: name the
         # tokenizer, or TRL looks for an image processor
+        peft = {}
+        if lora:
+            from peft import LoraConfig
+
+            from peer_rl.worker_settings import LoRASettings
+
+            d = LoRASettings(rank=lora)
+            peft = {"peft_config": LoraConfig(r=lora, lora_alpha=d.lora_alpha, lora_dropout=0.0,
+                                              target_modules="all-linear", task_type="CAUSAL_LM")}
         trainer = GRPOTrainer(model=model, reward_funcs=length_reward, args=args,
                               train_dataset=data, callbacks=[clock],
-                              processing_class=AutoTokenizer.from_pretrained(model))
+                              processing_class=AutoTokenizer.from_pretrained(model), **peft)
         for name, method in (("generate", "_generate"), ("reward", "_calculate_rewards")):
             if not hasattr(trainer, method):
                 raise RuntimeError(f"this TRL ({type(trainer).__module__}) has no "
@@ -201,10 +212,10 @@ def check_trl() -> None:
                            "(or --peer-only for peer-rl's side alone)")
 
 
-def _trl(model: str, steps: int, beta: float, data: list[str]) -> dict:
+def _trl(model: str, steps: int, beta: float, data: list[str], lora: int = 0) -> dict:
     proc, (peak, peak_rss), _ = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child",
                                            "--model", model, "--steps", str(steps),
-                                           "--beta", str(beta),
+                                           "--beta", str(beta), "--lora", str(lora),
                                            *(f"--data={d}" for d in data)])
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak,
             "peak_rss": peak_rss}
@@ -217,12 +228,14 @@ def _median_after_first(xs: list[float]) -> float:
 def table(rows: list[tuple[str, dict]]) -> str:
     """The comparison as printed: one line per side, then the ratios against TRL's
     equal-work row (the second)."""
-    out = [f"{'trainer':44s} {'step s':>7s} {'first s':>8s} {'update s':>9s} {'update %':>9s} "
-           f"{'peak GB':>8s} {'RSS sum GB':>11s}"]
+    out = [f"{'trainer':54s} {'step s':>7s} {'first s':>8s} {'update s':>9s} {'update %':>9s} "
+           f"{'sync s':>7s} {'sync MiB':>9s} {'peak GB':>8s} {'RSS sum GB':>11s}"]
     for name, r in rows:
         step, update = _median_after_first(r["steps"]), _median_after_first(r["update"])
-        out.append(f"{name:44s} {step:7.1f} {r['steps'][0]:8.1f} {update:9.1f} "
-                   f"{100 * update / step:8.0f}% {r['peak'] / 1e9:8.1f} "
+        sync = (f"{_median_after_first(r['sync']):7.2f} {r['sync_bytes'] / 2**20:9.1f}"
+                if "sync" in r else f"{'-':>7s} {'-':>9s}")      # TRL syncs no engine
+        out.append(f"{name:54s} {step:7.1f} {r['steps'][0]:8.1f} {update:9.1f} "
+                   f"{100 * update / step:8.0f}% {sync} {r['peak'] / 1e9:8.1f} "
                    f"{r['peak_rss'] / 1e9:11.1f}")
     if len(rows) >= 2:
         ratio, share, memory = ratios(rows[0][1], rows[1][1])
@@ -298,14 +311,19 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--force", action="store_true", help="replace a --json file this bench wrote")
     ap.add_argument("--peer", action="append", default=[], metavar="KEY=VALUE",
                     help="an override for peer-rl's side (repeatable), e.g. actor.world_size=1")
+    ap.add_argument("--lora", type=int, default=0, metavar="R",
+                    help="both sides train LoRA adapters of rank R (peer-rl model.lora.rank=R; "
+                    "TRL a peft_config of the same rank, alpha and layers)")
     ap.add_argument("--peer-only", action="store_true",
                     help="run peer-rl's side alone (its row; no ratios)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--data", action="append", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.lora < 0:
+        raise ConfigError(f"--lora {args.lora}: expected a rank >= 0")
     if args.child:
-        _trl_child(args.model, args.steps, args.beta, args.data)
+        _trl_child(args.model, args.steps, args.beta, args.data, args.lora)
         return 0
     if args.steps < 2:
         raise ConfigError("--steps: at least 2 (the first is warm-up)")
@@ -321,24 +339,26 @@ def main(argv: list[str]) -> int:
 
     kl = float(load_config([]).actor.kl_loss_coef)
     model, data = _model(args.model)
+    peer = [*data, *(["model.lora.rank=" + str(args.lora)] if args.lora else []), *args.peer]
+    lora = f", LoRA r={args.lora}" if args.lora else ""
     runs = []
     for rep in range(args.repeats):
         tag = f" (run {rep + 1}/{args.repeats})" if args.repeats > 1 else ""
         print(f"[bench trl] peer-rl: {args.steps} PEER-RUR steps on {model}{tag} ...", flush=True)
-        rows = [("peer-rl PEER-RUR (judge + RUR, KL to ref)",
-                 _peer_rl(model, args.steps, [*data, *args.peer]))]
+        rows = [(f"peer-rl PEER-RUR (judge + RUR, KL to ref{lora})",
+                 _peer_rl(model, args.steps, peer))]
         if args.peer_only:
             print(table(rows), flush=True)
             runs.append(rows)
             continue
         print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps{tag} ...", flush=True)
-        rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref)",
-                     _trl(model, args.steps, kl, data)))
+        rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref{lora})",
+                     _trl(model, args.steps, kl, data, args.lora)))
         if not args.no_defaults and rep == 0:
             print(f"[bench trl] TRL GRPOTrainer at its defaults (beta 0): {args.steps} steps ...",
                   flush=True)
-            rows.append(("TRL GRPOTrainer, defaults (beta 0, no ref)",
-                         _trl(model, args.steps, 0.0, data)))
+            rows.append((f"TRL GRPOTrainer, defaults (beta 0, no ref{lora})",
+                         _trl(model, args.steps, 0.0, data, args.lora)))
         print(f"\none GRPO step{tag}: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} "
               f"tokens, one optimizer step per generation, {_describe(args.model)}, on this "
               f"machine ({os.cpu_count()} CPUs); median of steps 2-{args.steps}")

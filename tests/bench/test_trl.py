@@ -11,16 +11,21 @@ MB = 2**20
 
 def test_the_table_takes_medians_after_the_first_step_and_ratios_against_equal_work():
     ours = {"steps": [300.0, 90.0, 110.0, 100.0], "update": [200.0, 40.0, 60.0, 50.0],
-            "peak": 9e9, "peak_rss": 11e9}
+            "peak": 9e9, "peak_rss": 11e9, "sync": [9.0, 0.5, 0.25, 0.75],
+            "sync_bytes": 3 * MB}
     equal = {"steps": [250.0, 200.0, 180.0, 220.0], "update": [150.0, 120.0, 100.0, 140.0],
              "peak": 6e9, "peak_rss": 6.2e9}
     defaults = {"steps": [100.0, 150.0, 150.0], "update": [50.0, 60.0, 80.0], "peak": 3e9,
                 "peak_rss": 3.1e9}
     lines = table([("ours", ours), ("trl equal", equal), ("trl defaults", defaults)]).splitlines()
-    # medians of steps 2..: ours 100 (update 50), equal 200 (update 120), defaults 150 (70)
-    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0", "11.0"]
-    assert lines[2].split() == ["trl", "equal", "200.0", "250.0", "120.0", "60%", "6.0", "6.2"]
-    assert lines[3].split() == ["trl", "defaults", "150.0", "100.0", "70.0", "47%", "3.0", "3.1"]
+    # medians of steps 2..: ours 100 (update 50, sync 0.5), equal 200 (update 120), defaults
+    # 150 (70); TRL syncs no engine
+    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "0.50", "3.0", "9.0",
+                                "11.0"]
+    assert lines[2].split() == ["trl", "equal", "200.0", "250.0", "120.0", "60%", "-", "-", "6.0",
+                                "6.2"]
+    assert lines[3].split() == ["trl", "defaults", "150.0", "100.0", "70.0", "47%", "-", "-",
+                                "3.0", "3.1"]
     assert lines[4] == ("step-time ratio peer-rl / TRL at equal work: 0.50 (goal <= 0.5); "
                         "peer-rl's update share 50% (goal <= 50%); peak memory ratio 1.5x "
                         "(goal <= 2x)")
@@ -28,10 +33,11 @@ def test_the_table_takes_medians_after_the_first_step_and_ratios_against_equal_w
 
 def test_peer_rls_side_alone_is_its_row_without_ratios():
     ours = {"steps": [300.0, 90.0, 110.0], "update": [200.0, 40.0, 60.0], "peak": 9e9,
-            "peak_rss": 11e9}
+            "peak_rss": 11e9, "sync": [1.0, 0.2, 0.4], "sync_bytes": MB // 2}
     lines = table([("ours", ours)]).splitlines()
     assert len(lines) == 2
-    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "9.0", "11.0"]
+    assert lines[1].split() == ["ours", "100.0", "300.0", "50.0", "50%", "0.30", "0.5", "9.0",
+                                "11.0"]
 
 
 def test_without_trl_the_bench_stops_before_peer_rls_side_naming_the_install(monkeypatch, capsys):
