@@ -7,6 +7,7 @@ where verl has one (rollout.n, algorithm.adv_estimator, actor.clip_ratio, actor.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -207,7 +208,9 @@ class TrainEvalConfig:
     # (judge_model, key from judge_api_key_env) for a real judge
     judge_url: str = ""
     judge_model: str = ""
-    judge_api_key_env: str = "OPENAI_API_KEY"
+    # the variable holding judge_url's key; "" = OPENAI_API_KEY for https://api.openai.com
+    # only, no key for any other URL
+    judge_api_key_env: str = ""
     judge_max_tokens: int = 128
 
 
@@ -424,7 +427,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
         cfg = OmegaConf.merge(base, {"recipe": recipe, "experiment_name": Path(recipe).stem},
                               _load_recipe(recipe))
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
-        from_env = _env_interpolations(OmegaConf.to_container(cfg, resolve=False))
+        raw = _interpolations(OmegaConf.to_container(cfg, resolve=False))
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or ""
@@ -433,32 +436,51 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
     if check is not None:
         check(cfg)
     OmegaConf.set_readonly(cfg, True)
-    _FROM_ENV[id(cfg)] = from_env
+    _RAW[id(cfg)] = raw
     return cfg
 
 
 def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
     """The resolved config, except values read from the environment (`${oc.env:...}`: keys,
-    tokens), which are written as the interpolation, never as the secret."""
+    tokens), which are written as the interpolation, never as the secret: a value that holds one
+    through another interpolation (`${eval.judge_url}` of a URL with a token in it) is written
+    as its interpolation too. Credentials in URLs (https://user:token@host) are written ***."""
+    from peer_rl.credentials import redact_text
+
     data = OmegaConf.to_container(cfg, resolve=True)
-    for keys, raw in _FROM_ENV.get(id(cfg), {}).items():
+    raws = _RAW.get(id(cfg), {})
+    secrets = {os.environ[name] for raw in raws.values() for name in _ENV_REF.findall(raw)
+               if os.environ.get(name)}
+    for keys, raw in raws.items():
         node = data
         for k in keys[:-1]:
             node = node[k]
-        node[keys[-1]] = raw
+        value = node[keys[-1]]
+        if "${oc.env:" in raw or (isinstance(value, str) and any(s in value for s in secrets)):
+            node[keys[-1]] = raw
     from peer_rl.data.out_paths import write_atomic    # whole or absent: a resume reads it
 
-    write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(data)))
+    write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(_redacted(data, redact_text))))
 
 
-_FROM_ENV: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: "${oc.env:...}"}
+def _redacted(node, redact):
+    if isinstance(node, dict):
+        return {k: _redacted(v, redact) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_redacted(v, redact) for v in node]
+    return redact(node) if isinstance(node, str) else node
 
 
-def _env_interpolations(node, path: tuple = ()) -> dict[tuple, str]:
+_RAW: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: its value before resolution}
+_ENV_REF = re.compile(r"\$\{oc\.env:([^,}]+)")
+
+
+def _interpolations(node, path: tuple = ()) -> dict[tuple, str]:
+    """Every value of a raw config that interpolates (`${...}`), by its key path."""
     if isinstance(node, dict):
         return {k: v for key, val in node.items()
-                for k, v in _env_interpolations(val, path + (key,)).items()}
+                for k, v in _interpolations(val, path + (key,)).items()}
     if isinstance(node, list):
         return {k: v for i, val in enumerate(node)
-                for k, v in _env_interpolations(val, path + (i,)).items()}
-    return {path: node} if isinstance(node, str) and "${oc.env:" in node else {}
+                for k, v in _interpolations(val, path + (i,)).items()}
+    return {path: node} if isinstance(node, str) and "${" in node else {}

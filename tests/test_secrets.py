@@ -6,8 +6,8 @@ import stat
 import pytest
 
 from peer_rl.config import load_config, save_config
-from peer_rl.evaluation.endpoints import (EndpointError, check_key_transport, party_record,
-                                          redact_url)
+from peer_rl.credentials import key_variable, redact_text, redact_url
+from peer_rl.evaluation.endpoints import EndpointError, check_key_transport, party_record
 from peer_rl.evaluation.store import RunStore
 
 
@@ -58,3 +58,58 @@ def test_chat_prints_no_terminal_control_from_the_model():
 
     text = "ok\x1b[2J\x1b]0;title\x07 done\x1b[31m!\x1b[0m\ttab\nnext\x9b"
     assert printable(text) == "ok done!\ttab\nnext"
+
+
+@pytest.mark.parametrize("url, api_key_env, sent", [
+    ("https://api.openai.com/v1", "", "OPENAI_API_KEY"),          # OpenAI's own API
+    ("https://API.OpenAI.com/v1", "", "OPENAI_API_KEY"),
+    ("http://api.openai.com/v1", "", ""),                         # not over https
+    ("https://api.openai.com.evil.example/v1", "", ""),           # a look-alike host
+    ("https://judge.example.com/v1", "", ""),                     # a third party: nothing
+    ("http://127.0.0.1:8000/v1", "", ""),
+    ("https://judge.example.com/v1", "MY_JUDGE_KEY", "MY_JUDGE_KEY"),   # named for it
+    ("https://api.openai.com/v1", "OTHER", "OTHER"),
+])
+def test_a_key_goes_only_where_it_was_named(url, api_key_env, sent):
+    assert key_variable(url, api_key_env) == sent
+
+
+def test_a_secret_reached_through_another_interpolation_is_not_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-4567-secret")
+    cfg = load_config(["eval.judge_url=https://judge.example.com/${oc.env:PEER_RL_TEST_TOKEN}/v1",
+                       "eval.judge_model=${eval.judge_url}"])
+    assert cfg.eval.judge_model == "https://judge.example.com/tok-4567-secret/v1"
+    save_config(cfg, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    assert "tok-4567" not in text
+    import yaml
+
+    data = yaml.safe_load(text)
+    assert data["eval"]["judge_model"] == "${eval.judge_url}"
+    assert data["eval"]["judge_url"] == ("https://judge.example.com/"
+                                         "${oc.env:PEER_RL_TEST_TOKEN}/v1")
+
+
+def test_url_credentials_are_not_saved(tmp_path):
+    cfg = load_config(["eval.judge_url=https://alice:pw-9876@judge.example.com/v1"])
+    save_config(cfg, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    assert "pw-9876" not in text and "alice" not in text
+    assert "https://***@judge.example.com/v1" in text
+    assert redact_text("see http://u:p@h:1/x and https://h/y") == "see http://***@h:1/x and https://h/y"
+
+
+def test_the_verl_judges_messages_carry_no_url_credentials():
+    import asyncio
+    import socket
+
+    from peer_rl.integrations.judge_http import HttpJudge, JudgeUnreachable
+
+    with socket.socket() as s:                 # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = HttpJudge(f"http://alice:pw-5555@127.0.0.1:{port}/v1", "m", timeout_s=2, retries=1)
+    with pytest.raises(JudgeUnreachable) as err:
+        asyncio.run(judge.answer([{"role": "user", "content": "hi"}], 4))
+    assert "pw-5555" not in str(err.value) and "alice" not in str(err.value)
+    assert f"judge at http://***@127.0.0.1:{port}/v1/chat/completions" in str(err.value)

@@ -19,7 +19,9 @@ def register(sub) -> None:
                        "/reasoning toggles the rest)")
     p.add_argument("model", help="a local model directory or an OpenAI-compatible base URL")
     p.add_argument("--model-name", default="", help="served model name (URL endpoints)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY")
+    p.add_argument("--api-key-env", default="",
+                   help="the variable holding the URL's API key (default: OPENAI_API_KEY for "
+                        "https://api.openai.com only, no key for any other URL)")
     p.add_argument("--prompt", default="peer", choices=["peer", "chat", "escrag"])
     p.add_argument("--rag", default="", metavar="INDEX_DIR",
                    help="ESCRAG-R1 RAG inference with this exemplar index (implies "

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from peer_rl.worker_settings import EngineSettings
+from peer_rl.credentials import OPENAI_KEY_ENV, key_variable, redact_url
 
 
 class EndpointError(RuntimeError):
@@ -51,7 +52,9 @@ class EndpointConfig(EngineSettings):
     url: str = ""
     path: str = ""
     model: str = ""                 # served model name ("" = the only one the server lists)
-    api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key; unset -> "EMPTY"
+    # the variable holding this party's API key; "" = OPENAI_API_KEY for https://api.openai.com
+    # only, no key for any other URL (peer_rl.credentials: a key goes where it is named)
+    api_key_env: str = ""
     # a key is never sent over plain http:// to another host unless this says so
     allow_insecure_http: bool = False
     prompt: str = "peer"            # the model under test: peer (Steps 1-4) | chat (as it is)
@@ -112,16 +115,6 @@ def _openai_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
-def redact_url(url: str) -> str:
-    """The URL without the credentials it may carry (https://user:secret@host/v1)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
-
-
 def party_record(party, keys) -> dict:
     """What a run's manifest keeps of a party: `keys`, with credentials cut out of the URL."""
     out = {k: party[k] for k in keys}
@@ -155,11 +148,16 @@ class HttpEndpoint(Endpoint):
 
         self.cfg, self.role = cfg, role
         self._openai = openai
-        key = os.environ.get(cfg.api_key_env, "")
+        var = key_variable(cfg.url, cfg.api_key_env)
+        key = os.environ.get(var, "") if var else ""
         check_key_transport(role, cfg.url, bool(key), cfg.allow_insecure_http)
         if key and cfg.url.startswith("http://"):
-            print(f"[peer-rl] warning: {role}: the key in ${cfg.api_key_env} goes over plain "
+            print(f"[peer-rl] warning: {role}: the key in ${var} goes over plain "
                   f"http to {redact_url(cfg.url)}", file=sys.stderr)
+        if not var and os.environ.get(OPENAI_KEY_ENV):
+            print(f"[peer-rl] {role}: ${OPENAI_KEY_ENV} is not sent to {redact_url(cfg.url)} "
+                  f"(not OpenAI's API); set {role}.api_key_env={OPENAI_KEY_ENV} if this server "
+                  "should have it", file=sys.stderr)
         self._key = key or "EMPTY"
         self.model = cfg.model or self._only_model()
         self.name = f"{role} ({redact_url(cfg.url)}, model {self.model})"

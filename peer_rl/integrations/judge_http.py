@@ -62,12 +62,17 @@ class HttpJudge:
 
     def __init__(self, url: str, model: str | None, timeout_s: float, retries: int,
                  backoff_s: float = 1.0):
+        from peer_rl.credentials import redact_url
+
         self.url, self.model = url.rstrip("/"), model
+        self.shown = redact_url(self.url)      # messages never carry the URL's credentials
         self.timeout_s, self.retries, self.backoff_s = timeout_s, max(1, retries), backoff_s
 
     async def _request(self, method: str, path: str, body: dict | None, parse):
         """`parse(json body)` of the first usable answer."""
         import aiohttp
+
+        from peer_rl.credentials import redact_text
 
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         last = ""
@@ -76,7 +81,7 @@ class HttpJudge:
                 async with aiohttp.ClientSession(timeout=timeout) as session:
                     async with session.request(method, self.url + path, json=body) as resp:
                         if 400 <= resp.status < 500:     # our request is wrong: no retry
-                            raise ValueError(f"judge at {self.url}{path} refused the request: "
+                            raise ValueError(f"judge at {self.shown}{path} refused the request: "
                                              f"HTTP {resp.status} {await resp.text()}")
                         resp.raise_for_status()
                         text = await resp.text()
@@ -86,10 +91,10 @@ class HttpJudge:
                     raise MalformedAnswer(f"body is not JSON ({exc.msg} at char {exc.pos} of "
                                           f"{len(text)}): {text[:120]!r}") from exc
             except (aiohttp.ClientError, asyncio.TimeoutError, MalformedAnswer) as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last = redact_text(f"{type(exc).__name__}: {exc}")
                 if attempt + 1 < self.retries:
                     await asyncio.sleep(min(self.backoff_s * 2 ** attempt, 30))
-        raise JudgeUnreachable(f"judge at {self.url}{path} gave no usable answer after "
+        raise JudgeUnreachable(f"judge at {self.shown}{path} gave no usable answer after "
                                f"{self.retries} attempt(s); last: {last}")
 
     async def served(self) -> dict:
@@ -98,7 +103,7 @@ class HttpJudge:
         cards = await self._request("GET", "/models", None, model_cards)
         if self.model is None:
             if len(cards) != 1:
-                raise ValueError(f"judge at {self.url} serves {len(cards)} models "
+                raise ValueError(f"judge at {self.shown} serves {len(cards)} models "
                                  f"({[c.get('id') for c in cards]}): set "
                                  "reward.reward_kwargs.judge_model")
             self.model = cards[0].get("id")

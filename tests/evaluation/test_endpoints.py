@@ -78,6 +78,18 @@ def test_the_only_served_model_is_used_and_the_key_comes_from_the_named_variable
     assert "sk-secret-123" not in ep.name and "sk-secret" not in repr(ep.cfg)
 
 
+def test_an_openai_key_is_not_sent_to_a_server_it_was_not_named_for(server, monkeypatch,
+                                                                       capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-777")
+    ep = _endpoint(server.url)
+    ep.chat([Request([{"role": "user", "content": "hi"}], n=1)])
+    assert all(h["authorization"] == "Bearer EMPTY" for h in server.headers)
+    assert "$OPENAI_API_KEY is not sent to" in capsys.readouterr().err
+    _endpoint(server.url, api_key_env="OPENAI_API_KEY").chat(
+        [Request([{"role": "user", "content": "hi"}], n=1)])
+    assert server.headers[-1]["authorization"] == "Bearer sk-openai-777"
+
+
 @pytest.mark.parametrize("server", [[(429, {"error": {"message": "slow down"}}),
                                      (503, {"error": {"message": "busy"}})]], indirect=True)
 def test_429_and_5xx_are_retried_with_backoff(server):

@@ -10,6 +10,7 @@ workers. The judge is the trained tiny judge served by vLLM's OpenAI server on 1
 this environment; peer-rl's side is its UnifiReward worker (an in-process engine on the same
 weights) and its redundancy worker, fed the texts verl decoded and the coins the manager drew.
 """
+import hashlib
 import json
 import os
 import socket
@@ -109,13 +110,25 @@ def report(verl_python, judge_url, tiny_models, trained_judge, tmp_path_factory)
     return json.loads((d / "report.json").read_text())
 
 
+GIVEN = [(g["uid"], t) for g in GROUPS for t in g["responses"]]   # what the batch holds
+
+
+def coin(uid: str, text: str, seed: int = 0) -> bool:
+    """Round 4's candidate side, worked out here from its documented rule rather than with the
+    plug-in's helper: the first byte of sha256(seed NUL uid NUL response text) is odd (the
+    manager's seed is 0 unless reward_kwargs sets one)."""
+    return bool(hashlib.sha256(f"{seed}\0{uid}\0{text}".encode()).digest()[0] % 2)
+
+
 @pytest.fixture(scope="module")
-def expected(report, trained_judge) -> dict:
-    """peer-rl's own scoring of the texts verl decoded, with the coins the manager drew."""
+def expected(trained_judge) -> dict:
+    """peer-rl's own scoring of the responses the test put in verl's batch (not of what the
+    manager decoded), with the coins worked out from them by `coin`."""
     from workers.redundancy import RedundancyWorker
     from workers.unifireward import UnifiRewardWorker
 
-    texts, coins = report["decoded"], report["verl"]["extra"]["reward/candidate_first"]
+    texts = [t for _, t in GIVEN]
+    coins = [coin(u, t) for u, t in GIVEN]
     rows = [g["row"] for g in GROUPS for _ in range(N)]
     parsed = [parse_structured(t) for t in texts]
     replies = [p.reply(t) for p, t in zip(parsed, texts)]
@@ -137,9 +150,17 @@ def expected(report, trained_judge) -> dict:
             "final": rur_reweight(rewards, sims.s_hist, sims.s_group, sims.tau)}
 
 
-def test_verl_decodes_the_responses_it_was_given(report):
-    assert report["decoded"] == [t for g in GROUPS for t in g["responses"]]
-    assert report["uids"] == [g["uid"] for g in GROUPS for _ in range(N)]
+def test_the_manager_reads_each_response_and_uid_it_was_given(report):
+    """The manager's coin is a hash of the uid and the text it decoded, so a sample decoded
+    otherwise (special tokens kept, cut at the wrong length, another row's uid) flips its coin
+    with probability 1/2: over 12 samples a wrong reading shows. The coins are not all alike,
+    so a constant coin fails too."""
+    want = [float(coin(u, t)) for u, t in GIVEN]
+    assert 0 < sum(want) < len(want)
+    assert report["verl"]["extra"]["reward/candidate_first"] == want
+    # the batch the check script built holds the given texts (token ids decoded back by it)
+    assert report["decoded"] == [t for _, t in GIVEN]
+    assert report["uids"] == [u for u, _ in GIVEN]
 
 
 def test_rewards_and_rur_factors_equal_peer_rls_own_scoring(report, expected):
