@@ -277,8 +277,17 @@ def load_yaml(path: Path) -> DictConfig:
             from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deep to read") from None
+    except OSError as exc:      # omegaconf's answer to a scalar or list at the top level
+        if "Invalid loaded object type" not in str(exc):
+            raise
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level, found a "
+                          f"{str(exc).rsplit(': ', 1)[-1]}") from None
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    if not cfg:
+        raise ConfigError(f"{path}: empty (expected a mapping of keys, e.g. `base: tiny`)")
     return cfg
 
 

@@ -76,6 +76,8 @@ def import_esconv(path: str | Path, rounds_per_dialogue: int = 3, seed: int = 0,
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable ESConv JSON file: {exc}") from exc
+    except RecursionError:
+        raise ValueError(f"{path}: not a readable ESConv JSON file: nested too deep") from None
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of dialogues, found {type(data).__name__}")
     rng = np.random.default_rng(seed)

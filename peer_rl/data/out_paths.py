@@ -218,11 +218,15 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -
     tmp = path.with_name(path.name + ".tmp")
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
-    with open(fd, "wb") as fh:
-        fh.write(raw)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(fd, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:            # a full disk, a signal: no half file left beside it
+        tmp.unlink(missing_ok=True)
+        raise
     from peer_rl.runtime import fsync_dir
 
     fsync_dir(path.parent)

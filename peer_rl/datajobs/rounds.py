@@ -34,9 +34,10 @@ def input_format(path: Path) -> str:
         return "grpo"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        why = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise ValueError(f"{path}: expected an ESConv-style JSON list of dialogues, a grpo "
-                         f"JSONL file or a PEER-layout root ({exc})") from None
+                         f"JSONL file or a PEER-layout root ({why})") from None
     if isinstance(data, list) and data and isinstance(data[0], dict) and "dialog" in data[0]:
         return "esconv"
     raise ValueError(f"{path}: a JSON file but not ESConv-style (expected a list of dialogues "
