@@ -49,6 +49,9 @@ def run_job(job: str, cfg, cases: list, program, store: RunStore,
     """Run the cases not yet on file with the job's parties (`endpoints`: already open ones,
     e.g. a test's scripted parties; else opened from cfg and closed after); returns how many
     ran now."""
+    if not cases:
+        raise ValueError(f"data {job}: the selected files hold no rows to work on (empty); "
+                         "check the root and the job's subsets")
     if store.torn_lines:
         print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
               "interrupted write; those cases run again", file=sys.stderr)
@@ -68,13 +71,17 @@ def write_lines(path: Path, lines: Iterable[bytes | str]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with open(tmp, "wb") as fh:
-        for line in lines:
-            fh.write((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n")
-            n += 1
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            for line in lines:
+                fh.write((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n")
+                n += 1
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:            # a full disk, a signal: no half file left beside it
+        tmp.unlink(missing_ok=True)
+        raise
     return n
 
 
