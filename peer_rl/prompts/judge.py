@@ -329,7 +329,14 @@ class JudgeTemplate:
         if not isinstance(raw, dict) or "text" not in raw:
             raise TemplateError(f"{path}: expected an object with 'text' (and 'version')")
         version = raw.get("version", 1)
-        text = _from_v1(raw["text"]) if version == 1 else raw["text"]
+        try:
+            text = _from_v1(raw["text"]) if version == 1 else raw["text"]
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise TemplateError(
+                f"{path}: read as a version-1 template ('version' is "
+                f"{'missing' if 'version' not in raw else version}), but its text lacks "
+                f"{exc!s}; a current template says \"version\": {VERSION} (`peer-rl "
+                "judge-template fit` writes one)") from None
         validate_text(text, str(path))
         role = raw.get("role", "unified")
         if role not in ROLES:

@@ -264,3 +264,17 @@ def test_ordinary_text_is_left_exactly_as_written():
     text = "True friends listen.\nFirst, breathe. Second, call someone you trust."
     turn = t.preference_turn(text, "ok", "en")["content"]
     assert text in turn and "\u200b" not in turn
+
+
+def test_a_template_without_its_version_is_refused_naming_the_file(tmp_path):
+    """A current template with "version" removed is read as version 1, whose keys it lacks:
+    one TemplateError naming the file and the key, not a KeyError."""
+    from peer_rl.prompts.judge import VERSION, JudgeTemplate, TemplateError
+
+    raw = json.loads(JudgeTemplate().dumps())
+    raw.pop("version")
+    path = tmp_path / "judge_template.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(TemplateError, match=rf"judge_template.json: read as a version-1 template "
+                       rf"\('version' is missing\), but its text lacks 'step_names'.*\"version\": {VERSION}"):
+        JudgeTemplate.from_file(path)
