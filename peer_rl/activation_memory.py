@@ -27,6 +27,17 @@ def stored_activation_bytes(config: dict, tokens: int, row_len: int, dtype_bytes
     return per_token_layer * dtype_bytes * tokens * text["num_hidden_layers"]
 
 
+def recomputed_activation_bytes(config: dict, tokens: int, row_len: int,
+                                dtype_bytes: int = 4) -> int:
+    """The same forward with each decoder layer recomputed in backward: every layer keeps only
+    its input (one hidden-size vector per token), and one layer's activations are live again
+    while its backward runs."""
+    text = text_config(config)
+    layers = text["num_hidden_layers"]
+    inputs = text["hidden_size"] * dtype_bytes * tokens * layers
+    return inputs + stored_activation_bytes(config, tokens, row_len, dtype_bytes) // layers
+
+
 def fitted_token_budget(config: dict, budget: int, max_row_len: int, cap_bytes: float,
                         dtype_bytes: int = 4, step: int = 128) -> int:
     """The token budget a rank runs at under `actor.micro_batch_activation_gib`: `budget` itself

@@ -9,8 +9,8 @@ import sys
 from peer_rl.cli.errors import run
 
 # the subcommand modules, in the order `peer-rl --help` lists them
-COMMANDS = ("data", "train", "judge_template", "models", "eval", "index", "chain", "chat",
-            "bench")
+COMMANDS = ("data", "train", "judge_template", "models", "eval", "index", "chain", "plan",
+            "chat", "bench")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from peer_rl.methods import method_class
+from peer_rl.planning.pools import bundle, pool_sizes, strategy
 from peer_rl.trainer.faults import with_faults
 from peer_rl.trainer.worker_group import Pools
 from peer_rl.worker_settings import (
@@ -58,20 +58,13 @@ def policy_env(res, num_threads: int = 0) -> dict:
             "OMP_NUM_THREADS": str(num_threads or max(1, int(res.cpus_per_worker)))}
 
 
-def _bundle(res) -> dict:
-    b = {"CPU": float(res.cpus_per_worker)}
-    if res.gpus_per_worker:
-        b["GPU"] = float(res.gpus_per_worker)
-    return b
-
-
 def _pool_pg(name: str, res, n: int, timeout_s: float, strategy: str = "PACK"):
-    pg = placement_group([_bundle(res)] * n, strategy=strategy, name=f"peer-rl-{name}")
+    pg = placement_group([bundle(res)] * n, strategy=strategy, name=f"peer-rl-{name}")
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         remove_placement_group(pg)
         raise RuntimeError(
-            f"resources.{name}: could not place {n} x {_bundle(res)} within {timeout_s:.0f} s "
+            f"resources.{name}: could not place {n} x {bundle(res)} within {timeout_s:.0f} s "
             f"(ray.placement_timeout_s); "
             f"cluster resources: {ray.cluster_resources()}. Lower {name}.num_workers or "
             f"resources.{name}.*_per_worker, or add nodes.")
@@ -234,19 +227,11 @@ class PoolFactory:
 
     def make_pools(self) -> Pools:
         cfg, t0 = self.cfg, time.perf_counter()
-        # the method's pools (peer_rl.methods: what its scoring calls), the policy's, and the
-        # encoder the in-training evaluation measures diversity with
-        needs = method_class(cfg).pools(cfg) | {"actor"}
-        if cfg.trainer.eval_freq > 0:
-            needs.add("redundancy")
-        count = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
-                 "actor": cfg.actor.world_size, "redundancy": 1,
-                 "retrieval": cfg.retrieval.num_workers}
-        sizes = {name: n for name, n in count.items() if name in needs}
+        sizes = pool_sizes(cfg)            # what `peer-rl plan` places, too
         embeds = "redundancy" in sizes
         for name, n in sizes.items():
             self.pgs[name] = _pool_pg(name, cfg.resources[name], n, cfg.ray.placement_timeout_s,
-                                      "SPREAD" if name == "rollout" else "PACK")
+                                      strategy(name))
         pools = Pools(rollout=[self.start("rollout", i) for i in range(sizes["rollout"])],
                       reward_model=[self.start("reward_model", i)
                                     for i in range(sizes["reward_model"])],

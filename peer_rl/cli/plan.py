@@ -1,0 +1,59 @@
+"""`peer-rl plan`: where a recipe's pools land on a cluster and what each GPU holds, before
+anything is loaded or rented."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "plan", help="place a recipe's pools on a cluster and estimate each GPU's memory",
+        description="peer-rl plan [recipe=NAME] [key=value ...] [cluster=FILE | nodes=N "
+                    "gpus_per_node=G gpu_memory_gib=M cpus_per_node=C]: the pools' bundles and "
+                    "nodes, each worker's memory per GPU, and what does not fit with settings "
+                    "that would. model.path / reward_model.path take a model directory or a "
+                    "named shape (Qwen2.5-VL-7B, Qwen2.5-7B, Qwen2.5-VL-3B, SmolLM2-135M). "
+                    "Exit 0 when it fits, 2 when refused.")
+    p.add_argument("overrides", nargs="*", help="recipe keys and the cluster's")
+    p.add_argument("--from-ray", default="", metavar="ADDRESS",
+                   help="the nodes of a running Ray cluster (e.g. auto)")
+    p.set_defaults(fn=_plan, errors=_errors)
+
+
+def _errors() -> dict:
+    from peer_rl.config import ConfigError
+
+    return {ConfigError: 2, ValueError: 2}
+
+
+def _plan(args) -> int:
+    from peer_rl.config import load_config
+    from peer_rl.planning import cluster
+    from peer_rl.planning.plan import fitting_fixes, make_plan
+    from peer_rl.planning.report import render
+
+    keys = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in args.overrides if "=" in o}
+    mine = {k: v for k, v in keys.items() if k in cluster.KEYS or k == "cluster"}
+    overrides = [o for o in args.overrides if o.split("=", 1)[0] not in mine]
+    if args.from_ray:
+        nodes = cluster.from_ray(args.from_ray)
+    elif "cluster" in mine:
+        nodes = cluster.from_file(mine.pop("cluster"))
+    else:
+        nodes = cluster.from_overrides(mine)
+    cfg = load_config(overrides)
+    plan = make_plan(cfg, nodes)
+    print(render(plan, cfg.recipe, cfg))
+    if plan.fits:
+        print("\nfits.")
+        return 0
+    print("\nrefused:")
+    for p in plan.problems:
+        print(f"  {p}")
+    fixes = fitting_fixes(overrides, nodes, plan)
+    if fixes:
+        print("settings with which it fits (each planned again):")
+        for f in fixes:
+            print("  " + " ".join(f))
+    else:
+        print("none of the changes tried makes it fit: add GPUs or nodes (more policy ranks "
+              "share the policy's state), or a smaller model")
+    return 2

@@ -1,0 +1,111 @@
+"""What one worker holds on each of its GPUs, estimated from the model's shape and the recipe,
+with the estimators the workers size themselves with (peer_rl.activation_memory for the policy's
+activations and token budget, peer_rl.kv_cache for the engines' KV cache): one source.
+
+GPU arithmetic: weights and activations in bf16 (2 bytes), the policy's master weights,
+gradients and AdamW moments in fp32 and sharded over actor.world_size (FSDP2), a vLLM engine
+claiming `gpu_memory_utilization` of each GPU it runs on (weights, its profiled activations, and
+the KV cache in the rest), and a CUDA context per process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from peer_rl.activation_memory import (GiB, choose_recomputation, fitted_token_budget,
+                                       recomputed_activation_bytes, stored_activation_bytes)
+from peer_rl.kv_cache import kv_bytes_per_token, max_positions, text_config
+
+CUDA_CONTEXT = int(0.75 * GiB)     # per GPU process: CUDA context, NCCL buffers, allocator slack
+ENGINE_WORKSPACE = int(1.5 * GiB)  # vLLM's profiled activation peak at its default token budget
+ENCODER = int(1.0 * GiB)           # the sentence encoder or the retrieval index on a GPU
+BF16, FP32 = 2, 4
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class Estimate:
+    """One worker's bytes on each of its GPUs, by part; `problem` when it cannot work."""
+    pool: str
+    parts: dict[str, int] = field(default_factory=dict)
+    problem: str = ""
+    detail: str = ""
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+
+def lora_params(config: dict, rank: int, targets: list[str]) -> int:
+    """Adapter parameters: r x (in + out) for each adapted linear layer of the decoder."""
+    t = text_config(config)
+    h, i = t["hidden_size"], t["intermediate_size"]
+    heads = t["num_attention_heads"]
+    hd = t.get("head_dim") or h // heads
+    q, kv = heads * hd, (t.get("num_key_value_heads") or heads) * hd
+    dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    names = LINEAR if "all-linear" in targets else [n for n in LINEAR if n in targets]
+    return t["num_hidden_layers"] * sum(rank * sum(dims[n]) for n in names)
+
+
+def engine(pool: str, config: dict, params: int, max_model_len: int, utilization: float,
+           gpu_gib: float, tp: int = 1) -> Estimate:
+    """A vLLM engine's share of one of its GPUs: it claims `utilization` of the GPU; its
+    weights (cut over `tp` GPUs) and profiled activations come first, the KV cache is the rest
+    and must hold at least one max_model_len sequence (vLLM refuses to start otherwise)."""
+    claimed = int(utilization * gpu_gib * GiB)
+    weights = BF16 * params // tp
+    kv = claimed - weights - ENGINE_WORKSPACE
+    per_token = kv_bytes_per_token(config, BF16) // tp
+    length = min(max_model_len, max_positions(config))
+    est = Estimate(pool, {"weights": weights, "activations": ENGINE_WORKSPACE,
+                          "KV cache": max(kv, 0), "CUDA context": CUDA_CONTEXT})
+    tokens = max(kv, 0) // per_token
+    est.detail = f"KV cache for {tokens:,} tokens ({tokens // max(length, 1)} x {length})"
+    if tokens < length:
+        est.problem = (f"the KV cache left of {utilization:g} x {gpu_gib:g} GiB holds "
+                       f"{tokens:,} tokens, less than one {pool}.max_model_len={length} sequence "
+                       f"(needs {(length * per_token + weights + ENGINE_WORKSPACE) / GiB:.1f} GiB "
+                       f"of the GPU, has {claimed / GiB:.1f})")
+    return est
+
+
+def policy_rank(config: dict, params: int, vision: int, actor, lora, max_row_len: int,
+                gpu_gib: float) -> Estimate:
+    """One FSDP2 rank of the policy on its GPU: fp32 master shard, gradients and AdamW moments of
+    what trains, the reference's fp32 shard (none with LoRA or offloaded), the bf16 layers
+    gathered for compute (one and the prefetched next), activations at the token budget (stored,
+    or recomputed per layer: actor.gradient_checkpointing as the rank would choose), the
+    chunked log-prob head and the CUDA context."""
+    w = actor.world_size
+    t = text_config(config)
+    trainable = (lora_params(config, lora.rank, list(lora.target_modules)) if lora.rank
+                 else params - (vision if actor.freeze_vision_tower else 0))
+    layer = (params - vision - t["vocab_size"] * t["hidden_size"]) // t["num_hidden_layers"]
+    budget = fitted_token_budget(config, actor.ppo_max_token_len_per_gpu, max_row_len,
+                                 actor.micro_batch_activation_gib * GiB, BF16)
+    row = min(max_row_len or budget, budget, max_positions(config))
+    stored = stored_activation_bytes(config, budget, row, BF16)
+    recomputed = recomputed_activation_bytes(config, budget, row, BF16)
+    chunk = actor.logits_chunk_size or budget
+    parts = {"master weights": FP32 * params // w, "gradients": FP32 * trainable // w,
+             "AdamW moments": 2 * FP32 * trainable // w,
+             "reference": 0 if (lora.rank or actor.ref_param_offload) else FP32 * params // w,
+             "gathered layers": 2 * BF16 * layer, "log-prob head": 3 * FP32 * chunk *
+             t["vocab_size"], "CUDA context": CUDA_CONTEXT}
+    if lora.rank:     # the adapters' own fp32 weights
+        parts["master weights"] += FP32 * trainable // w
+    held = sum(parts.values())
+    recompute, _ = choose_recomputation(str(actor.gradient_checkpointing).lower(), stored,
+                                        0, int(gpu_gib * GiB) - held, 1)
+    parts["activations"] = recomputed if recompute else stored
+    est = Estimate("actor", parts)
+    est.detail = (f"token budget {budget}; activations {stored / GiB:.1f} GiB stored, "
+                  f"{recomputed / GiB:.1f} GiB recomputed per layer ({'on' if recompute else 'off'})"
+                  + (f"; LoRA r={lora.rank}: {trainable / 1e6:.1f} M trainable, no reference copy"
+                     if lora.rank else ""))
+    return est
+
+
+def encoder(pool: str) -> Estimate:
+    return Estimate(pool, {"model": ENCODER, "CUDA context": CUDA_CONTEXT})

@@ -1,0 +1,165 @@
+"""A run's plan on a cluster: every pool's bundles placed (peer_rl.planning.placement), each
+worker's memory on its GPUs (peer_rl.planning.memory), the GPUs summed, and what does not fit.
+When something does not fit, settings that would are looked for by planning again with each
+candidate change, so every suggestion printed is one this planner accepts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from peer_rl.activation_memory import GiB
+from peer_rl.planning import memory
+from peer_rl.planning.cluster import Node
+from peer_rl.planning.placement import Placement, Slot, Unplaced
+from peer_rl.planning.pools import bundle, pool_sizes, strategy
+from peer_rl.planning.shapes import model_shape
+
+
+@dataclass
+class Plan:
+    nodes: list[Node]
+    sizes: dict[str, int]
+    slots: list[Slot]
+    unplaced: list[Unplaced]
+    estimates: dict[str, list[memory.Estimate]]     # pool -> one per engine inside a worker
+    models: dict[str, str]                           # role -> where its shape came from
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def gpu_use(self) -> dict[tuple[int, int], list[tuple[str, int]]]:
+        """(node, GPU index) -> [(pool, bytes)] of every worker that holds memory there."""
+        use: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        for s in self.slots:
+            for g in s.gpus:
+                for est in self.estimates.get(s.pool, []):
+                    use.setdefault((s.node, g), []).append((s.pool, est.total))
+        return use
+
+
+def _models(cfg) -> dict[str, str]:
+    """role -> model directory or named shape: the recipe's, else the shipped tiny ones."""
+    from peer_rl.models.local import BUNDLED
+
+    shipped = BUNDLED / "models" / "tiny"       # what a run without model paths trains
+    rm = cfg.reward_model
+    out = {"policy": cfg.model.path or str(shipped / "policy"),
+           "judge": rm.path or str(shipped / "judge")}
+    if rm.kind == "prm_orm":
+        out["outcome"] = rm.outcome_path
+    return out
+
+
+def make_plan(cfg, nodes: list[Node]) -> Plan:
+    """Place the run's pools on `nodes` and estimate what each GPU holds."""
+    sizes = pool_sizes(cfg)
+    placement, unplaced = Placement(nodes), []
+    for pool, n in sizes.items():
+        missing = placement.place(pool, bundle(cfg.resources[pool]), n, strategy(pool))
+        if missing is not None:
+            unplaced.append(missing)
+    gpu_gib = min(n.gpu_memory_gib for n in nodes)
+    roles = _models(cfg)
+    shapes = {role: model_shape(spec) for role, spec in roles.items()}
+    estimates: dict[str, list[memory.Estimate]] = {}
+    for pool in sizes:
+        if not cfg.resources[pool].gpus_per_worker:
+            continue
+        estimates[pool] = _estimates(cfg, pool, shapes, gpu_gib)
+    plan = Plan(nodes, sizes, placement.slots, unplaced, estimates,
+                {role: s[3] for role, s in shapes.items()})
+    for u in unplaced:
+        plan.problems.append(
+            f"resources.{u.pool}: {u.count} x {u.bundle} cannot be placed ({u.free_gpus:g} GPU(s) "
+            f"and {u.free_cpus:g} CPU(s) left after the pools before it, of "
+            f"{sum(n.gpus for n in nodes)} GPU(s) and {sum(n.cpus for n in nodes):g} CPU(s))")
+    for pool, ests in estimates.items():
+        plan.problems += [f"{pool}: {e.problem}" for e in ests if e.problem]
+    for (node, g), users in sorted(plan.gpu_use().items()):
+        total = sum(b for _, b in users)
+        if total > nodes[node].gpu_memory_gib * GiB:
+            who = " + ".join(f"{p} {b / GiB:.1f}" for p, b in users)
+            plan.problems.append(f"node {node} GPU {g}: {who} = {total / GiB:.1f} GiB > "
+                                 f"{nodes[node].gpu_memory_gib:g} GiB "
+                                 f"({(total / GiB - nodes[node].gpu_memory_gib):.1f} GiB short)")
+    return plan
+
+
+def _estimates(cfg, pool: str, shapes: dict, gpu_gib: float) -> list[memory.Estimate]:
+    if pool == "actor":
+        config, params, vision, _ = shapes["policy"]
+        return [memory.policy_rank(config, params, vision, cfg.actor, cfg.model.lora,
+                                   cfg.rollout.max_model_len, gpu_gib)]
+    if pool == "rollout":
+        config, params, _, _ = shapes["policy"]
+        r = cfg.rollout
+        return [memory.engine("rollout", config, params, r.max_model_len,
+                              r.gpu_memory_utilization, gpu_gib, r.tensor_model_parallel_size)]
+    if pool == "reward_model":
+        rm = cfg.reward_model
+        roles = ("judge", "outcome") if rm.kind == "prm_orm" else ("judge",)
+        share = rm.gpu_memory_utilization / len(roles)   # two engines in one actor split it
+        return [memory.engine("reward_model", shapes[r][0], shapes[r][1], rm.max_model_len,
+                              share, gpu_gib) for r in roles]
+    return [memory.encoder(pool)]
+
+
+def candidate_fixes(cfg, plan: Plan) -> list[list[str]]:
+    """Changes that may make `plan` fit, most training capacity first: policy ranks (most
+    first), then rollout engines (most first), the judge alone or on half a GPU beside another
+    pool; each combined with no memory change, then tensor-parallel engines, LoRA,
+    recomputation, half the token budget or the reference offloaded."""
+    sizes = plan.sizes
+    layouts: list[list[str]] = [[]]
+    if plan.unplaced:
+        ranks = [cfg.actor.world_size]
+        while ranks[-1] > 1:
+            ranks.append(ranks[-1] // 2)
+        engines = list(range(sizes.get("rollout", 1), 0, -1))
+        shares: list[list[str]] = [[]]
+        if "reward_model" in sizes and cfg.resources.reward_model.gpus_per_worker >= 1:
+            shares.append(["resources.reward_model.gpus_per_worker=0.5",
+                           "reward_model.gpu_memory_utilization="
+                           f"{min(0.45, cfg.reward_model.gpu_memory_utilization):g}"])
+        layouts = []
+        for w in ranks:
+            for n in engines:
+                for share in shares:
+                    change = ([f"actor.world_size={w}"] if w != cfg.actor.world_size else []) \
+                        + ([f"rollout.num_workers={n}"] if n != sizes.get("rollout") else []) \
+                        + share
+                    if change:
+                        layouts.append(change)
+    memory_fixes: list[list[str]] = [[]]
+    if any(e.problem for e in plan.estimates.get("rollout", [])):
+        memory_fixes += [["rollout.tensor_model_parallel_size=2",
+                          "resources.rollout.gpus_per_worker=2"],
+                         ["rollout.gpu_memory_utilization="
+                          f"{min(0.9, cfg.rollout.gpu_memory_utilization + 0.2):g}"]]
+    budget = cfg.actor.ppo_max_token_len_per_gpu
+    memory_fixes += [["model.lora.rank=64"], ["actor.gradient_checkpointing=true"],
+                     [f"actor.ppo_max_token_len_per_gpu={max(1024, budget // 2)}"],
+                     ["actor.ref_param_offload=true"],
+                     ["model.lora.rank=64", "actor.gradient_checkpointing=true"]]
+    return [layout + fix for layout in layouts for fix in memory_fixes if layout + fix]
+
+
+def fitting_fixes(overrides: list[str], nodes: list[Node], plan: Plan, limit: int = 3,
+                  load=None) -> list[list[str]]:
+    """Up to `limit` candidate changes (candidate_fixes) with which the plan fits."""
+    from peer_rl.config import ConfigError, load_config
+
+    load = load or load_config
+    cfg, found = load(overrides), []
+    for fix in candidate_fixes(cfg, plan):
+        if any(set(f) <= set(fix) for f in found):     # a smaller change already fits
+            continue
+        try:
+            if make_plan(load(list(overrides) + fix), nodes).fits:
+                found.append(fix)
+        except ConfigError:
+            continue
+        if len(found) >= limit:
+            break
+    return found

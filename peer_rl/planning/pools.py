@@ -1,0 +1,36 @@
+"""Which pools a run starts, how many workers each, and the placement strategy of each pool's
+group: one source for the trainer's placement layer (peer_rl.trainer.placement.make_pools) and
+the planner, so a plan places exactly what a run would."""
+from __future__ import annotations
+
+from peer_rl.methods import method_class
+
+# the order make_pools creates the pools' placement groups in (Ray places them in that order)
+ORDER = ("rollout", "reward_model", "actor", "redundancy", "retrieval")
+# the rollout engines spread over nodes (their KV caches and samplers are independent); every
+# other pool packs its bundles (policy ranks talk over NCCL on every micro-batch)
+STRATEGY = {"rollout": "SPREAD"}
+
+
+def pool_sizes(cfg) -> dict[str, int]:
+    """pool -> workers: the method's pools (what its scoring calls), the policy's, and the
+    encoder the in-training evaluation measures diversity with, in creation order."""
+    needs = method_class(cfg).pools(cfg) | {"actor"}
+    if cfg.trainer.eval_freq > 0:
+        needs.add("redundancy")
+    count = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
+             "actor": cfg.actor.world_size, "redundancy": 1,
+             "retrieval": cfg.retrieval.num_workers}
+    return {name: count[name] for name in ORDER if name in needs}
+
+
+def strategy(pool: str) -> str:
+    return STRATEGY.get(pool, "PACK")
+
+
+def bundle(res) -> dict:
+    """One worker's placement bundle from resources.<pool>."""
+    b = {"CPU": float(res.cpus_per_worker)}
+    if res.gpus_per_worker:
+        b["GPU"] = float(res.gpus_per_worker)
+    return b

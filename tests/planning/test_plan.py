@@ -1,0 +1,140 @@
+"""`peer-rl plan`: parameter counts against transformers' own models (built on the meta device,
+no weight allocated), placements and memory worked out by hand, and every suggested setting
+planned again by the CLI itself."""
+from __future__ import annotations
+
+import pytest
+
+from peer_rl.activation_memory import GiB
+from peer_rl.cli import main
+from peer_rl.planning import memory
+from peer_rl.planning.cluster import Node, from_overrides
+from peer_rl.planning.placement import Placement
+from peer_rl.planning.shapes import NAMED, text_params, vision_params
+
+SMALL = {"hidden_size": 4, "intermediate_size": 8, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 10,
+         "tie_word_embeddings": False, "max_position_embeddings": 64}
+
+
+def _meta_count(cls, config) -> int:
+    import torch
+
+    with torch.device("meta"):
+        model = cls(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_text_params_by_hand():
+    # per layer: q 4x4 + k 4x2 + v 4x2 + o 4x4 = 48, biases 4 + 2 + 2 = 8, MLP 3 x 4 x 8 = 96,
+    # two norms 8 -> 160; two layers 320; embeddings and output 2 x 40; final norm 4
+    assert text_params(SMALL) == 404
+    assert text_params({**SMALL, "tie_word_embeddings": True}) == 364
+
+
+@pytest.mark.parametrize("name", ["Qwen2.5-7B", "SmolLM2-135M"])
+def test_named_text_shapes_count_what_transformers_builds(name):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    cfg = NAMED[name]
+    if name.startswith("Qwen"):
+        want = _meta_count(Qwen2ForCausalLM, Qwen2Config(**cfg))
+    else:      # SmolLM2 is a Llama without attention biases: the biases are the difference
+        want = _meta_count(LlamaForCausalLM, LlamaConfig(**cfg))
+        t = cfg
+        hd = t["hidden_size"] // t["num_attention_heads"]
+        want += t["num_hidden_layers"] * (t["num_attention_heads"] + 2 * t["num_key_value_heads"]) * hd
+    assert text_params(cfg) == want
+
+
+def test_the_vision_language_shape_is_within_a_percent_of_transformers():
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    cfg = NAMED["Qwen2.5-VL-7B"]
+    want = _meta_count(Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLConfig(
+        text_config=cfg["text_config"], vision_config=cfg["vision_config"]))
+    got = text_params(cfg) + vision_params(cfg)
+    assert abs(got - want) / want < 0.01
+
+
+def test_spread_and_pack_by_hand():
+    nodes = [Node(cpus=16, gpus=4, gpu_memory_gib=80)] * 2
+    p = Placement(nodes)
+    assert p.place("rollout", {"CPU": 1, "GPU": 1}, 3, "SPREAD") is None
+    assert [(s.node, list(s.gpus)) for s in p.slots] == [(0, [0]), (1, [0]), (0, [1])]
+    # 2 GPUs left on node 0, 3 on node 1: no node holds 4, so PACK fills node 0, then node 1
+    assert p.place("actor", {"CPU": 1, "GPU": 1}, 4, "PACK") is None
+    assert [(s.node, list(s.gpus)) for s in p.slots[3:]] == [(0, [2]), (0, [3]), (1, [1]),
+                                                             (1, [2])]
+    # two half-GPU judges share node 1's last GPU; a third does not fit, and nothing is kept
+    assert p.place("reward_model", {"CPU": 1, "GPU": 0.5}, 2, "PACK") is None
+    assert [(s.node, s.gpus) for s in p.slots[7:]] == [(1, {3: 0.5}), (1, {3: 0.5})]
+    left = p.place("extra", {"CPU": 1, "GPU": 1}, 1, "PACK")
+    assert left is not None and left.free_gpus == 0 and len(p.slots) == 9
+
+
+def test_a_group_that_does_not_fit_places_nothing():
+    p = Placement([Node(cpus=4, gpus=2, gpu_memory_gib=80)])
+    assert p.place("actor", {"CPU": 1, "GPU": 1}, 3, "PACK").count == 3
+    assert p.slots == [] and p.cpus == [4] and p.gpu_free == [[1.0, 1.0]]
+
+
+def test_an_engine_estimate_by_hand():
+    # kv per token in bf16: 2 (K, V) x 2 layers x 1 kv head x 2 head dim x 2 bytes = 16 bytes
+    e = memory.engine("rollout", SMALL, 404, max_model_len=64, utilization=0.5, gpu_gib=8)
+    claimed = 4 * GiB
+    kv = claimed - 2 * 404 - memory.ENGINE_WORKSPACE
+    assert e.parts == {"weights": 808, "activations": memory.ENGINE_WORKSPACE, "KV cache": kv,
+                       "CUDA context": memory.CUDA_CONTEXT}
+    assert e.detail.startswith(f"KV cache for {kv // 16:,} tokens") and not e.problem
+    tight = memory.engine("rollout", SMALL, 404, max_model_len=64, utilization=0.19,
+                          gpu_gib=8)     # 1.52 GiB claimed: 1.5 of activations, ~20 MiB of KV
+    assert not tight.problem
+    short = memory.engine("rollout", SMALL, 404, 64, utilization=0.18, gpu_gib=8)
+    assert "less than one rollout.max_model_len=64 sequence" in short.problem
+
+
+def test_lora_params_by_hand():
+    # rank 2: q 2x(4+4) + k 2x(4+2) + v 2x(4+2) + o 2x(4+4) + gate, up 2x(4+8) each + down
+    # 2x(8+4) = 16 + 12 + 12 + 16 + 24 + 24 + 24 = 128 a layer, 2 layers
+    assert memory.lora_params(SMALL, 2, ["all-linear"]) == 256
+    assert memory.lora_params(SMALL, 2, ["q_proj", "v_proj"]) == 2 * (16 + 12)
+
+
+def test_cluster_overrides_refuse_unknown_keys():
+    assert from_overrides({"nodes": "2", "gpus_per_node": "4"}) == [Node(64.0, 4, 80.0)] * 2
+    with pytest.raises(ValueError, match="unknown key"):
+        from_overrides({"gpu_per_node": "4"})
+
+
+def test_peer_rur_on_one_8_gpu_node_is_refused_and_each_suggestion_fits(capsys):
+    args = ["plan", "recipe=peer_rur", "model.path=Qwen2.5-VL-7B",
+            "reward_model.path=Qwen2.5-VL-7B", "nodes=1", "gpus_per_node=8", "gpu_memory_gib=80"]
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert "resources.actor: 8 x {'CPU': 4.0, 'GPU': 1.0} cannot be placed (2 GPU(s)" in out
+    fixes = out.split("settings with which it fits (each planned again):\n")[1].splitlines()
+    assert fixes and all(f.startswith("  ") for f in fixes)
+    for fix in fixes:
+        assert main(args + fix.split()) == 0, fix
+        assert "fits." in capsys.readouterr().out
+
+
+def test_peer_rur_on_two_nodes_fits_and_names_each_gpu(capsys):
+    assert main(["plan", "recipe=peer_rur", "model.path=Qwen2.5-VL-7B",
+                 "reward_model.path=Qwen2.5-VL-7B", "nodes=2", "gpus_per_node=8"]) == 0
+    out = capsys.readouterr().out
+    gpus = [ln for ln in out.splitlines() if ln.startswith("  node ")]
+    assert len(gpus) == 14            # 4 engines + 2 judges + 8 ranks, one GPU each
+    assert "policy ranks span 2 nodes" in out
+
+
+def test_a_policy_that_does_not_fit_its_gpu_is_refused_naming_the_shortfall(capsys):
+    # 7B on 4 ranks of 24 GiB GPUs: the fp32 state alone is 8.3 B x 16 bytes / 4 = 31 GiB
+    args = ["plan", "recipe=peer", "model.path=Qwen2.5-VL-7B", "reward_model.path=Qwen2.5-VL-3B",
+            "rollout.num_workers=2", "reward_model.num_workers=1", "actor.world_size=4",
+            "rollout.gpu_memory_utilization=0.9", "reward_model.gpu_memory_utilization=0.9",
+            "reward_model.max_model_len=4096", "nodes=1", "gpus_per_node=8", "gpu_memory_gib=24"]
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert "GiB short)" in out and "actor" in out.split("refused:")[1]
