@@ -20,7 +20,8 @@
 # Settings (environment): PEER_RL_CLUSTER_DIR (logs, pid files and the nodes' Ray temp dirs;
 # default /tmp/peer-rl-cluster, keep it short: Ray's socket paths must stay under 108 bytes),
 # RAY_PORT (GCS, 6380), DASHBOARD_PORT (8265), HEAD_CPUS / WORKER_CPUS (1 each: the tiny recipe's
-# 1.5 CPUs then span both nodes), OBJECT_STORE_BYTES (per node; default: Ray's, 30% of memory),
+# 1.5 CPUs then span both nodes), HEAD_GPUS / WORKER_GPUS (0 each; GPUs a node declares to Ray
+# without having them, for `peer-rl plan --from-ray ... --probe`), OBJECT_STORE_BYTES (per node; default: Ray's, 30% of memory),
 # RAY_AUTH_TOKEN_PATH (the token file; default ~/.ray/auth_token).
 # Never `ray stop` here: it stops every Ray cluster of this user on the machine.
 set -euo pipefail
@@ -34,6 +35,8 @@ RAY_PORT="${RAY_PORT:-6380}"
 DASHBOARD_PORT="${DASHBOARD_PORT:-8265}"
 HEAD_CPUS="${HEAD_CPUS:-1}"
 WORKER_CPUS="${WORKER_CPUS:-1}"
+HEAD_GPUS="${HEAD_GPUS:-0}"
+WORKER_GPUS="${WORKER_GPUS:-0}"
 OBJECT_STORE=()
 if [[ -n "${OBJECT_STORE_BYTES:-}" ]]; then OBJECT_STORE=(--object-store-memory="$OBJECT_STORE_BYTES"); fi
 HEAD_IP=127.0.0.2
@@ -115,11 +118,11 @@ case "${1:-start}" in
     # shellcheck disable=SC2046
     start_node head "$HEAD_IP" --head --port="$RAY_PORT" --dashboard-host=127.0.0.1 \
       --dashboard-port="$DASHBOARD_PORT" --ray-client-server-port="$(free_port)" \
-      --num-cpus="$HEAD_CPUS" --num-gpus=0 $(node_ports)
+      --num-cpus="$HEAD_CPUS" --num-gpus="$HEAD_GPUS" $(node_ports)
     wait_nodes 1
     # shellcheck disable=SC2046
     start_node worker "$WORKER_IP" --address="$HEAD_IP:$RAY_PORT" \
-      --num-cpus="$WORKER_CPUS" --num-gpus=0 --resources='{"node2": 1}' $(node_ports)
+      --num-cpus="$WORKER_CPUS" --num-gpus="$WORKER_GPUS" --resources='{"node2": 1}' $(node_ports)
     wait_nodes 2
     echo "2 nodes ($HEAD_IP, $WORKER_IP); dashboard / job server: http://127.0.0.1:$DASHBOARD_PORT"
     echo "logs: $DIR/{head,worker}.log and $DIR/{head,worker}/session_latest/logs"

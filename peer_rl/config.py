@@ -358,7 +358,9 @@ def _check_values(cfg: DictConfig) -> None:
 
     # a YAML or command-line true/false arrives in this str field as "True"/"False"
     cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
-    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, {**_CHOICES, "actor.gradient_checkpointing": SETTINGS})
+    cfg.model.lora.merge = str(cfg.model.lora.merge).lower()
+    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, {**_CHOICES, "actor.gradient_checkpointing": SETTINGS,
+                                                 "model.lora.merge": ("auto", "true", "false")})
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
     a = cfg.actor

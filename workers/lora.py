@@ -174,9 +174,11 @@ class Adapters(FullWeights):
         return f"{module}.base_layer.{leaf}" if f"{module}.weight" in self.scaling else hf_name
 
     def sync_pairs(self, full_pairs, names):
-        """model.lora.merge=false: the adapters alone, by the names PEFT saves them under
-        (what vLLM's LoRA loader reads); merge=true: every weight, merged as it is gathered."""
-        if self.settings.merge:
+        """Engines serving base + adapter: the adapters alone, by the names PEFT saves them
+        under (what vLLM's LoRA loader reads); merged: every weight, merged as it is gathered.
+        model.lora.merge "auto" is resolved by the placement layer; here, by this process's
+        device (a worker built directly)."""
+        if self._merged():
             return full_pairs()
         return [(n, PEFT_PREFIX + re.sub(rf"\.(lora_[AB])\.{ADAPTER}\.", r".\1.", n))
                 for n in names if ".lora_" in n]
@@ -184,7 +186,7 @@ class Adapters(FullWeights):
     def adapter_config(self) -> str | None:
         """PEFT's own adapter_config.json for this adapter, written by PEFT (so vLLM reads
         exactly what `save_adapter` would write)."""
-        if self.settings.merge:
+        if self._merged():
             return None
         if not hasattr(self, "_config_text"):
             import tempfile
@@ -193,6 +195,11 @@ class Adapters(FullWeights):
                 self.peft.peft_config[ADAPTER].save_pretrained(d)
                 self._config_text = (Path(d) / "adapter_config.json").read_text(encoding="utf-8")
         return self._config_text
+
+    def _merged(self) -> bool:
+        from peer_rl.worker_settings import lora_merged
+
+        return lora_merged(self.settings, torch.cuda.is_available())
 
     def _delta(self, hf_name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (b.float() @ a.float()) * self.scaling[hf_name]

@@ -14,7 +14,11 @@ def register(sub) -> None:
                     "Exit 0 when it fits, 2 when refused.")
     p.add_argument("overrides", nargs="*", help="recipe keys and the cluster's")
     p.add_argument("--from-ray", default="", metavar="ADDRESS",
-                   help="the nodes of a running Ray cluster (e.g. auto)")
+                   help="the nodes of a running Ray cluster (e.g. auto; gpu_memory_gib= says "
+                        "its GPUs' memory, 80 by default)")
+    p.add_argument("--probe", action="store_true",
+                   help="with --from-ray: create the run's placement groups there and report "
+                        "where Ray put every bundle (no model loaded, no CUDA touched)")
     p.set_defaults(fn=_plan, errors=_errors)
 
 
@@ -24,7 +28,26 @@ def _errors() -> dict:
     return {ConfigError: 2, ValueError: 2}
 
 
+def _print_probe(cfg, plan) -> None:
+    """Ray's own placement of the run, beside the plan's."""
+    from peer_rl.planning.probe import node_map, probe
+
+    found, refused = probe(cfg)
+    print("\nprobe: where Ray placed each bundle")
+    for p in found:
+        gpus = f" GPU ids {','.join(p.gpu_ids)}" if p.gpu_ids else ""
+        print(f"  {p.pool:13s} {p.index:3d}  node {p.node}{gpus}  CPU {p.cpus:g}")
+    if refused:
+        print(f"  refused by Ray: {refused}")
+    gpu_pools = {pool for pool in plan.sizes if cfg.resources[pool].gpus_per_worker}
+    same = node_map((p.pool, p.node) for p in found if p.pool in gpu_pools) == \
+        node_map((s.pool, s.node) for s in plan.slots if s.pool in gpu_pools)
+    print(f"probe {'matches' if same else 'DIFFERS FROM'} the plan's GPU bundles per node "
+          "(a CPU-only worker may land on either of two equally free nodes)")
+
+
 def _plan(args) -> int:
+    from peer_rl.cli.errors import CommandError
     from peer_rl.config import load_config
     from peer_rl.planning import cluster
     from peer_rl.planning.plan import fitting_fixes, make_plan
@@ -33,15 +56,26 @@ def _plan(args) -> int:
     keys = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in args.overrides if "=" in o}
     mine = {k: v for k, v in keys.items() if k in cluster.KEYS or k == "cluster"}
     overrides = [o for o in args.overrides if o.split("=", 1)[0] not in mine]
-    if args.from_ray:
-        nodes = cluster.from_ray(args.from_ray)
-    elif "cluster" in mine:
-        nodes = cluster.from_file(mine.pop("cluster"))
-    else:
-        nodes = cluster.from_overrides(mine)
+    if args.probe and not args.from_ray:
+        raise CommandError("--probe places the run on a running cluster: give --from-ray ADDRESS")
     cfg = load_config(overrides)
-    plan = make_plan(cfg, nodes)
-    print(render(plan, cfg.recipe, cfg))
+    if args.from_ray:
+        import ray
+
+        ray.init(address=args.from_ray, logging_level="ERROR")
+        try:
+            nodes = cluster.from_ray(float(mine.get("gpu_memory_gib", 80)))
+            plan = make_plan(cfg, nodes)
+            print(render(plan, cfg.recipe, cfg))
+            if args.probe:
+                _print_probe(cfg, plan)
+        finally:
+            ray.shutdown()
+    else:
+        nodes = (cluster.from_file(mine.pop("cluster")) if "cluster" in mine
+                 else cluster.from_overrides(mine))
+        plan = make_plan(cfg, nodes)
+        print(render(plan, cfg.recipe, cfg))
     if plan.fits:
         print("\nfits.")
         return 0

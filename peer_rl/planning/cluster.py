@@ -56,15 +56,10 @@ def from_file(path: str | Path) -> list[Node]:
     return nodes
 
 
-def from_ray(address: str = "auto") -> list[Node]:
-    """The alive nodes of a running Ray cluster; GPU memory from the `gpu_memory_gib` custom
-    resource a node declares, else 80."""
+def from_ray(gpu_memory_gib: float = 80.0) -> list[Node]:
+    """The alive nodes of the Ray cluster this process is connected to, in ray.nodes()' order;
+    Ray does not know a GPU's memory, so `gpu_memory_gib` says it."""
     import ray
 
-    ray.init(address=address, logging_level="ERROR")
-    try:
-        return [Node(n["Resources"].get("CPU", 0.0), int(n["Resources"].get("GPU", 0)),
-                     n["Resources"].get("gpu_memory_gib", 80.0))
-                for n in ray.nodes() if n.get("Alive")]
-    finally:
-        ray.shutdown()
+    return [Node(n["Resources"].get("CPU", 0.0), int(n["Resources"].get("GPU", 0)),
+                 gpu_memory_gib) for n in ray.nodes() if n.get("Alive")]

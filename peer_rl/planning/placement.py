@@ -1,7 +1,7 @@
 """Where each pool's bundles land: Ray's placement strategies replayed over the cluster's nodes
 in the order the run creates its groups (peer_rl.planning.pools), and each GPU bundle given GPU
-slots on its node. PACK puts a group on the first node that holds it whole, else fills nodes in
-order; SPREAD puts each bundle on the node holding fewest of the group's bundles so far. Ray
+slots on its node. PACK puts a group on the least used node that holds it whole, else fills
+the least used nodes first; SPREAD puts each bundle on the node holding fewest of the group's bundles so far. Ray
 chooses among equal nodes its own way, so node numbers may differ; how many bundles share a node
 does not (`peer-rl plan --probe` shows Ray's own map)."""
 from __future__ import annotations
@@ -76,11 +76,14 @@ class Placement:
         saved = (list(self.cpus), [list(g) for g in self.gpu_free], len(self.slots))
         nodes = range(len(self.nodes))
         if strategy == "PACK":
-            whole = next((k for k in nodes if self._fits(k, b, n)), None)
+            # of the nodes that hold the group whole, the least used one (as Ray's scheduler
+            # chose on the local two-node cluster), the first on a tie
+            whole = min((k for k in nodes if self._fits(k, b, n)),
+                        key=lambda k: (-sum(self.gpu_free[k]), -self.cpus[k], k), default=None)
             order = [whole] * n if whole is not None else None
-            if order is None:
+            if order is None:      # spilled: the least used nodes filled first
                 order, i = [], 0
-                for k in nodes:
+                for k in sorted(nodes, key=lambda k: (-sum(self.gpu_free[k]), -self.cpus[k], k)):
                     while i < n and self._fits(k, b):
                         self._take(pool, i, k, b)
                         order.append(k)

@@ -26,6 +26,7 @@ from peer_rl.worker_settings import (
     PolicySettings,
     RedundancySettings,
     RolloutSettings,
+    lora_merged,
     narrow,
 )
 
@@ -177,7 +178,12 @@ class PoolFactory:
         lora = self.cfg.model.lora
         return (self.policy_path, self.engine_settings("rollout")), {
             "seed": self.cfg.trainer.seed + i,
-            "lora_rank": 0 if lora.merge else lora.rank}    # base + adapter, synced alone
+            "lora_rank": 0 if self._lora_merged() else lora.rank}   # base + adapter
+
+    def _lora_merged(self) -> bool:
+        """model.lora.merge resolved for where the rollout engines run; the policy and the
+        engines are told the same."""
+        return lora_merged(self.cfg.model.lora, bool(self.cfg.resources.rollout.gpus_per_worker))
 
     def _reward_model_args(self, i, _):
         c = self.cfg.reward_model
@@ -201,7 +207,8 @@ class PoolFactory:
         return (rank, a.world_size, *rendezvous, self.policy_path, settings), {
             "rollout_n": self.cfg.rollout.n, "seed": self.cfg.trainer.seed,
             "max_row_len": self.cfg.rollout.max_model_len,
-            "lora_settings": narrow(LoRASettings, self.cfg.model.lora)}
+            "lora_settings": replace(narrow(LoRASettings, self.cfg.model.lora),
+                                     merge=str(self._lora_merged()).lower())}
 
     def start(self, pool: str, i: int = 0):
         """Worker i of an engine or encoder pool as a Ray actor on its bundle (also how a

@@ -62,13 +62,14 @@ def test_spread_and_pack_by_hand():
     p = Placement(nodes)
     assert p.place("rollout", {"CPU": 1, "GPU": 1}, 3, "SPREAD") is None
     assert [(s.node, list(s.gpus)) for s in p.slots] == [(0, [0]), (1, [0]), (0, [1])]
-    # 2 GPUs left on node 0, 3 on node 1: no node holds 4, so PACK fills node 0, then node 1
+    # 2 GPUs left on node 0, 3 on node 1: no node holds 4, so PACK fills the less used node 1
+    # first, then node 0
     assert p.place("actor", {"CPU": 1, "GPU": 1}, 4, "PACK") is None
-    assert [(s.node, list(s.gpus)) for s in p.slots[3:]] == [(0, [2]), (0, [3]), (1, [1]),
-                                                             (1, [2])]
-    # two half-GPU judges share node 1's last GPU; a third does not fit, and nothing is kept
+    assert [(s.node, list(s.gpus)) for s in p.slots[3:]] == [(1, [1]), (1, [2]), (1, [3]),
+                                                             (0, [2])]
+    # two half-GPU judges share node 0's last GPU; a third does not fit, and nothing is kept
     assert p.place("reward_model", {"CPU": 1, "GPU": 0.5}, 2, "PACK") is None
-    assert [(s.node, s.gpus) for s in p.slots[7:]] == [(1, {3: 0.5}), (1, {3: 0.5})]
+    assert [(s.node, s.gpus) for s in p.slots[7:]] == [(0, {3: 0.5}), (0, {3: 0.5})]
     left = p.place("extra", {"CPU": 1, "GPU": 1}, 1, "PACK")
     assert left is not None and left.free_gpus == 0 and len(p.slots) == 9
 

