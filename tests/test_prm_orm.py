@@ -106,19 +106,20 @@ def test_grpo_can_take_the_pair_as_its_reward(pair, tiny_models, tmp_path):
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 16
     first = np.random.default_rng([0, 0]).random(16) < 0.5      # trainer.seed 0, step 1
+    assert any(first) and not all(first)
     checked = preferred = 0
     for s, cand_first in zip(samples, first):
-        if not format_complete(s["text"]):
-            # no steps asked; the reply alone is judged against the reference
-            continue
-        answers = [a.strip() if a is not None else None for a in s["judge"]]
-        steps = [STEP.get(a) for a in answers[:3]]
-        pref = PREF.get(answers[3])
+        answers = [(a or "").strip() for a in s["judge"]]
+        # a step the policy did not write is not asked (logged "") and scores 0; so does an
+        # empty answer
+        steps = [False if not a else STEP.get(a) for a in answers[:3]]
+        pref = "none" if not answers[3] else PREF.get(answers[3])
         if None in steps or pref is None:
             continue                    # outside the vocabulary: the parsers' business
-        ok = {"tie": True, "neither": False, "first": bool(cand_first),
+        ok = {"tie": True, "neither": False, "none": False, "first": bool(cand_first),
               "second": not cand_first}[pref]
         preferred += ok
         checked += 1
-        assert s["reward"] == pytest.approx(0.5 * sum(steps) + 0.5 * ok + 1.0), s
-    assert checked >= 4 and preferred >= 1
+        fmt = 1.0 if format_complete(s["text"]) else 0.0
+        assert s["reward"] == pytest.approx(0.5 * sum(steps) + 0.5 * ok + fmt), s
+    assert checked >= 12 and preferred >= 1
