@@ -112,7 +112,7 @@ COMMANDS = [
 # write nothing, or only the pinned-model cache (never a path from the command line); of the
 # benchmarks (their own parsers), `bench trl --json FILE` writes and is in the table
 NOT_WRITERS = {"data check", "data stats", "judge-template check", "index query", "chat",
-               "bench", "models list", "models fetch"}
+               "bench", "models list", "models fetch", "plan"}   # plan only prints
 LAYOUTS = ("out_is_input", "out_inside_input", "out_is_input_file", "not_its_own",
            "its_own_earlier_output")
 
