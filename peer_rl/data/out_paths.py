@@ -213,18 +213,24 @@ def lock_dir(directory: str | Path, what: str = "directory"):
 def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
     """`data` into `path` whole or not at all: written beside, fsynced, renamed in, the
     directory fsynced. `mode`: the new file's permissions (e.g. 0o600)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return write_whole(path, lambda fh: fh.write(raw), mode)
+
+
+def write_whole(path: str | Path, fill, mode: int | None = None) -> Path:
+    """`fill(binary file)` writes `path`'s content beside it; then fsync, rename in, fsync the
+    directory. A failure (a full disk, a signal) leaves no half file beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
     try:
         with open(fd, "wb") as fh:
-            fh.write(raw)
+            fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:            # a full disk, a signal: no half file left beside it
+    except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     from peer_rl.runtime import fsync_dir

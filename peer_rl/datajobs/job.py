@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 from collections.abc import Iterable
@@ -68,21 +67,17 @@ def run_job(job: str, cfg, cases: list, program, store: RunStore,
 
 def write_lines(path: Path, lines: Iterable[bytes | str]) -> int:
     """A JSONL file written beside and renamed into place; returns the line count."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    n = 0
-    try:
-        with open(tmp, "wb") as fh:
-            for line in lines:
-                fh.write((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n")
-                n += 1
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:            # a full disk, a signal: no half file left beside it
-        tmp.unlink(missing_ok=True)
-        raise
-    return n
+    from peer_rl.data.out_paths import write_whole
+
+    count = [0]
+
+    def fill(fh) -> None:
+        for line in lines:
+            fh.write((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n")
+            count[0] += 1
+
+    write_whole(path, fill)
+    return count[0]
 
 
 def jsonl(rows: Iterable[dict]) -> Iterable[str]:
