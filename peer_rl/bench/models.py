@@ -42,16 +42,12 @@ def random_policy(name: str) -> str:
 
 
 def num_params(path: str) -> int:
-    from safetensors import safe_open
+    """Parameters of a built policy, from its safetensors headers (peer_rl.planning.shapes)."""
+    from peer_rl.planning.shapes import weight_params
 
-    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
-        return sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())
-
-
-def _prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
+    n = weight_params(Path(path))
+    if n is None:
+        raise FileNotFoundError(f"{path}: no *.safetensors there")
     return n
 
 

@@ -62,19 +62,17 @@ def vision_params(config: dict) -> int:
 
 def weight_params(model_dir: Path) -> int | None:
     """Exact parameter count from the safetensors headers (no tensor read); None without any."""
+    import math
+
     from safetensors import safe_open
 
-    files = sorted(model_dir.glob("*.safetensors"))
+    files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         return None
     n = 0
     for f in files:
         with safe_open(str(f), "pt") as fh:
-            for k in fh.keys():
-                count = 1
-                for d in fh.get_slice(k).get_shape():
-                    count *= d
-                n += count
+            n += sum(math.prod(fh.get_slice(k).get_shape()) for k in fh.keys())
     return n
 
 

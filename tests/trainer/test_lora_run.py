@@ -1,6 +1,7 @@
 """`peer-rl train model.lora.rank=8` as a user runs it: two steps, then `resume=auto` to a third;
 the checkpoint holds the adapters only, final/ is the merged model plus adapter/ in PEFT's
 format, and PeftModel on the base model computes what the merged export computes."""
+import math
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_cpu_engines_get_merged_weights_and_adapters_on_request(lora_run, grpo_m
 
     out = lora_run[0]
     with safe_open(str(out / "final" / "model.safetensors"), "pt") as fh:
-        text = sum(_numel(fh.get_slice(k).get_shape()) * 4 for k in fh.keys()
+        text = sum(math.prod(fh.get_slice(k).get_shape()) * 4 for k in fh.keys()
                    if "visual" not in k or ".merger." in k)
     assert [m["sync/bytes"] for m in _metrics(out)] == [text] * 3
     run = tmp_path / "adapters"
@@ -71,13 +72,6 @@ def test_cpu_engines_get_merged_weights_and_adapters_on_request(lora_run, grpo_m
     with safe_open(str(run / "final" / "adapter" / "adapter_model.safetensors"), "pt") as fh:
         adapter = sum(fh.get_tensor(k).float().numel() * 4 for k in fh.keys())
     assert [m["sync/bytes"] for m in _metrics(run)] == [adapter] * 2
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def test_a_run_from_a_saved_adapter_syncs_it_before_the_first_rollout(tmp_path, grpo_models):
