@@ -145,12 +145,11 @@ def candidate_fixes(cfg, plan: Plan) -> list[list[str]]:
     return [layout + fix for layout in layouts for fix in memory_fixes if layout + fix]
 
 
-def fitting_fixes(overrides: list[str], nodes: list[Node], plan: Plan, limit: int = 3,
-                  load=None) -> list[list[str]]:
+def fitting_fixes(overrides: list[str], nodes: list[Node], plan: Plan,
+                  limit: int = 3) -> list[list[str]]:
     """Up to `limit` candidate changes (candidate_fixes) with which the plan fits."""
-    from peer_rl.config import ConfigError, load_config
+    from peer_rl.config import ConfigError, load_config as load
 
-    load = load or load_config
     cfg, found = load(overrides), []
     for fix in candidate_fixes(cfg, plan):
         if any(set(f) <= set(fix) for f in found):     # a smaller change already fits
