@@ -18,7 +18,8 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from peer_rl.worker_settings import LoRASettings, PolicySettings
-from test_policy import HP, SEED, free_port, make_batch, rank_results, tiny_model  # noqa: F401 (fixture)
+from test_policy import (AGG_CASES, HP, SEED, assert_same_training, free_port, make_batch,  # noqa: F401 (fixture)
+                         max_diff, rank_results, run_group, tiny_model)
 
 RANK, ALPHA = 4, 8.0
 # one optimizer step over the whole 8-row batch, micro-batches of 2, a KL term, no clipping
@@ -333,3 +334,47 @@ def test_a_checkpoint_of_another_rank_is_refused_naming_the_key(tmp_path):
     (tmp_path / "dcp" / "state.json").write_text(json.dumps({"extra": {}}))
     with pytest.raises(ValueError, match=r"holds full weights, but model\.lora\.rank=4"):
         policy_weights(LoRASettings(rank=4), "unused").check_checkpoint(tmp_path / "dcp")
+
+
+# ---------------------------------------------------------------- full-weight invariances, on adapters
+@pytest.mark.e2e
+def test_every_loss_and_aggregation_gives_the_one_batch_adapter_gradient(tiny_model, adapter_dir,
+                                                                        tmp_path):
+    """test_policy's invariance on adapters: the one-batch adapter gradient (world 1, one
+    forward) equals the one accumulated over four 2-row micro-batches and the one averaged over
+    two ranks (one padding a zero-weight row), under every (loss, aggregation); and the modes
+    still differ from one another."""
+    lora = dict(rank=RANK, lora_alpha=ALPHA, lora_adapter_path=adapter_dir)
+    one_pass = dict(ppo_mini_batch_size=8, ppo_epochs=1, grad_clip=1e9, lora=lora)
+    (whole,) = run_group(1, tiny_model, "modes", tmp_path / "whole", **one_pass)
+    (micro,) = run_group(1, tiny_model, "modes", tmp_path / "micro", ppo_micro_batch_size=2,
+                         ppo_max_token_len_per_gpu=0, **one_pass)
+    ranks = run_group(2, tiny_model, "modes", tmp_path / "ranks", **one_pass)[0]
+    for case in AGG_CASES:
+        (g, loss) = whole[case]
+        assert len(g) == 28 and all(".lora_" in n for n in g), case      # adapters only
+        scale = max(v.abs().max().item() for v in g.values())
+        assert scale > 1e-4, case
+        for other in (micro, ranks):
+            (g2, loss2) = other[case]
+            assert max_diff(g, g2) < 1e-5 * scale, case
+            assert loss2 == pytest.approx(loss, rel=1e-5, abs=1e-7), case
+    token_mean = whole[("vanilla", "token-mean")][0]
+    for case in AGG_CASES[:-1]:
+        assert max_diff(whole[case][0], token_mean) > 1e-3 * scale, case
+
+
+@pytest.mark.e2e
+def test_packed_adapter_rows_train_as_the_padded_ones(tiny_model, adapter_dir, tmp_path):
+    """actor.use_remove_padding on adapters, at one rank and two: the same policy and reference
+    (adapters off) log-probs, losses, gradient norms and merged weights as right-padded
+    micro-batches, and no padded position computed; the policy is not its reference."""
+    lora = dict(rank=RANK, lora_alpha=ALPHA, lora_adapter_path=adapter_dir)
+    for world in (1, 2):
+        padded = run_group(world, tiny_model, "train", tmp_path / f"padded{world}", lora=lora)
+        packed = run_group(world, tiny_model, "train", tmp_path / f"packed{world}", lora=lora,
+                           use_remove_padding=True, ppo_max_token_len_per_gpu=40)
+        assert_same_training(packed[0], padded[0])
+        assert [r["padded"]["actor/padding_share"] for r in packed] == [0.0] * world
+        merged_start = padded[0]["lp"]
+        assert np.abs(merged_start.old_log_probs - merged_start.ref_log_prob).max() > 1e-2

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from peer_rl.algos import sequence_advantages
 from peer_rl.protocol import UpdateBatch
-from peer_rl.worker_settings import PolicySettings
+from peer_rl.worker_settings import LoRASettings, PolicySettings
 from workers.policy import PolicyWorker
 
 pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
@@ -322,8 +322,9 @@ SCENARIOS = {"budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "tr
 
 def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
     torch.set_num_threads(1)
+    lora = hp.pop("lora", None)          # LoRASettings' keys: the same scenario on adapters
     w = PolicyWorker(rank, world_size, "127.0.0.1", port, model_path, PolicySettings(**hp),
-                     seed=SEED)
+                     seed=SEED, lora_settings=LoRASettings(**lora) if lora else None)
     try:
         res = SCENARIOS[scenario](w, out, arg)
         if isinstance(res, dict):
