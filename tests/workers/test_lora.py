@@ -18,8 +18,9 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from peer_rl.worker_settings import LoRASettings, PolicySettings
-from test_policy import (AGG_CASES, HP, SEED, assert_same_training, free_port, make_batch,  # noqa: F401 (fixture)
-                         max_diff, rank_results, run_group, tiny_model)
+from test_policy import (HP, SEED, assert_every_mode_gives_the_one_batch_gradient,  # noqa: F401
+                         assert_same_training, free_port, make_batch, max_diff, rank_results,
+                         run_group, tiny_model)
 
 RANK, ALPHA = 4, 8.0
 # one optimizer step over the whole 8-row batch, micro-batches of 2, a KL term, no clipping
@@ -266,11 +267,6 @@ def test_the_vision_tower_and_its_aligner_get_no_adapter():
     assert all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
 
 
-def _max_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
 @pytest.mark.e2e
 def test_a_lora_checkpoint_holds_the_adapters_and_resumes_at_another_world_size(lora_world1,
                                                                                  lora_world2):
@@ -288,13 +284,13 @@ def test_a_lora_checkpoint_holds_the_adapters_and_resumes_at_another_world_size(
     assert {n for n in names if n.startswith("optim/")} == {
         f"optim/{n[len('model/'):]}/{k}" for n in model for k in ("exp_avg", "exp_avg_sq", "step")}
     # the round trip at two ranks: same weights, and the same next update as before the load
-    assert _max_diff(w2["loaded"], w2["saved"]) == 0.0
-    moved = _max_diff(w2["perturbed"], w2["saved"])
-    assert moved > 1e-4 and _max_diff(w2["replayed"], w2["perturbed"]) < 1e-6
+    assert max_diff(w2["loaded"], w2["saved"]) == 0.0
+    moved = max_diff(w2["perturbed"], w2["saved"])
+    assert moved > 1e-4 and max_diff(w2["replayed"], w2["perturbed"]) < 1e-6
     # two ranks -> one: the checkpoint's weights, then the update the two-rank run took next
     assert w1["extra"]["world_size"] == 2 and w1["extra"]["lora_rank"] == RANK
-    assert _max_diff(w1["loaded"], w2["saved"]) == 0.0
-    assert _max_diff(w1["resumed"], w2["perturbed"]) < 1e-5
+    assert max_diff(w1["loaded"], w2["saved"]) == 0.0
+    assert max_diff(w1["resumed"], w2["perturbed"]) < 1e-5
 
 
 @pytest.mark.e2e
@@ -309,7 +305,7 @@ def test_the_export_is_merged_and_its_adapter_loads_in_peft(tiny_model, lora_wor
     exported = Path(w2["ckpt"]) / "model"
     merged = AutoModelForCausalLM.from_pretrained(exported).eval()
     state = merged.state_dict()
-    assert _max_diff({k: state[k] for k in w2["saved"]}, w2["saved"]) == 0.0
+    assert max_diff({k: state[k] for k in w2["saved"]}, w2["saved"]) == 0.0
     peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model),
                                      str(exported / "adapter")).eval()
     base = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
@@ -345,23 +341,9 @@ def test_every_loss_and_aggregation_gives_the_one_batch_adapter_gradient(tiny_mo
     two ranks (one padding a zero-weight row), under every (loss, aggregation); and the modes
     still differ from one another."""
     lora = dict(rank=RANK, lora_alpha=ALPHA, lora_adapter_path=adapter_dir)
-    one_pass = dict(ppo_mini_batch_size=8, ppo_epochs=1, grad_clip=1e9, lora=lora)
-    (whole,) = run_group(1, tiny_model, "modes", tmp_path / "whole", **one_pass)
-    (micro,) = run_group(1, tiny_model, "modes", tmp_path / "micro", ppo_micro_batch_size=2,
-                         ppo_max_token_len_per_gpu=0, **one_pass)
-    ranks = run_group(2, tiny_model, "modes", tmp_path / "ranks", **one_pass)[0]
-    for case in AGG_CASES:
-        (g, loss) = whole[case]
+    grads = assert_every_mode_gives_the_one_batch_gradient(tiny_model, tmp_path, lora=lora)
+    for case, g in grads.items():
         assert len(g) == 28 and all(".lora_" in n for n in g), case      # adapters only
-        scale = max(v.abs().max().item() for v in g.values())
-        assert scale > 1e-4, case
-        for other in (micro, ranks):
-            (g2, loss2) = other[case]
-            assert max_diff(g, g2) < 1e-5 * scale, case
-            assert loss2 == pytest.approx(loss, rel=1e-5, abs=1e-7), case
-    token_mean = whole[("vanilla", "token-mean")][0]
-    for case in AGG_CASES[:-1]:
-        assert max_diff(whole[case][0], token_mean) > 1e-3 * scale, case
 
 
 @pytest.mark.e2e

@@ -435,11 +435,17 @@ def test_every_loss_and_aggregation_gives_the_one_batch_gradient_at_world_sizes_
     four 2-row micro-batches (world 1) and averaged over two ranks, one of which pads a
     zero-weight row (world 2): equal in every mode, because each micro-batch's share is taken
     against the whole mini-batch's tokens and sequences."""
-    one_pass = dict(ppo_mini_batch_size=8, ppo_epochs=1, grad_clip=1e9)
-    (whole,) = run_group(1, tiny_model, "modes", tmp_path / "whole", **one_pass)
-    (micro,) = run_group(1, tiny_model, "modes", tmp_path / "micro", ppo_micro_batch_size=2,
+    assert_every_mode_gives_the_one_batch_gradient(tiny_model, tmp_path)
+
+
+def assert_every_mode_gives_the_one_batch_gradient(model_path, tmp_path, **hp) -> dict:
+    """The test above, for any policy settings (`hp`: LoRA's too); returns the one-batch
+    gradients by (loss, aggregation)."""
+    one_pass = dict(ppo_mini_batch_size=8, ppo_epochs=1, grad_clip=1e9, **hp)
+    (whole,) = run_group(1, model_path, "modes", tmp_path / "whole", **one_pass)
+    (micro,) = run_group(1, model_path, "modes", tmp_path / "micro", ppo_micro_batch_size=2,
                          ppo_max_token_len_per_gpu=0, **one_pass)
-    ranks = run_group(2, tiny_model, "modes", tmp_path / "ranks", **one_pass)[0]
+    ranks = run_group(2, model_path, "modes", tmp_path / "ranks", **one_pass)[0]
     for case in AGG_CASES:
         (g, loss) = whole[case]
         scale = max(v.abs().max().item() for v in g.values())
@@ -452,6 +458,7 @@ def test_every_loss_and_aggregation_gives_the_one_batch_gradient_at_world_sizes_
     token_mean = whole[("vanilla", "token-mean")][0]
     for case in AGG_CASES[:-1]:
         assert max_diff(whole[case][0], token_mean) > 1e-3 * scale, case
+    return {case: whole[case][0] for case in AGG_CASES}
 
 
 def test_one_step_updates_anchor_on_their_own_forward_with_the_same_gradient(tiny_model,
