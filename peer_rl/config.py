@@ -176,6 +176,25 @@ class AsyncTrainingConfig:
 
 
 @dataclass
+class WandbConfig:
+    """Weights & Biases (trainer.loggers: wandb): the project is trainer.project_name, the run
+    is named experiment_name, its directory is <output_dir>/wandb."""
+    # auto: online when a key is known (WANDB_API_KEY or `wandb login`) and the server answers,
+    # offline otherwise (said at start-up; `wandb sync <output_dir>/wandb/offline-run-*` later)
+    mode: str = "auto"                   # auto | online | offline
+    entity: str = ""                     # the W&B team or user; "" = the key's default
+
+
+@dataclass
+class MlflowConfig:
+    """MLflow (trainer.loggers: mlflow): the experiment is trainer.project_name, the run is
+    named experiment_name."""
+    # "" = $MLFLOW_TRACKING_URI when set, else a SQLite store in the run directory
+    # (sqlite:///<output_dir>/mlflow.db); any URI MLflow takes (http://host:5000, databricks)
+    tracking_uri: str = ""
+
+
+@dataclass
 class TrainerConfig:
     total_steps: int = 2
     save_freq: int = 1                   # checkpoint every k steps (0: only at the end)
@@ -186,7 +205,12 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: int = 0
     output_dir: str = "outputs/${experiment_name}"
     seed: int = 0
+    # any of console, jsonl, tensorboard, wandb, mlflow (verl's names; wandb and mlflow need
+    # `pip install 'peer-rl[trackers]'`)
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    project_name: str = "peer-rl"        # the W&B project and the MLflow experiment
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     max_actor_restarts: int = 2          # rollout / judge actors restarted after a crash
     recovery_timeout_s: float = 600.0    # how long a crashed actor may take to come back
     eval_freq: int = 0                   # evaluate the policy every k steps (0: never); see `eval`
@@ -330,7 +354,8 @@ _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_a
             "algorithm.filter_groups.metric": ("final", "reward", "format"),
             "algorithm.filter_groups.on_limit": ("raise", "train_short"),
             "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
-            "trainer.async_training.staleness": (0, 1)}
+            "trainer.async_training.staleness": (0, 1),
+            "trainer.wandb.mode": ("auto", "online", "offline")}
 
 
 def check_lora(lora) -> None:
@@ -363,6 +388,9 @@ def _check_values(cfg: DictConfig) -> None:
                                                  "model.lora.merge": ("auto", "true", "false")})
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
+    from peer_rl.trackers import check_loggers
+
+    check_loggers(cfg.trainer)
     a = cfg.actor
     for key in ("clip_ratio_low", "clip_ratio_high", "loss_scale_factor"):
         if a[key] is not None and a[key] <= (0 if key == "loss_scale_factor" else -1e-12):
@@ -456,6 +484,14 @@ def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
     tokens), which are written as the interpolation, never as the secret: a value that holds one
     through another interpolation (`${eval.judge_url}` of a URL with a token in it) is written
     as its interpolation too. Credentials in URLs (https://user:token@host) are written ***."""
+    from peer_rl.data.out_paths import write_atomic    # whole or absent: a resume reads it
+
+    write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(public_config(cfg))))
+
+
+def public_config(cfg: DictConfig) -> dict:
+    """The resolved config as save_config writes it: secrets as their interpolation, URL
+    credentials as *** (also what the trackers log as the run's parameters)."""
     from peer_rl.credentials import redact_text
 
     data = OmegaConf.to_container(cfg, resolve=True)
@@ -469,9 +505,7 @@ def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
         value = node[keys[-1]]
         if "${oc.env:" in raw or (isinstance(value, str) and any(s in value for s in secrets)):
             node[keys[-1]] = raw
-    from peer_rl.data.out_paths import write_atomic    # whole or absent: a resume reads it
-
-    write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(_redacted(data, redact_text))))
+    return _redacted(data, redact_text)
 
 
 def _redacted(node, redact):

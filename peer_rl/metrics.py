@@ -1,8 +1,10 @@
-"""Step metrics: reply statistics and the sinks (console, metrics.jsonl, TensorBoard)."""
+"""Step metrics: reply statistics and the sinks (console, metrics.jsonl, TensorBoard, and the
+trackers of peer_rl.trackers)."""
 from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +52,9 @@ LOGS = ("metrics.jsonl", "samples.jsonl", "timeline.jsonl")
 class MetricsSink:
     """Writes one JSON object per step; on resume, drops records past the resumed step."""
 
-    def __init__(self, output_dir: Path, loggers: list[str], resume_step: int | None = None):
+    def __init__(self, output_dir: Path, loggers: list[str], resume_step: int | None = None,
+                 trackers=None):
+        self.trackers = trackers             # peer_rl.trackers.Trackers (W&B, MLflow) or None
         self.path = output_dir / "metrics.jsonl"
         self.loggers = set(loggers)
         for path in (output_dir / name for name in LOGS):
@@ -77,6 +81,8 @@ class MetricsSink:
                 if isinstance(v, (int, float)):
                     self.tb.add_scalar(k, v, step)
             self.tb.flush()
+        if self.trackers is not None:
+            self.trackers.log(step, metrics)
         if "console" in self.loggers:
             keys = ("reward/mean", "reward/rur_mean", "reward/format_rate",
                     "judge/parse_failure_rate", "actor/kl_loss", "response/length_mean",
@@ -90,6 +96,18 @@ class MetricsSink:
                 print(f"[eval {step}] " + " ".join(f"{k.split('/', 1)[1]}={metrics[k]:.3f}"
                                                    for k in ev), file=sys.stderr, flush=True)
 
-    def close(self) -> None:
+    @contextmanager
+    def closed_on_error(self):
+        """A step that raises closes the trackers' runs as failed (W&B and MLflow otherwise
+        show a crashed run as still running)."""
+        try:
+            yield
+        except BaseException:
+            self.close(ok=False)
+            raise
+
+    def close(self, ok: bool = True) -> None:
         if self.tb is not None:
             self.tb.close()
+        if self.trackers is not None:
+            self.trackers.close(ok)

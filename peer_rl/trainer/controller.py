@@ -39,6 +39,7 @@ from peer_rl.data.prompt_loader import Cursor, PromptLoader
 from peer_rl.trainer.dynamic_sampling import refill, zero_variance_metrics
 from peer_rl.methods import Groups, method_class
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
+from peer_rl.trackers import open_trackers
 from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.trainer.step_batch import update_batch
 from peer_rl.trainer.sync_group import WeightSyncGroup
@@ -95,7 +96,8 @@ class Controller:
         self.loader = PromptLoader(rows, cfg.data.train_batch_size, cfg.data.seed,
                                    cfg.data.shuffle, cursor)
         self.metrics = MetricsSink(self.out, list(t.loggers),
-                                   resume_step=self.step if resume_dir else None)
+                                   resume_step=self.step if resume_dir else None,
+                                   trackers=open_trackers(cfg, self.out, resume_dir is not None))
         self.stopped_by: str | None = None     # the signal that stopped fit() early
         self.evaluator = None
         if t.eval_freq:    # inputs are read now: a bad file fails before step 1
@@ -169,7 +171,9 @@ class Controller:
                 out[name] = [round(p, 2) for p in peaks]
         report = {"peak_rss_gib": out, "unanswered": missing,
                   "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
-        (self.out / "memory.json").write_text(json.dumps(report, indent=1) + "\n")
+        from peer_rl.data.out_paths import write_atomic    # whole: bench step reads it
+
+        write_atomic(self.out / "memory.json", json.dumps(report, indent=1) + "\n")
         print("[peer-rl] peak resident memory (GiB per worker): "
               + "; ".join(f"{k} {v}" for k, v in out.items())
               + (f"; no answer from {missing}" if missing else ""), flush=True)
@@ -389,7 +393,8 @@ class Controller:
         bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
         ckpt = latest_checkpoint(self.out) if self.step == total else None
         ahead = None         # the next step's batch, already scored (trainer.async_training)
-        with (nullcontext(stop) if stop is not None else StopRequest()) as stop:
+        with (nullcontext(stop) if stop is not None else StopRequest()) as stop, \
+                self.metrics.closed_on_error():
             while self.step < total and not stop.signal:
                 rows, scored, timing = ahead or (None, None, None)
                 look_ahead = bool(self.staleness) and self.step + 1 < total and not stop.signal

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tracker_util import mlflow_history, wandb_history
 from train_util import metrics as _metrics, train as _train, train_and_kill_a_policy_rank_after
 
 from peer_rl.config import load_config
@@ -19,9 +20,11 @@ pytestmark = pytest.mark.e2e
 # pools scale independently (two rollout engines, their CPU share halved to fit 2 cores), and
 # trainer.eval_freq evaluates through them: diversity via the rollout pool, safety judged by the
 # reward-model pool's engine
+# it also logs to W&B (offline) and MLflow (SQLite in the run dir) besides the JSONL
+TRACKERS = ["trainer.loggers=[console,jsonl,tensorboard,wandb,mlflow]", "trainer.wandb.mode=offline"]
 SCALED = ["trainer.total_steps=3", "rollout.num_workers=2", "resources.rollout.cpus_per_worker=0.25",
           "trainer.eval_freq=2", "eval.diversity_prompts=3", "eval.n=2", "eval.safety_probes=3",
-          "eval.max_tokens=24"]
+          "eval.max_tokens=24", *TRACKERS]
 
 
 # the judge's and the redundancy actor's processes SIGKILL themselves inside their second call
@@ -157,9 +160,19 @@ def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, 
     # a copy of the killed run of its own: the module's other tests read run_dir as the kill
     # left it, in whatever order they run
     run_dir = Path(shutil.copytree(run_dir, tmp_path / "run"))
-    proc = _train(run_dir, grpo_models, "trainer.total_steps=3", "resume=auto")
+    proc = _train(run_dir, grpo_models, "trainer.total_steps=3", "resume=auto", *TRACKERS)
     assert "resuming from" in proc.stdout and "step_2" in proc.stdout
     assert [r["step"] for r in _metrics(run_dir)] == [1, 2, 3]  # none duplicated or missing
+    # W&B and MLflow, read back by their own readers, hold metrics.jsonl's numbers: the killed
+    # run's steps and the resumed run's, in the same tracker runs
+    want = {r["step"]: {k: float(v) for k, v in r.items() if k != "step"
+                        and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for r in _metrics(run_dir)}
+    assert len(want[3]) > 40
+    ids = json.loads((run_dir / "trackers.json").read_text())
+    assert wandb_history(run_dir) == want
+    assert mlflow_history(f"sqlite:///{run_dir / 'mlflow.db'}", ids["mlflow"]) == want
+    assert "[peer-rl] mlflow: continuing run " + ids["mlflow"] in proc.stdout
     assert (run_dir / "curves.png").exists()
     assert (run_dir / "checkpoints" / "step_3" / "trainer_state.json").exists()
     # the final policy as a plain HF directory: the step-3 weights, loadable by transformers

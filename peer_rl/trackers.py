@@ -1,0 +1,241 @@
+"""Experiment trackers beside metrics.jsonl: Weights & Biases and MLflow, under verl's logger names.
+
+Each tracker receives every step's numeric metrics under the JSONL's own keys, and the run's
+config as save_config writes it (secrets as their interpolation, URL credentials as ***) as the
+run's parameters. The tracker runs' ids are kept in <output_dir>/trackers.json, so a resumed run
+continues the same W&B and MLflow runs. A tracker that fails mid-run (a tracking server gone) is
+reported once and dropped: metrics.jsonl stays the run's record and training goes on.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import netrc
+import os
+import socket
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from peer_rl.errors import ConfigError
+
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+STATE_FILE = "trackers.json"
+_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
+_EXTRA = "pip install 'peer-rl[trackers]'"
+MLFLOW_PARAM_CHARS = 6000        # MLflow's longest parameter value
+
+
+def check_loggers(trainer) -> None:
+    """trainer.loggers names known sinks whose packages are installed: a typo or a missing
+    package fails at start-up, not at the first step."""
+    unknown = [name for name in trainer.loggers if name not in LOGGERS]
+    if unknown:
+        raise ConfigError(f"trainer.loggers={list(trainer.loggers)}: unknown {unknown}; expected "
+                          f"any of {list(LOGGERS)}")
+    for name, module in _PACKAGES.items():
+        if name in trainer.loggers and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"trainer.loggers includes {name}, but the {module} package is not "
+                              f"installed: {_EXTRA}")
+
+
+def numeric(metrics: dict) -> dict[str, float]:
+    """The values a tracker can chart: numbers (bools excluded), as floats."""
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def flat_params(config: dict, prefix: str = "") -> dict[str, str]:
+    """A nested config as dotted keys and string values (lists as JSON)."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= flat_params(value, name + ".")
+        else:
+            out[name] = value if isinstance(value, str) else json.dumps(value)
+    return out
+
+
+class WandbTracker:
+    """A W&B run in <output_dir>/wandb; offline unless a key is known and the server answers."""
+
+    def __init__(self, out: Path, trainer, name: str, config: dict, run_id: str | None):
+        import wandb
+
+        mode, why = wandb_mode(trainer.wandb.mode)
+        print(f"[peer-rl] wandb: {mode} ({why})", flush=True)
+        self.run = wandb.init(
+            project=trainer.project_name, entity=trainer.wandb.entity or None, name=name,
+            dir=str(out), mode=mode, id=run_id, resume="allow" if run_id else None,
+            config=config, settings=wandb.Settings(console="off"))
+        self.run_id = self.run.id
+        if mode == "offline":
+            print(f"[peer-rl] wandb: run {self.run_id} in {self.run.dir.rsplit('/files', 1)[0]}"
+                  f" (upload it later with `wandb sync`)", flush=True)
+
+    def log(self, step: int, metrics: dict) -> None:
+        self.run.log(numeric(metrics), step=step)
+
+    def close(self, ok: bool) -> None:
+        self.run.finish(exit_code=0 if ok else 1)
+
+
+def wandb_mode(setting: str) -> tuple[str, str]:
+    """trainer.wandb.mode resolved, and why: auto is online only when a key is known for the
+    server and it answers within 3 s."""
+    if setting != "auto":
+        return setting, f"trainer.wandb.mode={setting}"
+    base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+    host = urlsplit(base).hostname or "api.wandb.ai"
+    if os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun"):
+        return "offline", f"WANDB_MODE={os.environ['WANDB_MODE']}"
+    if not (os.environ.get("WANDB_API_KEY") or _netrc_has(host)):
+        return "offline", "no WANDB_API_KEY and no `wandb login` for " + host
+    try:
+        socket.create_connection((host, urlsplit(base).port or 443), timeout=3).close()
+    except OSError as exc:
+        return "offline", f"{host} does not answer: {exc}"
+    return "online", f"a key for {host}"
+
+
+def _netrc_has(host: str) -> bool:
+    try:
+        return netrc.netrc().authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+class MlflowTracker:
+    """An MLflow run: the experiment is trainer.project_name, the run is named `name`."""
+
+    def __init__(self, out: Path, trainer, name: str, config: dict, run_id: str | None):
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        from peer_rl.credentials import redact_url
+
+        uri = mlflow_uri(trainer.mlflow.tracking_uri, out)
+        shown = redact_url(uri)
+        with _quiet_store_setup():          # a new store's tables are created here
+            try:
+                self.client = MlflowClient(tracking_uri=uri)
+                experiment = self.client.get_experiment_by_name(trainer.project_name)
+            except Exception as exc:        # noqa: BLE001 - any store's error, named
+                raise ConfigError(f"trainer.mlflow.tracking_uri: no MLflow store at {shown} "
+                                  f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        exp_id = (experiment.experiment_id if experiment is not None
+                  else self.client.create_experiment(trainer.project_name))
+        if run_id and self._exists(run_id):
+            self.client.update_run(run_id, status="RUNNING")
+            self.run_id = run_id
+            print(f"[peer-rl] mlflow: continuing run {run_id} at {shown}", flush=True)
+            return               # its parameters were logged when it started
+        self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
+        params, cut = [], []
+        for key, value in flat_params(config).items():
+            if len(value) > MLFLOW_PARAM_CHARS:
+                cut.append(key)
+                value = value[:MLFLOW_PARAM_CHARS - 3] + "..."
+            params.append(Param(key, value))
+        for i in range(0, len(params), 100):      # MLflow takes at most 100 per batch
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+        if cut:
+            print(f"[peer-rl] mlflow: parameters cut to {MLFLOW_PARAM_CHARS} characters "
+                  f"(config.yaml holds them whole): {cut}", flush=True)
+        print(f"[peer-rl] mlflow: run {self.run_id} in experiment {trainer.project_name!r} at "
+              f"{shown}", flush=True)
+
+    def _exists(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_run(run_id)
+            return True
+        except MlflowException:
+            return False
+
+    def log(self, step: int, metrics: dict) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        values = [Metric(k, v, ts, step) for k, v in numeric(metrics).items()]
+        for i in range(0, len(values), 1000):     # MLflow takes at most 1000 per batch
+            self.client.log_batch(self.run_id, metrics=values[i:i + 1000])
+
+    def close(self, ok: bool) -> None:
+        self.client.set_terminated(self.run_id, "FINISHED" if ok else "FAILED")
+
+
+@contextmanager
+def _quiet_store_setup():
+    """A new SQLite store's set-up, without its INFO lines and SQLAlchemy's deprecation notes
+    (about MLflow's own queries, nothing the user can act on)."""
+    loggers = [logging.getLogger(n) for n in ("mlflow", "alembic")]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for lg in loggers:
+            lg.setLevel(logging.WARNING)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
+def mlflow_uri(setting: str, out: Path) -> str:
+    """trainer.mlflow.tracking_uri, else $MLFLOW_TRACKING_URI, else SQLite in the run dir."""
+    return setting or os.environ.get("MLFLOW_TRACKING_URI") or \
+        f"sqlite:///{(out / 'mlflow.db').resolve()}"
+
+
+_TRACKERS = {"wandb": WandbTracker, "mlflow": MlflowTracker}
+
+
+class Trackers:
+    """The trackers trainer.loggers names, started together, fed together, closed together."""
+
+    def __init__(self, out: Path, trainer, name: str, config: dict, resume: bool):
+        from peer_rl.data.out_paths import read_json, write_atomic
+
+        state_path = out / STATE_FILE
+        ids = read_json(state_path, "tracker run ids") if resume and state_path.exists() else {}
+        self.active: dict[str, object] = {}
+        for kind in (k for k in trainer.loggers if k in _TRACKERS):
+            self.active[kind] = _TRACKERS[kind](out, trainer, name, config, ids.get(kind))
+        if self.active:
+            write_atomic(state_path, json.dumps(
+                {kind: t.run_id for kind, t in self.active.items()}, indent=1))
+
+    def log(self, step: int, metrics: dict) -> None:
+        for kind, tracker in list(self.active.items()):
+            try:
+                tracker.log(step, metrics)
+            except Exception as exc:   # noqa: BLE001 - a tracker is never worth the run
+                print(f"[peer-rl] {kind}: logging step {step} failed ({type(exc).__name__}: "
+                      f"{exc}); {kind} is off for the rest of this run, metrics.jsonl has every "
+                      "step", file=sys.stderr, flush=True)
+                del self.active[kind]
+
+    def close(self, ok: bool = True) -> None:
+        for kind, tracker in self.active.items():
+            try:
+                tracker.close(ok)
+            except Exception as exc:   # noqa: BLE001
+                print(f"[peer-rl] {kind}: closing failed ({type(exc).__name__}: {exc})",
+                      file=sys.stderr, flush=True)
+        self.active = {}
+
+
+def open_trackers(cfg, out: Path, resume: bool) -> Trackers | None:
+    """The run's W&B and MLflow runs, when trainer.loggers names either."""
+    if not any(kind in _TRACKERS for kind in cfg.trainer.loggers):
+        return None
+    from peer_rl.config import public_config
+
+    return Trackers(out, cfg.trainer, cfg.experiment_name, public_config(cfg), resume)
