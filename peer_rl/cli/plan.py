@@ -19,6 +19,9 @@ def register(sub) -> None:
     p.add_argument("--probe", action="store_true",
                    help="with --from-ray: create the run's placement groups there and report "
                         "where Ray put every bundle (no model loaded, no CUDA touched)")
+    p.add_argument("--table", action="store_true",
+                   help="a Markdown sizing table instead: the recipe planned on 1, 2 and 4 "
+                        "nodes (gpus_per_node=, 8 by default) of 80 and 141 GiB GPUs")
     p.set_defaults(fn=_plan, errors=_errors)
 
 
@@ -58,6 +61,13 @@ def _plan(args) -> int:
     overrides = [o for o in args.overrides if o.split("=", 1)[0] not in mine]
     if args.probe and not args.from_ray:
         raise CommandError("--probe places the run on a running cluster: give --from-ray ADDRESS")
+    if args.table:
+        from peer_rl.planning.report import sizing_table
+
+        load_config(overrides)                  # a bad key fails before the grid is planned
+        print(sizing_table(overrides, int(mine.get("gpus_per_node", 8)),
+                           float(mine.get("cpus_per_node", 64))))
+        return 0
     cfg = load_config(overrides)
     if args.from_ray:
         import ray

@@ -47,3 +47,58 @@ def render(plan: Plan, recipe: str, cfg) -> str:
             out.append(f"  node {node} GPU {g}: {who} = {_gib(total)} / "
                        f"{plan.nodes[node].gpu_memory_gib:g}")
     return "\n".join(out)
+
+
+# the clusters `peer-rl plan --table` sizes a recipe for: nodes x GPUs per node, GPU memory
+TABLE_NODES, TABLE_GIB = (1, 2, 4), (80, 141)
+
+
+def sizing_table(overrides: list[str], gpus_per_node: int = 8, cpus_per_node: float = 64) -> str:
+    """A Markdown table of the recipe planned on 1, 2 and 4 nodes of `gpus_per_node` GPUs of 80
+    and 141 GiB: whether it fits, how many GPUs it uses and its busiest GPU's estimate, or what
+    refuses it and the first setting that makes it fit."""
+    from peer_rl.config import load_config
+    from peer_rl.planning.cluster import Node
+    from peer_rl.planning.plan import fitting_fixes, make_plan
+
+    cfg = load_config(overrides)
+    rows = [f"| nodes x GPUs | {' | '.join(f'{g} GiB GPUs' for g in TABLE_GIB)} |",
+            "| --- |" + " --- |" * len(TABLE_GIB)]
+    for n in TABLE_NODES:
+        cells = []
+        for gib in TABLE_GIB:
+            nodes = [Node(cpus=cpus_per_node, gpus=gpus_per_node, gpu_memory_gib=gib)] * n
+            plan = make_plan(cfg, nodes)
+            use = {gpu: sum(b for _, b in users) for gpu, users in plan.gpu_use().items()}
+            if plan.fits:
+                cells.append(f"fits: {len(use)} of {n * gpus_per_node} GPUs, busiest "
+                             f"{max(use.values(), default=0) / GiB:.1f} GiB"
+                             + _scaled_up(cfg, overrides, nodes, len(use)))
+                continue
+            fixes = fitting_fixes(overrides, nodes, plan, limit=1)
+            why = plan.problems[0].split(":", 1)[0]
+            cells.append(f"refused ({why})" + (f"; fits with `{' '.join(fixes[0])}`" if fixes
+                                               else "; no setting tried fits"))
+        rows.append(f"| {n} x {gpus_per_node} | {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
+def _scaled_up(cfg, overrides: list[str], nodes, used: int) -> str:
+    """Where GPUs stay idle: the largest whole multiple (4, 3, 2) of the rollout engines, judge
+    engines and policy ranks that still fits, as the settings to give."""
+    from peer_rl.config import ConfigError, load_config
+    from peer_rl.planning.plan import make_plan
+
+    if used >= sum(n.gpus for n in nodes):
+        return ""
+    for k in (4, 3, 2):
+        more = [f"rollout.num_workers={cfg.rollout.num_workers * k}",
+                f"reward_model.num_workers={cfg.reward_model.num_workers * k}",
+                f"actor.world_size={cfg.actor.world_size * k}"]
+        try:
+            plan = make_plan(load_config(list(overrides) + more), nodes)
+        except ConfigError:
+            continue
+        if plan.fits:
+            return f"; x{k} fits (`{' '.join(more)}`, {len(plan.gpu_use())} GPUs)"
+    return ""

@@ -139,3 +139,40 @@ def test_a_policy_that_does_not_fit_its_gpu_is_refused_naming_the_shortfall(caps
     assert main(args) == 2
     out = capsys.readouterr().out
     assert "GiB short)" in out and "actor" in out.split("refused:")[1]
+
+
+@pytest.mark.parametrize("recipe, shape", [("peer_rur_8gpu", "Qwen2.5-VL-7B"),
+                                           ("escrag_r1_8gpu", "Qwen2.5-7B")])
+def test_the_8_gpu_recipes_fill_one_node_of_8(recipe, shape, capsys):
+    """peer_rur_8gpu: 3 engines + 2 judges on one GPU + 4 ranks; escrag_r1_8gpu: 3 engines +
+    1 reward model + 4 ranks. Eight GPUs each, none idle, none over 80 GiB."""
+    assert main(["plan", f"recipe={recipe}", f"model.path={shape}", f"reward_model.path={shape}",
+                 "nodes=1", "gpus_per_node=8", "gpu_memory_gib=80"]) == 0
+    out = capsys.readouterr().out
+    gpus = [ln for ln in out.splitlines() if ln.startswith("  node 0 GPU ")]
+    assert len(gpus) == 8
+    pools = [ln.split(": ", 1)[1].split(" = ")[0] for ln in gpus]
+    assert sum(p.startswith("rollout") for p in pools) == 3
+    assert sum(p.startswith("actor") for p in pools) == 4
+    shared = [p for p in pools if p.count("reward_model") == 2]
+    assert len(shared) == (1 if recipe == "peer_rur_8gpu" else 0)
+
+
+def test_the_sizing_table_refuses_fits_and_scales_as_plan_does(capsys):
+    shape = ["model.path=Qwen2.5-VL-7B", "reward_model.path=Qwen2.5-VL-7B"]
+    assert main(["plan", "recipe=peer_rur", *shape, "--table"]) == 0
+    rows = {ln.split(" | ")[0].strip("| "): ln.split(" | ")[1:]
+            for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")}
+    assert set(rows) == {"nodes x GPUs", "---", "1 x 8", "2 x 8", "4 x 8"}
+    # 14 GPUs asked: refused on 8 (with a fix), fits on 16 and on 32, 80 and 141 GiB alike
+    assert all(c.startswith("refused (resources.actor); fits with `") for c in rows["1 x 8"])
+    assert all(c.startswith("fits: 14 of 16 GPUs") for c in rows["2 x 8"])
+    assert all(c.startswith("fits: 14 of 32 GPUs") for c in rows["4 x 8"])
+    # the scale-up it offers for 4 x 8 is one plan accepts, on 28 of the 32 GPUs
+    cell = rows["4 x 8"][0]
+    assert "; x2 fits (`" in cell
+    more = cell.split("`")[1].split()
+    assert more == ["rollout.num_workers=8", "reward_model.num_workers=4", "actor.world_size=16"]
+    assert main(["plan", "recipe=peer_rur", *shape, *more, "nodes=4", "gpus_per_node=8"]) == 0
+    out = capsys.readouterr().out
+    assert len([ln for ln in out.splitlines() if ln.startswith("  node ")]) == 28
