@@ -232,10 +232,9 @@ class Trackers:
         self.active = {}
 
 
-def open_trackers(cfg, out: Path, resume: bool) -> Trackers | None:
-    """The run's W&B and MLflow runs, when trainer.loggers names either."""
+def open_trackers(cfg, out: Path, resume: bool, config: dict) -> Trackers | None:
+    """The run's W&B and MLflow runs, when trainer.loggers names either; `config` is what they
+    log as parameters (peer_rl.config.public_config: secrets redacted)."""
     if not any(kind in _TRACKERS for kind in cfg.trainer.loggers):
         return None
-    from peer_rl.config import public_config
-
-    return Trackers(out, cfg.trainer, cfg.experiment_name, public_config(cfg), resume)
+    return Trackers(out, cfg.trainer, cfg.experiment_name, config, resume)

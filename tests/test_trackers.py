@@ -6,7 +6,7 @@ import socket
 import pytest
 from tracker_util import mlflow_history, wandb_history, wandb_records
 
-from peer_rl.config import ConfigError, load_config
+from peer_rl.config import ConfigError, load_config, public_config
 from peer_rl.trackers import flat_params, open_trackers, wandb_mode
 
 SECRET = "s3cret-tok"
@@ -27,12 +27,12 @@ def logged(tmp_path, monkeypatch):
     """Steps 1-2 logged, the trackers closed, then reopened as a resumed run logs step 3."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))      # no netrc, no W&B settings
     cfg = _cfg(tmp_path)
-    first = open_trackers(cfg, tmp_path, resume=False)
+    first = open_trackers(cfg, tmp_path, False, public_config(cfg))
     for step in (1, 2):
         first.log(step, STEPS[step])
     ids = {k: t.run_id for k, t in first.active.items()}
     first.close()
-    again = open_trackers(cfg, tmp_path, resume=True)
+    again = open_trackers(cfg, tmp_path, True, public_config(cfg))
     again.log(3, STEPS[3])
     again_ids = {k: t.run_id for k, t in again.active.items()}
     again.close()
@@ -84,7 +84,8 @@ def test_flat_params_dot_the_keys_and_write_lists_as_json():
 def test_a_tracker_that_fails_mid_run_is_dropped_and_the_others_go_on(tmp_path, monkeypatch,
                                                                       capsys):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    trackers = open_trackers(_cfg(tmp_path), tmp_path, resume=False)
+    cfg = _cfg(tmp_path)
+    trackers = open_trackers(cfg, tmp_path, False, public_config(cfg))
     trackers.log(1, STEPS[1])
     mlflow = trackers.active["mlflow"]
     mlflow.client.delete_run(mlflow.run_id)            # a store that refuses the next step
@@ -117,7 +118,7 @@ def test_a_store_that_is_not_there_fails_naming_the_key(tmp_path):
                        f"trainer.mlflow.tracking_uri=sqlite:///{tmp_path}/a_file/m.db"])
     with pytest.raises(ConfigError, match=r"^trainer\.mlflow\.tracking_uri: no MLflow store at "
                                           r"sqlite:///"):
-        open_trackers(cfg, tmp_path, resume=False)
+        open_trackers(cfg, tmp_path, False, public_config(cfg))
 
 
 def test_wandb_auto_is_offline_without_a_key_or_a_server_and_online_with_both(tmp_path,

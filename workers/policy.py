@@ -123,8 +123,9 @@ class PolicyWorker:
             self._heads[id(self.ref)] = self._heads.get(id(self.model))
         self.token_budget, budget_line = self._fit_token_budget(max_row_len)
         self.recompute, self.recompute_line = self._choose_recomputation(max_row_len)
-        self.recompute_line = "; ".join(x for x in (ref_line, budget_line, self.recompute_line)
-                                        if x)
+        loaded = f"{peak_rss_bytes() / 2**30:.2f} GiB resident at most while loading"
+        self.recompute_line = "; ".join(x for x in (ref_line, budget_line, self.recompute_line,
+                                                    loaded) if x)
         if self.recompute:      # the forward is wrapped on the instance: sharding is unaffected
             fsdp.checkpoint_layers(self.model)
         # frozen parameters get no gradient and no optimizer state
@@ -441,6 +442,9 @@ class PolicyWorker:
         red = red.to(self.device)
         dist.all_reduce(red)
         red = red.cpu()
+        # the largest peak resident memory of any rank so far (verl's perf/* on the CPU side)
+        rss = torch.tensor([peak_rss_bytes() / 2**30], dtype=torch.float64, device=self.device)
+        dist.all_reduce(rss, op=dist.ReduceOp.MAX)
         tok, steps = max(float(red[6]), 1.0), max(steps, 1)
         pg, kl, ent = (float(x) / steps for x in red[:3])
         clip, clip_lower, akl = (float(x) / tok for x in red[3:6])
@@ -452,7 +456,7 @@ class PolicyWorker:
                 "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
                 "actor/skipped_steps": float(skipped), "actor/tokens": float(red[6]),
-                "actor/padding_share": padding,
+                "actor/padding_share": padding, "perf/max_rss_gib": float(rss),
                 "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
                 "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image,
                 **async_metrics, **behavior_metrics}

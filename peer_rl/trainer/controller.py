@@ -39,6 +39,7 @@ from peer_rl.data.prompt_loader import Cursor, PromptLoader
 from peer_rl.trainer.dynamic_sampling import refill, zero_variance_metrics
 from peer_rl.methods import Groups, method_class
 from peer_rl.metrics import MetricsSink, distinct_n, summarise
+from peer_rl.config import public_config
 from peer_rl.trackers import open_trackers
 from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.trainer.step_batch import update_batch
@@ -97,7 +98,8 @@ class Controller:
                                    cfg.data.shuffle, cursor)
         self.metrics = MetricsSink(self.out, list(t.loggers),
                                    resume_step=self.step if resume_dir else None,
-                                   trackers=open_trackers(cfg, self.out, resume_dir is not None))
+                                   trackers=open_trackers(cfg, self.out, resume_dir is not None,
+                                                          public_config(cfg)))
         self.stopped_by: str | None = None     # the signal that stopped fit() early
         self.evaluator = None
         if t.eval_freq:    # inputs are read now: a bad file fails before step 1

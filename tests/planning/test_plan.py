@@ -95,6 +95,30 @@ def test_an_engine_estimate_by_hand():
     assert "less than one rollout.max_model_len=64 sequence" in short.problem
 
 
+def test_a_cpu_policy_rank_by_hand():
+    """SMALL (404 parameters) on 2 CPU ranks, no LoRA: fp32 everything, no CUDA context; the
+    GPU rank of the same settings gathers its layers in bf16 and has a context. A gathered
+    "layer" is a layer's share of the weights past the input embeddings, (404 - 40) / 2 = 182
+    (the output layer and final norm spread over the layers: an upper bound on the 160 of a
+    decoder layer)."""
+    from types import SimpleNamespace as NS
+
+    actor = NS(world_size=2, freeze_vision_tower=True, ppo_max_token_len_per_gpu=32,
+               micro_batch_activation_gib=0, logits_chunk_size=8, ref_param_offload=False,
+               gradient_checkpointing="false")
+    lora = NS(rank=0, target_modules=["all-linear"])
+    cpu = memory.policy_rank(SMALL, 404, 0, actor, lora, 32, 64, device=memory.CPU)
+    assert {k: v for k, v in cpu.parts.items() if k != "activations"} == {
+        "master weights": 4 * 404 // 2, "gradients": 808, "AdamW moments": 1616,
+        "reference": 808, "gathered layers": 2 * 4 * 182, "log-prob head": 3 * 4 * 8 * 10}
+    gpu = memory.policy_rank(SMALL, 404, 0, actor, lora, 32, 64)
+    assert gpu.parts["gathered layers"] == 2 * 2 * 182
+    assert gpu.parts["CUDA context"] == memory.CUDA_CONTEXT
+    assert cpu.parts["activations"] == 2 * gpu.parts["activations"]     # fp32 against bf16
+    assert memory.cpu_engine("rollout", 404, 0.5).parts == {"weights": 1616,
+                                                            "KV cache": GiB // 2}
+
+
 def test_lora_params_by_hand():
     # rank 2: q 2x(4+4) + k 2x(4+2) + v 2x(4+2) + o 2x(4+4) + gate, up 2x(4+8) each + down
     # 2x(8+4) = 16 + 12 + 12 + 16 + 24 + 24 + 24 = 128 a layer, 2 layers

@@ -429,6 +429,18 @@ def test_the_padding_share_counts_the_positions_forwards_computed_beyond_the_row
     assert [r["padded"]["actor/padding_share"] for r in world2] == [0.0, 0.0]
 
 
+def test_each_update_reports_the_largest_peak_resident_memory_of_any_rank(world2):
+    """perf/max_rss_gib: the same on both ranks (the max over them), never falling from one
+    update to the next, and at most the peak the ranks' health reports after both updates."""
+    first = [r["metrics"]["perf/max_rss_gib"] for r in world2]
+    second = [r["metrics7"]["perf/max_rss_gib"] for r in world2]
+    assert first[0] == first[1] and second[0] == second[1]
+    assert 0.1 < first[0] <= second[0]
+    assert second[0] <= max(r["health"]["peak_rss_bytes"] for r in world2) / 2**30
+    line = world2[0]["recomputation"]["line"]
+    assert "GiB resident at most while loading" in line
+
+
 def test_every_loss_and_aggregation_gives_the_one_batch_gradient_at_world_sizes_1_and_2(
         tiny_model, tmp_path):
     """The one-batch gradient (world 1, one forward) against the same batch accumulated over

@@ -1,0 +1,84 @@
+"""`peer-rl bench memory RUN_DIR [RUN_DIR ...] --baseline RUN_DIR`: `plan`'s per-worker memory
+arithmetic held against the peak resident memory finished runs measured (their memory.json).
+
+The estimate is peer_rl.planning.memory's, on the CPU (`device=CPU`: fp32, no CUDA context, each
+CPU engine's KV cache as the run sized it), plus each pool's process footprint before any model
+(Python, torch, Ray's worker, vLLM's engine), which no shape arithmetic gives: it is taken from
+the `--baseline` run (the tiny recipe: its models weigh a few MB) as its measured peak less its
+own estimate, and then held fixed. The baseline run's ratios are 1 by construction; the other
+runs' ratios are the check.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+PARSES_ITS_ARGS = True
+POOLS = ("rollout", "reward_model", "actor", "redundancy", "retrieval")
+
+
+def model_parts(run_dir: Path) -> dict[str, dict[str, int]]:
+    """pool -> the bytes a worker of it holds for its model, by part (CPU arithmetic)."""
+    import psutil
+
+    from peer_rl.activation_memory import GiB
+    from peer_rl.config import load_config
+    from peer_rl.planning import memory
+    from peer_rl.planning.shapes import model_shape
+    from peer_rl.trainer.placement import PoolFactory
+    from peer_rl.trainer.run import load_prompts, measured_prompts, resolve_models
+
+    cfg = load_config([f"recipe={run_dir / 'config.yaml'}"])
+    policy, judge = resolve_models(cfg)
+    factory = PoolFactory(cfg, policy, judge, "", measured_prompts(cfg, load_prompts(cfg), policy))
+    p_config, p_params, p_vision, _ = model_shape(policy)
+    host_gib = psutil.virtual_memory().total / GiB
+    rank = memory.policy_rank(p_config, p_params, p_vision, cfg.actor, cfg.model.lora,
+                              cfg.rollout.max_model_len, host_gib / cfg.actor.world_size,
+                              device=memory.CPU)
+    out = {"actor": rank.parts,
+           "rollout": memory.cpu_engine("rollout", p_params,
+                                        factory.engine_settings("rollout").kv_cache_gib).parts}
+    if cfg.reward_model.kind == "unifireward":        # one vLLM judge engine
+        out["reward_model"] = memory.cpu_engine(
+            "reward_model", model_shape(judge)[1],
+            factory.engine_settings("reward_model").kv_cache_gib).parts
+    return out
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="peer-rl bench memory", description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="output directories of finished runs (memory.json)")
+    ap.add_argument("--baseline", required=True,
+                    help="a run whose models weigh next to nothing (the tiny recipe's): each "
+                         "pool's process footprint is its measured peak less its estimate")
+    args = ap.parse_args(argv)
+    from peer_rl.activation_memory import GiB
+    from peer_rl.data.out_paths import read_json
+
+    def measured(run: Path) -> dict[str, float]:
+        peaks = read_json(run / "memory.json", "memory report")["peak_rss_gib"]
+        return {pool: max(v) for pool, v in peaks.items()}
+
+    base_dir = Path(args.baseline)
+    base_parts, base_peak = model_parts(base_dir), measured(base_dir)
+    footprint = {pool: base_peak[pool] - sum(base_parts[pool].values()) / GiB
+                 for pool in base_parts if pool in base_peak}
+    print("process footprint per pool (GiB, from the baseline run): "
+          + ", ".join(f"{p} {v:.2f}" for p, v in footprint.items()))
+    print(f"\n{'run':28s} {'pool':13s} {'model parts GiB':>16s} {'estimate':>9s} "
+          f"{'measured':>9s} {'ratio':>6s}  parts")
+    worst = 0.0
+    for run in [base_dir, *map(Path, args.runs)]:
+        parts, peak = model_parts(run), measured(run)
+        for pool in (p for p in POOLS if p in parts and p in peak and p in footprint):
+            model = sum(parts[pool].values()) / GiB
+            estimate = model + footprint[pool]
+            ratio = estimate / peak[pool]
+            if run != base_dir:
+                worst = max(worst, abs(ratio - 1))
+            detail = ", ".join(f"{k} {v / GiB:.2f}" for k, v in parts[pool].items() if v)
+            print(f"{run.name[:28]:28s} {pool:13s} {model:16.2f} {estimate:9.2f} "
+                  f"{peak[pool]:9.2f} {ratio:6.2f}  {detail}")
+    print(f"\nlargest |estimate / measured - 1| outside the baseline run: {100 * worst:.0f}%")
+    return 0

@@ -1,0 +1,33 @@
+"""`peer-rl bench memory`: the baseline run's footprint carried to another run, worked out by
+hand from memory.json files written here (the model parts cancel: both runs are the tiny
+recipe, so each ratio is the baseline's peak over the other run's)."""
+import json
+
+from peer_rl.cli import main
+from peer_rl.config import load_config, save_config
+
+
+def _run(path, peaks: dict):
+    path.mkdir()
+    save_config(load_config([f"trainer.output_dir={path}"]), path / "config.yaml")
+    (path / "memory.json").write_text(json.dumps({"peak_rss_gib": peaks, "unanswered": []}))
+    return path
+
+
+def test_the_baseline_footprint_is_carried_and_each_ratio_printed(tmp_path, capsys):
+    base = _run(tmp_path / "base", {"rollout": [1.2, 1.1], "reward_model": [1.3],
+                                    "actor": [1.25], "redundancy": [0.7]})
+    other = _run(tmp_path / "other", {"rollout": [1.5], "reward_model": [1.3],
+                                      "actor": [2.5], "redundancy": [0.7]})
+    assert main(["bench", "memory", str(other), "--baseline", str(base)]) == 0
+    out = capsys.readouterr().out
+    rows = {tuple(ln.split()[:2]): ln.split() for ln in out.splitlines()
+            if ln.startswith(("base ", "other "))}
+    # columns: run pool model-parts estimate measured ratio; a pool's peak is its largest worker
+    for pool, peak in (("rollout", 1.2), ("reward_model", 1.3), ("actor", 1.25)):
+        assert float(rows[("base", pool)][4]) == peak and rows[("base", pool)][5] == "1.00"
+        assert float(rows[("other", pool)][3]) == peak       # same model: the same estimate
+    assert rows[("other", "rollout")][5] == f"{1.2 / 1.5:.2f}"      # 0.80
+    assert rows[("other", "actor")][5] == f"{1.25 / 2.5:.2f}"       # 0.50
+    assert rows[("other", "reward_model")][5] == "1.00"
+    assert "largest |estimate / measured - 1| outside the baseline run: 50%" in out
