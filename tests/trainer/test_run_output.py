@@ -75,6 +75,7 @@ def test_a_second_run_on_one_output_directory_is_refused_naming_the_first(
 def test_a_stop_signal_checkpoints_without_the_in_training_evaluation(tmp_path):
     """SIGTERM during step 2 of 4 with an evaluation due at every step: step 1 is evaluated,
     step 2 is checkpointed without one (a slow judge could outlast the grace period)."""
+    from peer_rl.metrics import MetricsSink
     from peer_rl.trainer.controller import Controller
     from peer_rl.trainer.preemption import StopRequest
 
@@ -93,7 +94,7 @@ def test_a_stop_signal_checkpoints_without_the_in_training_evaluation(tmp_path):
     c.train_step = train_step
     c.evaluate = lambda: calls.append(f"eval {c.step}") or {}
     c.save_checkpoint = lambda: calls.append(f"checkpoint {c.step}") or tmp_path
-    c.metrics = SimpleNamespace(log=lambda step, m: None, close=lambda: None)
+    c.metrics = MetricsSink(tmp_path, loggers=[])        # a sink that records nothing
     c.write_memory = lambda: None
     assert c.fit(stop, plot=False) == 2
     assert calls == ["step 1", "eval 1", "step 2", "checkpoint 2"]
