@@ -44,16 +44,25 @@ WORKER_IP=127.0.0.3
 export RAY_AUTH_MODE=token
 unset RAY_ADDRESS RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER
 
-free_port() {
-  python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+# N distinct free ports: all N sockets are held open until every port is chosen (ports picked
+# one at a time can repeat, and Ray refuses two components on one port)
+free_ports() {
+  python -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
-# two nodes on one host must not share the agents' default ports
+# two nodes on one host must not share the agents' default ports; the head also takes its Ray
+# client server's port from the same draw ("head")
 node_ports() {
-  echo "--dashboard-agent-listen-port=$(free_port) --dashboard-agent-grpc-port=$(free_port)" \
-       "--runtime-env-agent-port=$(free_port) --metrics-export-port=$(free_port)" \
+  local p
+  read -r -a p <<< "$(free_ports 5)"
+  echo "--dashboard-agent-listen-port=${p[0]} --dashboard-agent-grpc-port=${p[1]}" \
+       "--runtime-env-agent-port=${p[2]} --metrics-export-port=${p[3]}" \
        "--min-worker-port=0 --max-worker-port=0"
+  if [ "${1:-}" = head ]; then echo "--ray-client-server-port=${p[4]}"; fi
 }
 
 alive() { [[ -f "$DIR/$1.pid" ]] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
@@ -117,8 +126,8 @@ case "${1:-start}" in
     ray get-auth-token --generate >/dev/null
     # shellcheck disable=SC2046
     start_node head "$HEAD_IP" --head --port="$RAY_PORT" --dashboard-host=127.0.0.1 \
-      --dashboard-port="$DASHBOARD_PORT" --ray-client-server-port="$(free_port)" \
-      --num-cpus="$HEAD_CPUS" --num-gpus="$HEAD_GPUS" $(node_ports)
+      --dashboard-port="$DASHBOARD_PORT" \
+      --num-cpus="$HEAD_CPUS" --num-gpus="$HEAD_GPUS" $(node_ports head)
     wait_nodes 1
     # shellcheck disable=SC2046
     start_node worker "$WORKER_IP" --address="$HEAD_IP:$RAY_PORT" \
