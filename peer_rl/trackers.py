@@ -27,7 +27,6 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
 STATE_FILE = "trackers.json"
 _PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
 _EXTRA = "pip install 'peer-rl[trackers]'"
-MLFLOW_PARAM_CHARS = 6000        # MLflow's longest parameter value
 
 
 def check_loggers(trainer) -> None:
@@ -75,8 +74,8 @@ class WandbTracker:
             config=config, settings=wandb.Settings(console="off"))
         self.run_id = self.run.id
         if mode == "offline":
-            print(f"[peer-rl] wandb: run {self.run_id} in {self.run.dir.rsplit('/files', 1)[0]}"
-                  f" (upload it later with `wandb sync`)", flush=True)
+            print(f"[peer-rl] wandb: run {self.run_id} in {self.run.settings.sync_dir} (upload "
+                  "it later with `wandb sync`)", flush=True)
 
     def log(self, step: int, metrics: dict) -> None:
         self.run.log(numeric(metrics), step=step)
@@ -136,16 +135,17 @@ class MlflowTracker:
             print(f"[peer-rl] mlflow: continuing run {run_id} at {shown}", flush=True)
             return               # its parameters were logged when it started
         self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
         params, cut = [], []
         for key, value in flat_params(config).items():
-            if len(value) > MLFLOW_PARAM_CHARS:
+            if len(value) > MAX_PARAM_VAL_LENGTH:          # MLflow refuses longer values
                 cut.append(key)
-                value = value[:MLFLOW_PARAM_CHARS - 3] + "..."
+                value = value[:MAX_PARAM_VAL_LENGTH - 3] + "..."
             params.append(Param(key, value))
-        for i in range(0, len(params), 100):      # MLflow takes at most 100 per batch
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
+        self.client.log_batch(self.run_id, params=params)  # MLflow splits it into batches
         if cut:
-            print(f"[peer-rl] mlflow: parameters cut to {MLFLOW_PARAM_CHARS} characters "
+            print(f"[peer-rl] mlflow: parameters cut to {MAX_PARAM_VAL_LENGTH} characters "
                   f"(config.yaml holds them whole): {cut}", flush=True)
         print(f"[peer-rl] mlflow: run {self.run_id} in experiment {trainer.project_name!r} at "
               f"{shown}", flush=True)
@@ -163,9 +163,8 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        values = [Metric(k, v, ts, step) for k, v in numeric(metrics).items()]
-        for i in range(0, len(values), 1000):     # MLflow takes at most 1000 per batch
-            self.client.log_batch(self.run_id, metrics=values[i:i + 1000])
+        self.client.log_batch(self.run_id, metrics=[Metric(k, v, ts, step)
+                                                    for k, v in numeric(metrics).items()])
 
     def close(self, ok: bool) -> None:
         self.client.set_terminated(self.run_id, "FINISHED" if ok else "FAILED")

@@ -64,7 +64,6 @@ def _plan(args) -> int:
     if args.table:
         from peer_rl.planning.report import sizing_table
 
-        load_config(overrides)                  # a bad key fails before the grid is planned
         print(sizing_table(overrides, int(mine.get("gpus_per_node", 8)),
                            float(mine.get("cpus_per_node", 64))))
         return 0
