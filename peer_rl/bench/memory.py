@@ -55,11 +55,17 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     from peer_rl.activation_memory import GiB
     from peer_rl.data.out_paths import read_json
+    from peer_rl.errors import ConfigError
 
     def measured(run: Path) -> dict[str, float]:
         peaks = read_json(run / "memory.json", "memory report")["peak_rss_gib"]
         return {pool: max(v) for pool, v in peaks.items()}
 
+    for run in [args.baseline, *args.runs]:
+        missing = [f for f in ("config.yaml", "memory.json") if not (Path(run) / f).is_file()]
+        if missing:
+            raise ConfigError(f"{run}: not a finished `peer-rl train` output directory (no "
+                              f"{' and no '.join(missing)})")
     base_dir = Path(args.baseline)
     base_parts, base_peak = model_parts(base_dir), measured(base_dir)
     footprint = {pool: base_peak[pool] - sum(base_parts[pool].values()) / GiB

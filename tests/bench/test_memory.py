@@ -31,3 +31,12 @@ def test_the_baseline_footprint_is_carried_and_each_ratio_printed(tmp_path, caps
     assert rows[("other", "actor")][5] == f"{1.25 / 2.5:.2f}"       # 0.50
     assert rows[("other", "reward_model")][5] == "1.00"
     assert "largest |estimate / measured - 1| outside the baseline run: 50%" in out
+
+
+def test_a_directory_that_is_not_a_finished_run_is_named(tmp_path, capsys):
+    base = _run(tmp_path / "base", {"actor": [1.0]})
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.yaml").write_text("{}")
+    assert main(["bench", "memory", str(tmp_path / "half"), "--baseline", str(base)]) == 2
+    assert f"{tmp_path / 'half'}: not a finished `peer-rl train` output directory (no " \
+           "memory.json)" in capsys.readouterr().err
