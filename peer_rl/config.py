@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from peer_rl.precision import DTYPES
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.ConfigError)
 from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
@@ -355,7 +356,8 @@ _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_a
             "algorithm.filter_groups.on_limit": ("raise", "train_short"),
             "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
             "trainer.async_training.staleness": (0, 1),
-            "trainer.wandb.mode": ("auto", "online", "offline")}
+            "trainer.wandb.mode": ("auto", "online", "offline"),
+            "actor.dtype": DTYPES, "rollout.dtype": DTYPES, "reward_model.dtype": DTYPES}
 
 
 def check_lora(lora) -> None:

@@ -75,6 +75,10 @@ class PolicySettings:
     # old log-probs and each token weighted by pi_old / pi_behavior (the sampler's log-probs),
     # capped here (decoupled PPO); 0 = no weight
     behavior_weight_cap: float = 2.0
+    # compute dtype of the policy's and the reference's forwards and backward: auto | float32 |
+    # bfloat16 (float32 master weights, optimizer and gradient reduction either way; log-probs
+    # in float32). auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.precision)
+    dtype: str = "auto"
 
 
 @dataclass
@@ -110,6 +114,9 @@ class EngineSettings:
     max_num_seqs: int = 0                # sequences run at once; 0 = vLLM's default
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
+    # the engine's weights, activations and KV cache: auto | float32 | bfloat16 (vLLM's dtype);
+    # auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.precision)
+    dtype: str = "auto"
 
 
 @dataclass

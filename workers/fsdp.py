@@ -105,10 +105,14 @@ def tied_duplicates(model) -> dict[str, str]:
     return dups
 
 
-def mixed_precision(device: torch.device, bf16: bool = True) -> MixedPrecisionPolicy:
-    """bf16 compute with fp32 master weights and gradient reduction on GPU; fp32 on CPU."""
-    if device.type == "cuda" and bf16:
+def mixed_precision(dtype: str) -> MixedPrecisionPolicy:
+    """Compute in `dtype` (a resolved peer_rl.precision dtype): bfloat16 casts each unit's
+    gathered parameters for its forward and backward, while the sharded master weights, the
+    optimizer and the gradient reduction stay float32; float32 casts nothing."""
+    if dtype == "bfloat16":
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if dtype != "float32":
+        raise ValueError(f"compute dtype {dtype!r}: expected float32 or bfloat16")
     return MixedPrecisionPolicy()
 
 

@@ -40,8 +40,9 @@ from peer_rl.algos import (
     kl_penalty,
     logprobs_from_logits,
 )
-from peer_rl import packing
+from peer_rl import packing, precision
 from peer_rl.micro_batches import by_count, by_token_budget
+from peer_rl.precision import cpu_has_bf16, resolve_dtype
 from peer_rl.runtime import fsync_tree, peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
 from peer_rl.worker_settings import LoRASettings, PolicySettings
@@ -107,7 +108,10 @@ class PolicyWorker:
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         torch.manual_seed(seed)
 
-        mp = fsdp.mixed_precision(self.device)
+        gpu = self.device.type == "cuda"
+        self.dtype = resolve_dtype(s.dtype, gpu, not gpu and cpu_has_bf16(), "actor.dtype")
+        dtype_line = "compute " + precision.dtype_line(s.dtype, self.dtype, gpu)
+        mp = fsdp.mixed_precision(self.dtype)
         self.vision = None
         if fsdp.is_vision_language(model_path):
             from workers.vision import VisionInputs
@@ -124,8 +128,8 @@ class PolicyWorker:
         self.token_budget, budget_line = self._fit_token_budget(max_row_len)
         self.recompute, self.recompute_line = self._choose_recomputation(max_row_len)
         loaded = f"{peak_rss_bytes() / 2**30:.2f} GiB resident at most while loading"
-        self.recompute_line = "; ".join(x for x in (ref_line, budget_line, self.recompute_line,
-                                                    loaded) if x)
+        self.recompute_line = "; ".join(x for x in (dtype_line, ref_line, budget_line,
+                                                    self.recompute_line, loaded) if x)
         if self.recompute:      # the forward is wrapped on the instance: sharding is unaffected
             fsdp.checkpoint_layers(self.model)
         # frozen parameters get no gradient and no optimizer state
@@ -161,7 +165,7 @@ class PolicyWorker:
             return budget, ""
         config = read_config(self.model_path)
         row = min(max_row_len or budget, max_positions(config))
-        dtype = 2 if self.device.type == "cuda" else 4
+        dtype = precision.BYTES[self.dtype]
         fitted = fitted_token_budget(config, budget, row, s.micro_batch_activation_gib * GiB, dtype)
         if fitted == budget:
             return budget, ""
@@ -190,7 +194,7 @@ class PolicyWorker:
         tokens = self.token_budget or s.ppo_micro_batch_size * row
         gpu = self.device.type == "cuda"
         activations = stored_activation_bytes(config, tokens, min(row, tokens),
-                                              2 if gpu else 4)
+                                              precision.BYTES[self.dtype])
         shard = sum((p.to_local() if hasattr(p, "to_local") else p).numel()
                     for p in self.model.parameters() if p.requires_grad)
         if gpu:
@@ -209,9 +213,10 @@ class PolicyWorker:
         return bool(flag.item()), line
 
     def recomputation(self) -> dict:
-        """Whether this rank recomputes activations, and the start-up line saying why (led by
-        the token budget where actor.micro_batch_activation_gib lowered it)."""
-        return {"on": self.recompute, "line": self.recompute_line}
+        """Whether this rank recomputes activations, its compute dtype, and the start-up line
+        saying how each was chosen (the token budget too where
+        actor.micro_batch_activation_gib lowered it)."""
+        return {"on": self.recompute, "dtype": self.dtype, "line": self.recompute_line}
 
     def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:
         """pixel values, grids and image-token types of `rows` (workers.vision); {} if none."""
@@ -636,7 +641,8 @@ class PolicyWorker:
         return {"ok": dist.is_initialized(), "rank": self.rank, "world_size": self.world_size,
                 "backend": self.backend, "device": str(self.device), "host": socket.gethostname(),
                 "pid": os.getpid(), "global_step": self.global_step,
-                "num_params": sum(p.numel() for p in self.model.parameters()), "peak_rss_bytes": peak_rss_bytes()}
+                "num_params": sum(p.numel() for p in self.model.parameters()),
+                "dtype": self.dtype, "peak_rss_bytes": peak_rss_bytes()}
 
     def shutdown(self) -> None:
         if dist.is_initialized():

@@ -18,7 +18,7 @@ from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import RolloutSettings
 from peer_rl.models.local import on_this_node
-from workers.vllm_engine import lora_engine_args, make_llm, on_cpu
+from workers.vllm_engine import engine_dtype, lora_engine_args, make_llm, on_cpu
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class RolloutWorker:
     # ------------------------------------------------------------------ weight sync
     def engine_dtype(self) -> str:
         """The dtype the engine holds its weights in (what the policy sends)."""
-        return str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
+        return engine_dtype(self.llm)
 
     def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
                          metas: list, bucket_bytes: int,
@@ -218,7 +218,7 @@ class RolloutWorker:
                 "lora_id": self.lora_request.lora_int_id if self.lora_request else 0,
                 "start_seconds": round(self.start_seconds, 2),
                 "probe_seconds": round(time.perf_counter() - t0, 4),
-                "peak_rss_bytes": peak_rss_bytes()}
+                "dtype": self.engine_dtype(), "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
         """Stop the engine's processes now rather than at interpreter exit."""

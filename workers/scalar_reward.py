@@ -17,7 +17,7 @@ from peer_rl.prompts.quoting import tokenizer_specials
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import JudgeSettings
 from peer_rl.models.local import on_this_node
-from workers.vllm_engine import make_llm, on_cpu
+from workers.vllm_engine import engine_dtype, make_llm, on_cpu
 
 
 class ScalarRewardWorker:
@@ -57,7 +57,8 @@ class ScalarRewardWorker:
     def health(self) -> dict:
         return {"ok": True, "pid": os.getpid(), "model": self.model_path, "scored": self.scored,
                 "device": "cpu" if on_cpu() else "cuda",
-                "start_seconds": round(self.start_seconds, 2), "peak_rss_bytes": peak_rss_bytes()}
+                "start_seconds": round(self.start_seconds, 2), "dtype": engine_dtype(self.llm),
+                "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
         core = getattr(self.llm.llm_engine, "engine_core", None)

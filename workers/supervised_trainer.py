@@ -158,6 +158,7 @@ def train_loop(config: dict) -> None:
 
     from peer_rl.supervised.bradley_terry import collate_pairs, load_pairs
     from peer_rl.metrics import MetricsSink
+    from peer_rl.precision import cpu_has_bf16, resolve_dtype
     from peer_rl.supervised.examples import (batch_indices, collate, count_targets,
                                              example_view, load_examples, lr_schedule,
                                              rank_rows)
@@ -210,7 +211,8 @@ def train_loop(config: dict) -> None:
     weights = lora_weights(config, ckpt_dir)
     if weights.on:               # the base from model_path, the adapters from the checkpoint
         src = config["model_path"]
-    mp = fsdp.mixed_precision(device, config["bf16"])
+    dtype = resolve_dtype(config.get("dtype", "auto"), use_cuda, cpu_has_bf16(), "trainer.dtype")
+    mp = fsdp.mixed_precision(dtype)
     # loaded on the host; fully_shard moves each rank's shard to the mesh's device
     model = _load_model(src, config["gradient_checkpointing"], config["freeze_vision_tower"])
     tied = set(fsdp.tied_duplicates(model))
@@ -227,7 +229,7 @@ def train_loop(config: dict) -> None:
         if rank == 0:
             _log(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
     if rank == 0 and verbose:
-        _log(f"{ws} rank(s), {dist.get_backend()} on {device.type}; {n} examples; "
+        _log(f"{ws} rank(s), {dist.get_backend()} on {device.type}, {dtype} compute; {n} examples; "
              f"steps {start_step + 1}..{total}")
 
     sink = None       # rank 0 writes metrics.jsonl (and TensorBoard), as the RL runs do

@@ -22,7 +22,7 @@ from peer_rl.protocol import Dispatch, dispatch, JudgeItem, JudgeResult
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import JudgeSettings
 from peer_rl.models.local import on_this_node
-from workers.vllm_engine import make_llm
+from workers.vllm_engine import engine_dtype, make_llm
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
 OUTCOME_ROUND = 3
@@ -108,7 +108,8 @@ class UnifiRewardWorker:
         return {"ok": True, "pid": os.getpid(), "model": self.model_path,
                 "template_version": self.template.version, "role": self.template.role,
                 "multimodal": self.multimodal,
-                "max_model_len": self.max_model_len, "start_seconds": round(self.start_seconds, 2), "peak_rss_bytes": peak_rss_bytes()}
+                "max_model_len": self.max_model_len, "start_seconds": round(self.start_seconds, 2),
+                "dtype": engine_dtype(self.llm), "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
         core = getattr(self.llm.llm_engine, "engine_core", None)

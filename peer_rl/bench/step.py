@@ -28,11 +28,13 @@ def main(overrides: list[str]) -> int:
         out = run(list(overrides) + extra + ["trainer.save_freq=0"])
         recs = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
         cfg = OmegaConf.load(Path(out) / "config.yaml")
-        memory = json.loads((Path(out) / "memory.json").read_text())["peak_rss_gib"]
+        report = json.loads((Path(out) / "memory.json").read_text())
+        memory, dtypes = report["peak_rss_gib"], report.get("dtype", {})
     timed = recs[1:] or recs
     print(f"\nper-stage time of a GRPO step (median over steps {timed[0]['step']}-{timed[-1]['step']}, "
           f"first step excluded as warm-up)")
     total = float(np.median([r["timing/step"] for r in timed]))
+    print("compute dtype: " + "; ".join(f"{pool} {d}" for pool, d in dtypes.items()))
     print(f"{'stage':12s} {'seconds':>9s} {'share':>7s}")
     for stage in (s for s in STAGES if f"timing/{s}" in timed[0]):
         sec = float(np.median([r[f"timing/{stage}"] for r in timed]))

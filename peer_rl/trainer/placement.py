@@ -6,6 +6,7 @@ place (with the CLI) where peer_rl reaches into workers/.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -18,6 +19,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from peer_rl.planning.pools import bundle, pool_sizes, strategy
+from peer_rl.precision import BYTES, cpu_has_bf16, dtype_line, resolve_dtype
 from peer_rl.trainer.faults import with_faults
 from peer_rl.trainer.worker_group import Pools
 from peer_rl.worker_settings import (
@@ -145,19 +147,41 @@ class PoolFactory:
         token); GPU engines as configured (gpu_memory_utilization sizes their cache)."""
         from peer_rl.kv_cache import fit_kv_cache
 
+        dtype = self.engine_dtype(pool)
+        settings = replace(narrow(RolloutSettings if pool == "rollout" else JudgeSettings,
+                                  self.cfg[pool]), dtype=dtype)
         if self.cfg.resources[pool].gpus_per_worker:      # vLLM sizes it from the device
-            return narrow(RolloutSettings if pool == "rollout" else JudgeSettings, self.cfg[pool])
+            return settings
         if pool == "rollout":
-            return fit_kv_cache(narrow(RolloutSettings, self.cfg.rollout), self.policy_path,
-                                self.step_sequences(pool), self._rollout_row())
+            return fit_kv_cache(settings, self.policy_path, self.step_sequences(pool),
+                                self._rollout_row(), dtype_bytes=BYTES[dtype])
         path = self.judge_path
         if self.cfg.reward_model.kind == "prm_orm":   # one size for both: the larger model's
             from peer_rl.kv_cache import kv_bytes_per_token, read_config
 
             path = max((self.judge_path, self.cfg.reward_model.outcome_path),
                        key=lambda m: kv_bytes_per_token(read_config(m)))
-        return fit_kv_cache(narrow(JudgeSettings, self.cfg.reward_model), path,
-                            self.step_sequences(pool))
+        return fit_kv_cache(settings, path, self.step_sequences(pool), dtype_bytes=BYTES[dtype])
+
+    def engine_dtype(self, pool: str) -> str:
+        """rollout.dtype or reward_model.dtype resolved for where the engines run
+        (peer_rl.precision), so that their KV cache is sized in it: auto is bfloat16 on a GPU
+        pool; a CPU pool follows the CPU of the node that runs this controller (a cluster's CPU
+        nodes are taken to be alike)."""
+        gpu = bool(self.cfg.resources[pool].gpus_per_worker)
+        return resolve_dtype(self.cfg[pool].dtype, gpu, not gpu and self._cpu_bf16,
+                             f"{pool}.dtype")
+
+    @functools.cached_property
+    def _cpu_bf16(self) -> bool:
+        return cpu_has_bf16()
+
+    def dtype_line(self) -> str:
+        """A start-up line: each engine pool's dtype and how it was chosen."""
+        return "engine dtype: " + "; ".join(
+            f"{pool} " + dtype_line(self.cfg[pool].dtype, self.engine_dtype(pool),
+                                    bool(self.cfg.resources[pool].gpus_per_worker))
+            for pool in ("rollout", "reward_model"))
 
     def kv_cache_line(self) -> str:
         """A start-up line: each CPU engine's KV cache and how it was chosen ("" when the

@@ -284,6 +284,7 @@ def _train(cfg, out: Path) -> Path:
         longest = lengths.result()
         index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
         factory = PoolFactory(cfg, policy, judge, index, longest)
+        print(f"[peer-rl] {factory.dtype_line()}", flush=True)
         kv_line = factory.kv_cache_line()
         if kv_line:
             print(f"[peer-rl] {kv_line}", flush=True)

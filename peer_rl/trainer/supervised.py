@@ -277,7 +277,7 @@ def plan_stage(cfg, kind: str) -> StagePlan:
         "warmup_steps": cfg.trainer.warmup_steps, "min_lr_ratio": cfg.trainer.min_lr_ratio,
         "weight_decay": cfg.trainer.weight_decay, "grad_clip": cfg.trainer.grad_clip,
         "save_freq": cfg.trainer.save_freq, "log_freq": cfg.trainer.log_freq,
-        "seed": cfg.trainer.seed, "bf16": cfg.trainer.bf16,
+        "seed": cfg.trainer.seed, "dtype": cfg.trainer.dtype,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
         "freeze_vision_tower": cfg.model.freeze_vision_tower,
         "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,

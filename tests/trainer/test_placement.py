@@ -38,7 +38,10 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
     cfg = load_config(["trainer.seed=7", "rollout.n=6", "rollout.response_length=96",
                        "rollout.max_model_len=1024", "actor.lr=3e-6", "actor.world_size=2",
                        "actor.policy_loss.loss_mode=gspo", "reward_model.max_tokens=12",
-                       "algorithm.rur.alpha=0.25"])
+                       "algorithm.rur.alpha=0.25",
+                       # float32 engines: the KV arithmetic below at 4 bytes a value (the next
+                       # test has bfloat16's)
+                       "rollout.dtype=float32", "reward_model.dtype=float32"])
     factory = PoolFactory(cfg, str(SHIPPED_DIR / "policy"), str(SHIPPED_DIR / "judge"), "/m/index")
     second = _bound(factory, "rollout", 1)
     assert second["model_path"] == str(SHIPPED_DIR / "policy") and second["seed"] == 8
@@ -47,11 +50,11 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
     # models keep 2 layers x 2 KV heads x 64 dims x K and V x 4 bytes = 2,048 bytes a token.
     # Rollout: 4 prompts x n=6 = 24 sequences of 1,024 tokens (8 blocks of 128) = 48 MiB.
     assert second["settings"] == RolloutSettings(max_model_len=1024, kv_cache_gib=48 / 1024,
-                                                 max_num_seqs=24)
+                                                 max_num_seqs=24, dtype="float32")
     # the judge: 24 samples of its 4,096-token max_model_len = 192 MiB
     judge = _bound(factory, "reward_model", 1)
     assert judge["settings"] == JudgeSettings(max_tokens=12, kv_cache_gib=192 / 1024,
-                                              max_num_seqs=24)
+                                              max_num_seqs=24, dtype="float32")
     assert judge["seed"] == 7
     assert _bound(factory, "redundancy")["settings"] == RedundancySettings(alpha=0.25)
     assert _bound(factory, "retrieval") == {"index_dir": "/m/index",
@@ -68,6 +71,27 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
         micro_batch_activation_gib=1.25, gradient_checkpointing="auto", loss_scale_factor=96)
 
 
+def test_engines_get_a_resolved_dtype_and_a_kv_cache_sized_in_it():
+    """The tiny models' KV at 2 bytes a value (bfloat16) is half the float32 figure above:
+    1,024 bytes a token, so 24 sequences of 1,024 tokens take 24 MiB; `auto` reaches an engine
+    as the dtype it resolved to, never as `auto`."""
+    from peer_rl.precision import cpu_has_bf16
+
+    cfg = load_config(["rollout.n=6", "rollout.max_model_len=1024", "rollout.dtype=bfloat16",
+                       "reward_model.dtype=auto"])
+    factory = PoolFactory(cfg, str(SHIPPED_DIR / "policy"), str(SHIPPED_DIR / "judge"))
+    rollout = _bound(factory, "rollout")["settings"]
+    assert (rollout.dtype, rollout.kv_cache_gib) == ("bfloat16", 24 / 1024)
+    judge = _bound(factory, "reward_model")["settings"]
+    assert judge.dtype == ("bfloat16" if cpu_has_bf16() else "float32")
+    assert judge.kv_cache_gib == (96 if judge.dtype == "bfloat16" else 192) / 1024
+    line = factory.dtype_line()
+    assert line.startswith("engine dtype: rollout bfloat16 (as set); reward_model ")
+    assert "(auto: the CPU " in line
+    gpu = PoolFactory(load_config(["resources.rollout.gpus_per_worker=1"]), "p", "j")
+    assert gpu.engine_dtype("rollout") == "bfloat16"           # auto on a GPU pool
+
+
 def test_the_process_and_outcome_pair_gets_both_paths_and_the_larger_kv_cache(tmp_path):
     import json
 
@@ -79,7 +103,8 @@ def test_the_process_and_outcome_pair_gets_both_paths_and_the_larger_kv_cache(tm
     prm, orm = str(tmp_path / "prm"), str(tmp_path / "orm")
     factory = PoolFactory(load_config(["reward_model.kind=prm_orm", f"reward_model.path={prm}",
                                        f"reward_model.outcome_path={orm}",
-                                       "reward_model.max_model_len=1024"]), "p", prm)
+                                       "reward_model.max_model_len=1024",
+                                       "reward_model.dtype=float32"]), "p", prm)
     got = _bound(factory, "reward_model")
     assert (got["model_path"], got["outcome_path"]) == (prm, orm)
     # both engines get the outcome model's size (6 layers x 2 heads x 64 dims x K, V x 4 bytes

@@ -33,7 +33,9 @@ def test_text_rows_are_counted_through_the_policys_chat_template():
 
 
 def test_the_rollout_cache_is_sized_for_the_longest_prompt_plus_the_reply():
-    cfg = load_config(["rollout.n=6", "rollout.response_length=96", "rollout.max_model_len=1024"])
+    # a float32 engine: 4 bytes a KV value (test_placement has bfloat16's 2)
+    cfg = load_config(["rollout.n=6", "rollout.response_length=96", "rollout.max_model_len=1024",
+                       "rollout.dtype=float32"])
     factory = PoolFactory(cfg, str(SHIPPED_DIR / "policy"), str(SHIPPED_DIR / "judge"),
                           longest_prompt=500)
     s = factory.engine_settings("rollout")

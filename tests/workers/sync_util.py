@@ -2,6 +2,7 @@
 collective until the engine, in the calling thread, has joined and received)."""
 from __future__ import annotations
 
+import socket
 import threading
 
 import numpy as np
@@ -79,3 +80,16 @@ def update_batch(samples):
         resp[i, len(s.prompt_ids):len(seq)] = 1
     adv = np.resize(np.array([1.0, -1.0, 0.5, -0.5], np.float32), len(seqs))
     return UpdateBatch(ids, attn, resp, adv), seqs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def max_gap(policy_lp: np.ndarray, engine_lp: list[list[float]], seqs) -> float:
+    """Largest |policy - engine| log-prob over every token after the first of each sequence
+    (the policy's are token-aligned (N, T); the engine's prompt log-probs start at token 1)."""
+    return max(float(np.abs(policy_lp[i, 1:len(s)] - np.array(engine_lp[i])).max())
+               for i, s in enumerate(seqs))

@@ -10,17 +10,15 @@ merged Hugging Face export decoded greedily by transformers.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from peer_rl.protocol import Prompt, SamplingConfig
 from peer_rl.reasoning import policy_messages
 from peer_rl.worker_settings import LoRASettings, PolicySettings, RolloutSettings
-from sync_util import push_policy, update_batch
+from sync_util import free_port, max_gap, push_policy, update_batch
 
 pytestmark = pytest.mark.e2e
 
@@ -32,21 +30,16 @@ HISTORIES = [
 GREEDY = SamplingConfig(n=1, temperature=0.0, max_tokens=16)
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def scenario(tiny_models, tmp_path_factory):
     from workers.policy import PolicyWorker
     from workers.rollout import RolloutWorker
 
-    policy = PolicyWorker(0, 1, "127.0.0.1", _port(), tiny_models["policy"], PolicySettings(
-        lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4), backend="gloo",
+    policy = PolicyWorker(0, 1, "127.0.0.1", free_port(), tiny_models["policy"], PolicySettings(
+        lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4, dtype="float32"), backend="gloo",
         lora_settings=LoRASettings(rank=RANK, merge="false"))
-    rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1),
+    # float32 on both sides: the engine's log-probs are compared with the policy's
+    rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1, dtype="float32"),
                             lora_rank=RANK)
     torch.set_num_threads(1)
     prompts = [Prompt(i, policy_messages(h, "en"), []) for i, h in enumerate(HISTORIES)]
@@ -64,11 +57,6 @@ def scenario(tiny_models, tmp_path_factory):
            "export": export, "model": tiny_models["policy"]}
     rollout.close()
     policy.shutdown()
-
-
-def _gap(policy_lp: np.ndarray, engine_lp: list[list[float]], seqs) -> float:
-    return max(float(np.abs(policy_lp[i, 1:len(s)] - np.array(engine_lp[i])).max())
-               for i, s in enumerate(seqs))
 
 
 def _hand_count(model_dir: str) -> tuple[int, int]:
@@ -94,8 +82,8 @@ def test_a_sync_sends_the_adapters_alone(scenario):
 def test_the_engine_serves_the_updated_adapter(scenario):
     s = scenario
     lp, seqs = s["lp"].old_log_probs, s["seqs"]
-    assert _gap(lp, s["base_lp"], seqs) > 1e-3       # the update moved the adapters
-    assert _gap(lp, s["rollout"].prompt_logprobs(seqs), seqs) < 1e-4
+    assert max_gap(lp, s["base_lp"], seqs) > 1e-3       # the update moved the adapters
+    assert max_gap(lp, s["rollout"].prompt_logprobs(seqs), seqs) < 1e-4
     assert s["rollout"].health()["lora_id"] == 1
 
 

@@ -28,8 +28,10 @@ pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
 
 # PolicySettings; the mini-batch in rows. Right-padded rows: the packed route (the default) is
 # held against this one in the test_packed_* tests
+# float32: the invariances below are exact to ~1e-5, which bfloat16 compute (dtype auto on a CPU
+# with AVX512-BF16) would blur; test_bfloat16_compute_keeps_float32_master_weights runs bfloat16
 HP = dict(lr=1e-3, ppo_mini_batch_size=4, ppo_micro_batch_size=2, ppo_epochs=2,
-          kl_loss_coef=0.01, entropy_coeff=0.01, use_remove_padding=False)
+          kl_loss_coef=0.01, entropy_coeff=0.01, use_remove_padding=False, dtype="float32")
 SEED = 3
 
 
@@ -418,6 +420,37 @@ def test_world2_matches_world1(tiny_model, world1, world2):
             assert m1[k] == pytest.approx(m2[k], rel=1e-4, abs=1e-6), k
     assert m2["actor/lr"] == HP["lr"] and m2["timing_s/update_total"] > 0
     assert r2a["health"]["world_size"] == 2 and r2b["health"]["rank"] == 1
+
+
+def test_bfloat16_compute_keeps_float32_master_weights(tiny_model, world1, tmp_path):
+    """actor.dtype=bfloat16 at world size 2: the forwards compute in bfloat16 (log-probs and
+    the trained weights move off the float32 run's by bfloat16's round-off, 2^-8 relative, not
+    float32's ~1e-7), while the weights the optimizer holds and exports stay float32 and the
+    step lands near the float32 one. A worker that ignored the setting would match world1
+    to ~1e-5 (test_world2_matches_world1)."""
+    ra, rb = run_group(2, tiny_model, "train", tmp_path, dtype="bfloat16")
+    (r1,) = world1
+    assert ra["recomputation"]["dtype"] == rb["recomputation"]["dtype"] == "bfloat16"
+    assert ra["recomputation"]["line"].startswith("compute bfloat16 (as set)")
+    assert r1["recomputation"]["dtype"] == "float32"
+    lp16, lp32 = ra["lp"].old_log_probs, r1["lp"].old_log_probs
+    gap = float(np.abs(lp16 - lp32).max())
+    print(f"\nbfloat16 vs float32 log-prob max gap {gap:.3g}")
+    assert 1e-4 < gap < 0.05
+    assert np.array_equal(ra["lp"].old_log_probs, ra["lp"].ref_log_prob)   # one model, one dtype
+    assert all(v.dtype == torch.float32 for v in ra["weights"].values())
+    # the steps point the same way (Adam turns bfloat16's noise on near-zero gradients into
+    # full-size moves, so elementwise closeness is not expected)
+    init = initial_weights(tiny_model)
+    d32, d16 = (torch.cat([(r["weights"][k] - init[k]).flatten() for k in init])
+                for r in (r1, ra))
+    cos = float(d32 @ d16 / (d32.norm() * d16.norm()))
+    print(f"cosine of the bfloat16 and float32 runs' weight changes {cos:.3f}")
+    assert 0.9 < cos < 1 - 1e-6
+    for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert np.isfinite(ra["metrics"][k]), k
+    assert ra["metrics"]["actor/grad_norm"] == pytest.approx(r1["metrics"]["actor/grad_norm"],
+                                                             rel=0.05)
 
 
 def test_the_padding_share_counts_the_positions_forwards_computed_beyond_the_rows(world1,

@@ -3,7 +3,6 @@ the update (same log-probs), a frozen vision tower stays put while the language 
 and the weight sync carries only what training changed."""
 from __future__ import annotations
 
-import socket
 from dataclasses import replace
 
 import numpy as np
@@ -14,18 +13,12 @@ from peer_rl.data.bundled import sample_root
 from peer_rl.protocol import Prompt, SamplingConfig, UpdateBatch
 from peer_rl.reasoning import policy_messages
 from peer_rl.worker_settings import PolicySettings, RolloutSettings
-from sync_util import push_policy
+from sync_util import free_port, max_gap, push_policy
 
 pytestmark = pytest.mark.e2e
 
 FACES = sample_root() / "grpo" / "images"
 HISTORY = [{"role": "seeker", "content": "I keep telling everyone I'm fine, but I'm not."}]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +28,11 @@ def engines(tiny_models):
 
     # the policy's process group first: on CPU the engine runs in this process and joins the
     # default group that exists rather than creating a second one
-    policy = PolicyWorker(0, 1, "127.0.0.1", _port(), tiny_models["policy"], PolicySettings(
+    policy = PolicyWorker(0, 1, "127.0.0.1", free_port(), tiny_models["policy"], PolicySettings(
         lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4, kl_loss_coef=0.0,
-        freeze_vision_tower=True), backend="gloo")
-    rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1))
+        freeze_vision_tower=True, dtype="float32"), backend="gloo")
+    # float32 on both sides: the engine's log-probs are compared with the policy's
+    rollout = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=1, dtype="float32"))
     torch.set_num_threads(1)
     yield rollout, policy
     rollout.close()
@@ -62,11 +56,6 @@ def _batch(rollout, face: str = "sad"):
     return samples, seqs, batch
 
 
-def _max_gap(policy_lp: np.ndarray, engine_lp: list[list[float]], seqs) -> float:
-    return max(float(np.abs(policy_lp[i, 1:len(s)] - np.array(engine_lp[i])).max())
-               for i, s in enumerate(seqs))
-
-
 def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_models):
     rollout, policy = engines
     samples, seqs, batch = _batch(rollout)
@@ -75,7 +64,7 @@ def test_visual_log_probs_equal_vllm_and_depend_on_the_image(engines, tiny_model
     assert image_token not in samples[2].prompt_ids                     # the text row
     ours = policy.compute_log_prob(batch).old_log_probs
     theirs = rollout.prompt_logprobs(seqs, batch.images)
-    assert _max_gap(ours, theirs, seqs) < 1e-4
+    assert max_gap(ours, theirs, seqs) < 1e-4
     # extra right padding (a batch padded to a longer step's width) is cut off per micro-batch,
     # images and all: the same log-probs
     wide = replace(batch, **{k: np.pad(getattr(batch, k), ((0, 0), (0, 7)))
@@ -135,4 +124,4 @@ def test_frozen_tower_stays_the_language_model_trains_and_only_it_is_synced(engi
     assert received == len(metas)
     assert stats["bytes"] < sum(v.numel() * 4 for v in after.values())
     ours = policy.compute_log_prob(batch).old_log_probs
-    assert _max_gap(ours, rollout.prompt_logprobs(seqs, batch.images), seqs) < 1e-4
+    assert max_gap(ours, rollout.prompt_logprobs(seqs, batch.images), seqs) < 1e-4

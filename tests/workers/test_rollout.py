@@ -24,7 +24,10 @@ def worker(tiny_models):
     from workers.rollout import RolloutWorker
 
     t0 = time.perf_counter()
-    w = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=0.75), seed=0)
+    # float32: log-probs are compared with transformers' float32 forward to 1e-4 and the KV
+    # cache counted at 4 bytes (test_rollout_bf16.py runs a bfloat16 engine)
+    w = RolloutWorker(tiny_models["policy"], RolloutSettings(kv_cache_gib=0.75, dtype="float32"),
+                      seed=0)
     print(f"\nrollout engine start: {time.perf_counter() - t0:.1f}s")
     yield w
     w.close()
