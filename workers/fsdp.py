@@ -116,6 +116,16 @@ def mixed_precision(dtype: str) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy()
 
 
+def settle_trainable(model) -> None:
+    """FSDP2 fixes each parameter group's trainable set, and with it the dtype gradients are
+    reduced in and cast back to, at the model's first forward (its lazy init). A LoRA policy's
+    first forward can be the reference's, with the adapters off, and PEFT's disable_adapter
+    marks them frozen while it lasts: the groups would then count no trainable parameter and,
+    under bfloat16 compute, hand bfloat16 gradients to the float32 adapters (an error at the
+    first backward). Initialised here, the groups see the parameters as they train."""
+    model._get_fsdp_state()._lazy_init()
+
+
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The model's repeated blocks (its _no_split_modules) outside any vision tower, before or
     after fully_shard (which swaps each block's class for an FSDP subclass of it)."""

@@ -132,6 +132,7 @@ class PolicyWorker:
                                                     self.recompute_line, loaded) if x)
         if self.recompute:      # the forward is wrapped on the instance: sharding is unaffected
             fsdp.checkpoint_layers(self.model)
+        fsdp.settle_trainable(self.model)
         # frozen parameters get no gradient and no optimizer state
         self.optim = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
                                        lr=s.lr, weight_decay=s.weight_decay)

@@ -360,3 +360,27 @@ def test_packed_adapter_rows_train_as_the_padded_ones(tiny_model, adapter_dir, t
         assert [r["padded"]["actor/padding_share"] for r in packed] == [0.0] * world
         merged_start = padded[0]["lp"]
         assert np.abs(merged_start.old_log_probs - merged_start.ref_log_prob).max() > 1e-2
+
+
+@pytest.mark.e2e
+def test_a_bfloat16_lora_update_whose_first_forward_is_the_reference_trains(tiny_model,
+                                                                           adapter_dir,
+                                                                           tmp_path):
+    """One optimizer step on the whole batch skips the policy's no-grad pass, so a LoRA
+    policy's first forward is the reference's, adapters off; PEFT marks them frozen while it
+    lasts. Under bfloat16 compute at two ranks the adapters must still get their float32
+    gradients (the regression: FSDP2 fixed its groups as untrained at that forward and the
+    first backward failed) and take the step the float32 run takes, to bfloat16's round-off."""
+    lora = dict(rank=RANK, lora_alpha=ALPHA, lora_adapter_path=adapter_dir)
+    one_step = dict(ppo_mini_batch_size=8, ppo_epochs=1, lora=lora)   # the ckpt scenario's 8 rows
+    runs = {dtype: run_group(2, tiny_model, "ckpt", tmp_path / dtype, dtype=dtype, **one_step)[0]
+            for dtype in ("float32", "bfloat16")}
+    f32, b16 = runs["float32"], runs["bfloat16"]
+    assert b16["recomputation"]["dtype"] == "bfloat16"
+    base = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    for r in (f32, b16):
+        assert all(v.dtype == torch.float32 for v in r["saved"].values())
+        assert max_diff({k: r["saved"][k] for k in base}, base) > 1e-3    # the adapters moved
+    assert b16["first"]["actor/grad_norm"] == pytest.approx(f32["first"]["actor/grad_norm"],
+                                                           rel=0.05)
+    assert b16["first"]["actor/grad_norm"] != f32["first"]["actor/grad_norm"]
