@@ -49,7 +49,9 @@ def test_vllm_decodes_it_greedily_as_transformers_does(smollm2):
         ids = tok(text, return_tensors="pt").input_ids
         out = model.generate(ids, max_new_tokens=32, do_sample=False)
         expected.append(out[0, ids.shape[1]:].tolist())
-    llm = make_llm(smollm2, EngineSettings(kv_cache_gib=1, max_model_len=2048))
+    # float32, as transformers decodes here: bfloat16 (auto on a CPU with AVX512-BF16) would
+    # round the logits and may flip a near-tie of greedy decoding
+    llm = make_llm(smollm2, EngineSettings(kv_cache_gib=1, max_model_len=2048, dtype="float32"))
     got = [list(o.outputs[0].token_ids) for o in
            llm.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0), use_tqdm=False)]
     assert got == expected

@@ -128,8 +128,8 @@ class PolicyWorker:
         self.token_budget, budget_line = self._fit_token_budget(max_row_len)
         self.recompute, self.recompute_line = self._choose_recomputation(max_row_len)
         loaded = f"{peak_rss_bytes() / 2**30:.2f} GiB resident at most while loading"
-        self.recompute_line = "; ".join(x for x in (dtype_line, ref_line, budget_line,
-                                                    self.recompute_line, loaded) if x)
+        self.recompute_line = "; ".join(x for x in (ref_line, budget_line, self.recompute_line,
+                                                    dtype_line, loaded) if x)
         if self.recompute:      # the forward is wrapped on the instance: sharding is unaffected
             fsdp.checkpoint_layers(self.model)
         fsdp.settle_trainable(self.model)

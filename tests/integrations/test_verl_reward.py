@@ -136,7 +136,9 @@ def expected(trained_judge) -> dict:
                        reference=r["solution"], candidate_first=bool(c),
                        format_complete=p.complete)
              for r, p, reply, c in zip(rows, parsed, replies, coins)]
-    judge = UnifiRewardWorker(trained_judge, JudgeSettings(kv_cache_gib=1,
+    # float32, as the `vllm serve` judge the manager calls (--dtype float32): the verdicts are
+    # compared exactly, and bfloat16 ones could flip a near-tie
+    judge = UnifiRewardWorker(trained_judge, JudgeSettings(kv_cache_gib=1, dtype="float32",
                                                            max_model_len=MAX_MODEL_LEN))
     try:
         results = judge.score(items)

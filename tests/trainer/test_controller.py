@@ -23,10 +23,12 @@ pytestmark = pytest.mark.e2e
 
 
 def _cfg(tmp_path, tiny, *extra):
+    # float32 policy and engine: _engine_matches_policy compares their log-probs to 1e-4
     return load_config([f"trainer.output_dir={tmp_path}", f"model.path={tiny['policy']}",
                         f"reward_model.path={tiny['judge']}", "ray.address=local",
                         "trainer.total_steps=1", "logging.log_samples=true",
-                        "rollout.response_length=48", *extra])
+                        "rollout.response_length=48", "actor.dtype=float32",
+                        "rollout.dtype=float32", *extra])
 
 
 @pytest.fixture(scope="module")

@@ -55,22 +55,30 @@ def test_final_is_the_merged_model_and_its_adapter_loads_in_peft(lora_run, grpo_
 def test_cpu_engines_get_merged_weights_and_adapters_on_request(lora_run, grpo_models,
                                                                  tmp_path):
     """model.lora.merge=auto on CPU engines sends merged weights: every step's sync/bytes is
-    the float32 size of what the engines receive, worked out from the merged export: every
-    tensor but the frozen vision tower's (its patch merger, the aligner, is sent), the tied
-    output layer once. With merge=false a sync is the adapter's float32 tensors PEFT saved in
-    final/adapter."""
+    the size, in the engines' dtype (memory.json records it: 4 bytes a value in float32, 2 in
+    bfloat16), of what the engines receive, worked out from the merged export: every tensor
+    but the frozen vision tower's (its patch merger, the aligner, is sent), the tied output
+    layer once. With merge=false a sync is the tensors PEFT saved in final/adapter, in the same
+    dtype."""
+    import json
+
     from safetensors import safe_open
 
     out = lora_run[0]
+
+    def value_bytes(run: Path) -> int:
+        dtype = json.loads((run / "memory.json").read_text())["dtype"]["rollout"]
+        return {"float32": 4, "bfloat16": 2}[dtype]
+
     with safe_open(str(out / "final" / "model.safetensors"), "pt") as fh:
-        text = sum(math.prod(fh.get_slice(k).get_shape()) * 4 for k in fh.keys()
+        text = sum(math.prod(fh.get_slice(k).get_shape()) * value_bytes(out) for k in fh.keys()
                    if "visual" not in k or ".merger." in k)
     assert [m["sync/bytes"] for m in _metrics(out)] == [text] * 3
     run = tmp_path / "adapters"
     _train(run, grpo_models, "model.lora.rank=8", "model.lora.merge=false",
            "trainer.total_steps=2", "trainer.save_freq=0")
     with safe_open(str(run / "final" / "adapter" / "adapter_model.safetensors"), "pt") as fh:
-        adapter = sum(fh.get_tensor(k).float().numel() * 4 for k in fh.keys())
+        adapter = sum(fh.get_tensor(k).numel() * value_bytes(run) for k in fh.keys())
     assert [m["sync/bytes"] for m in _metrics(run)] == [adapter] * 2
 
 

@@ -46,7 +46,10 @@ def test_the_pooling_engine_scores_like_transformers(trained_rm):
              ScalarItem(hist, "Exams don't matter. Move on.", "en"),
              ScalarItem([{"role": "seeker", "content": "我又没考上。"}], "又一次落空，真的很难受。",
                         "zh")]
-    worker = ScalarRewardWorker(model_dir, JudgeSettings(kv_cache_gib=0.5, max_model_len=1024))
+    # float32, as the transformers forward it is compared with to 1e-4 (auto would be bfloat16
+    # on a CPU with AVX512-BF16)
+    worker = ScalarRewardWorker(model_dir, JudgeSettings(kv_cache_gib=0.5, max_model_len=1024,
+                                                         dtype="float32"))
     try:
         got = worker.score(items)
     finally:
