@@ -42,7 +42,6 @@ from peer_rl.algos import (
 )
 from peer_rl import packing, precision
 from peer_rl.micro_batches import by_count, by_token_budget
-from peer_rl.precision import cpu_has_bf16, resolve_dtype
 from peer_rl.runtime import fsync_tree, peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
 from peer_rl.worker_settings import LoRASettings, PolicySettings
@@ -109,7 +108,8 @@ class PolicyWorker:
         torch.manual_seed(seed)
 
         gpu = self.device.type == "cuda"
-        self.dtype = resolve_dtype(s.dtype, gpu, not gpu and cpu_has_bf16(), "actor.dtype")
+        self.dtype = precision.resolve_dtype(s.dtype, gpu, not gpu and precision.cpu_has_bf16(),
+                                             "actor.dtype")
         dtype_line = "compute " + precision.dtype_line(s.dtype, self.dtype, gpu)
         mp = fsdp.mixed_precision(self.dtype)
         self.vision = None

@@ -25,6 +25,14 @@ SHAPES = {
 }
 
 
+def real_model(name: str) -> tuple[str, list[str]]:
+    """A REAL_MODELS entry: (its directory, fetched once; the data overrides its prompts take)."""
+    from peer_rl.models.pinned import fetch
+
+    pinned, data = REAL_MODELS[name]
+    return fetch(pinned), data
+
+
 def random_policy(name: str) -> str:
     """The directory of the random policy `name` (one of SHAPES), building it on first use."""
     from peer_rl.supervised.tiny_models import build_tiny_causal_lm, default_cache_dir, ensure_tiny_models

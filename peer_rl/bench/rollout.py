@@ -28,23 +28,15 @@ import time
 MODELS = ("tiny", "100M")
 
 
-def _model_path(name: str) -> str:
-    from peer_rl.bench.models import random_policy
-    from peer_rl.bench.models import REAL_MODELS
+def _model(name: str) -> tuple[str, list[str]]:
+    """(the policy's directory, the data overrides its prompts are taken with)."""
+    from peer_rl.bench.models import REAL_MODELS, random_policy, real_model
     from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
 
     if name in REAL_MODELS:
-        from peer_rl.models.pinned import fetch
-
-        return fetch(REAL_MODELS[name][0])
-    return ensure_tiny_models(default_cache_dir())["policy"] if name == "tiny" \
-        else random_policy(name)
-
-
-def _data_overrides(name: str) -> list[str]:
-    from peer_rl.bench.models import REAL_MODELS
-
-    return REAL_MODELS[name][1] if name in REAL_MODELS else []
+        return real_model(name)
+    return (ensure_tiny_models(default_cache_dir())["policy"] if name == "tiny"
+            else random_policy(name)), []
 
 
 def _prompts(k: int, overrides: list[str] = ()) -> list[list[dict]]:
@@ -117,8 +109,8 @@ def _generate(path: str, prompts, n: int, new_tokens: int, repeats: int,
 def _one(engine: str, model: str, prompts: int, n: int, new_tokens: int, repeats: int,
          dtype: str) -> dict:
     fn = _vllm if engine == "vllm" else _generate
-    return fn(_model_path(model), _prompts(prompts, _data_overrides(model)), n, new_tokens,
-              repeats, dtype)
+    path, data = _model(model)
+    return fn(path, _prompts(prompts, data), n, new_tokens, repeats, dtype)
 
 
 def _in_subprocess(engine: str, model: str, args, dtype: str = "auto") -> dict:
@@ -148,16 +140,24 @@ def main(argv: list[str]) -> int:
                          "runs in float32")
     ap.add_argument("--one", choices=["vllm", "generate"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    from peer_rl.bench.models import REAL_MODELS, SHAPES
     from peer_rl.precision import check_dtype
 
-    dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
+    try:
+        dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
+    except ValueError as exc:
+        ap.error(str(exc))
+    known = ("tiny", *SHAPES, *REAL_MODELS)
+    unknown = [m for m in args.models.split(",") if m.strip() not in known]
+    if unknown:
+        ap.error(f"--models {','.join(unknown)}: expected some of {', '.join(known)}")
     if args.one:   # child process: one engine, one model, a JSON line on stdout
         print(json.dumps(_one(args.one, args.models, args.prompts, args.n, args.new_tokens,
                               args.repeats, dtypes[0])))
         return 0
     rows = []
     for model in (m.strip() for m in args.models.split(",")):
-        _model_path(model)                       # built once, outside the timed processes
+        _model(model)                            # built once, outside the timed processes
         for engine, dtype in [("vllm", d) for d in dtypes] + [("generate", "float32")]:
             print(f"[bench rollout] {model}: {engine} {dtype} ...", flush=True)
             rows.append({"model": model, "engine": engine,

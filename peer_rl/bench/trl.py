@@ -274,12 +274,10 @@ def _model(name: str) -> tuple[str, list[str]]:
         from peer_rl.trainer.run import resolve_models
 
         return resolve_models(load_config([]))[0], []
-    if name in REAL_MODELS:
-        from peer_rl.models.pinned import fetch
+    from peer_rl.bench.models import SHAPES, random_policy, real_model
 
-        pinned, data = REAL_MODELS[name]
-        return fetch(pinned), data
-    from peer_rl.bench.models import SHAPES, random_policy
+    if name in REAL_MODELS:
+        return real_model(name)
 
     if name not in SHAPES:
         raise ConfigError(f"--model {name!r}: expected one of "

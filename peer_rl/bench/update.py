@@ -107,9 +107,15 @@ def main(argv: list[str]) -> int:
                          "setting runs at each")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    from peer_rl.bench.models import SHAPES
     from peer_rl.precision import check_dtype
 
-    dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
+    try:
+        dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.model not in SHAPES:
+        ap.error(f"--model {args.model!r}: expected one of {', '.join(SHAPES)}")
     if args.child:
         _child(args.child, args.model, args.tokens, args.seq, args.limit_gb, dtypes[0])
         return 0

@@ -1,0 +1,18 @@
+"""`bench rollout` and `bench update` refuse a bad --dtypes or model name before any work,
+naming the option (argparse's exit 2), rather than a traceback from deep inside."""
+import pytest
+
+from peer_rl.bench import rollout, update
+
+
+@pytest.mark.parametrize("main, argv, words", [
+    (rollout.main, ["--dtypes", "float32,fp16"], "--dtypes='fp16': expected one of auto"),
+    (rollout.main, ["--models", "tiny,7B"], "--models 7B: expected some of tiny"),
+    (update.main, ["--dtypes", "bf16"], "--dtypes='bf16': expected one of auto"),
+    (update.main, ["--model", "7B"], "--model '7B': expected one of 10M, 100M, 500M"),
+])
+def test_a_bad_option_is_refused_naming_it(main, argv, words, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert words in capsys.readouterr().err
