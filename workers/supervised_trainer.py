@@ -24,7 +24,8 @@ the newest checkpoint, in a restarted worker group (FailureConfig.max_failures) 
 is a function of (seed, step), so a resumed run sees the batches an uninterrupted one would.
 
 Loss: token-mean cross-entropy over the target tokens of the whole global batch (labels from
-peer_rl.supervised.examples, -100 on prompt tokens), so world_size 1 and 2 take the same step.
+peer_rl.supervised.examples, -100 on prompt tokens), so world_size 1 and 2 take the same step;
+with trainer.verdict_balance a weighted mean, each verdict's tokens at its class weight.
 """
 from __future__ import annotations
 
@@ -194,6 +195,7 @@ def train_loop(config: dict) -> None:
                                     config["max_length"], config["skip_invalid"],
                                     config["max_rows"], image_tokens=image_token_counter(vision),
                                     languages=config["languages"],
+                                    verdict_balance=config.get("verdict_balance", False),
                                     **example_view(config["kind"], config["extra_files"]))
     n, bs, micro, total = len(examples), config["batch_size"], config["micro_batch_size"], config["total_steps"]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -272,6 +274,7 @@ def train_loop(config: dict) -> None:
             # logits only where some row has a target (the lm_head over the vocabulary is the
             # largest matmul of a small model, and SER chats have ~10 target tokens in ~500)
             targets = batch["labels"][:, 1:]
+            verdict_w = batch.pop("weights", None)     # trainer.verdict_balance
             keep = (targets != -100).any(0).nonzero().squeeze(1)
             if keep.numel() == 0:               # padding rows only: same graph, zero loss
                 keep = torch.zeros(1, dtype=torch.long, device=device)
@@ -279,7 +282,9 @@ def train_loop(config: dict) -> None:
                            use_cache=False, logits_to_keep=keep).logits.float()
             ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                  targets[:, keep].reshape(-1), ignore_index=-100,
-                                 reduction="sum")
+                                 reduction="none" if verdict_w is not None else "sum")
+            if verdict_w is not None:
+                ce = (ce * verdict_w[:, 1:][:, keep].reshape(-1)).sum()
             # share of the global token-mean; x ws undoes FSDP's averaging of gradients over ranks
             (ce * (ws / global_tokens)).backward()
             loss_sum += ce.detach().double().cpu()

@@ -23,6 +23,7 @@ JUDGE_COLUMNS = (("step1", lambda m: m["step_accuracy"]["step1"]),
                  ("step2", lambda m: m["step_accuracy"]["step2"]),
                  ("step3", lambda m: m["step_accuracy"]["step3"]),
                  ("recall", lambda m: m["error_recall_mean"]),
+                 ("balanced", lambda m: m.get("balanced_accuracy_mean")),  # older reports: -
                  ("pref", lambda m: m["preference_accuracy"]),
                  ("consist", lambda m: m["consistency"]),
                  ("parse_fail", lambda m: m["parse_failure_rate"]))

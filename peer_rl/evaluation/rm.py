@@ -22,7 +22,11 @@ Metrics (per group; an unparseable verdict counts as wrong):
 - parse_failure_rate: share of the judge's answers (4 per sample) that no parser recognises;
 - error_recall: for each of steps 1-3, the share of steps labelled False that the judge also
   calls False (the paper's error recall: a judge that answers True to everything scores 0),
-  and their mean; None for a group with no False label at that step.
+  and their mean; None for a group with no False label at that step;
+- balanced_accuracy: for each of steps 1-3, the mean of the shares of True-labelled and of
+  False-labelled steps the judge gets right, and their mean: 0.5 for a judge that answers one
+  label to everything or guesses, whatever the labels' balance (SER's steps are ~64% True, so
+  step accuracy alone rewards answering True); None without both labels at that step.
 
 The rows are also held against the template saved with the judge (`report["template"]`): a
 test row that template cannot reproduce is judged here in a wording the RL-time judge never
@@ -105,12 +109,24 @@ def rm_metrics(labels: list[Verdicts], predictions: list[Verdicts]) -> dict:
         wrong = [p.steps[k] is False for y, p in zip(labels, predictions) if y.steps[k] is False]
         recall[f"step{k + 1}"] = sum(wrong) / len(wrong) if wrong else None
     known = [v for v in recall.values() if v is not None]
+    balanced = {}
+    for k in range(3):
+        per_label = []
+        for label in (True, False):
+            hits = [p.steps[k] is label for y, p in zip(labels, predictions)
+                    if y.steps[k] is label]
+            if hits:
+                per_label.append(sum(hits) / len(hits))
+        balanced[f"step{k + 1}"] = sum(per_label) / 2 if len(per_label) == 2 else None
+    both = [v for v in balanced.values() if v is not None]
     return {
         "n": n,
         "step_accuracy": step_acc,
         "step_accuracy_mean": sum(step_acc.values()) / 3,
         "error_recall": recall,
         "error_recall_mean": sum(known) / len(known) if known else None,
+        "balanced_accuracy": balanced,
+        "balanced_accuracy_mean": sum(both) / len(both) if both else None,
         "preference_accuracy": sum(pref_ok) / n,
         "consistency": sum(joint) / n,
         "inconsistency": sum(split) / n,
@@ -145,7 +161,7 @@ def format_table(groups: dict[str, dict]) -> str:
     """A fixed-width table: one line per group."""
     head = (f"{'group':<11} {'n':>5} {'step1':>6} {'step2':>6} {'step3':>6} {'pref':>6} "
             f"{'consist':>7} {'inconsist':>9} {'parse_fail':>10} {'recall1':>7} {'recall2':>7} "
-            f"{'recall3':>7}")
+            f"{'recall3':>7} {'bal_acc':>7}")
     lines = [head, "-" * len(head)]
     for name, m in groups.items():
         if not m.get("n"):
@@ -154,10 +170,12 @@ def format_table(groups: dict[str, dict]) -> str:
         s, r = m["step_accuracy"], m["error_recall"]
         recall = " ".join(f"{'-' if r[k] is None else format(r[k], '.3f'):>7}"
                           for k in ("step1", "step2", "step3"))
+        b = m.get("balanced_accuracy_mean")
+        bal = "-" if b is None else format(b, ".3f")
         lines.append(f"{name:<11} {m['n']:>5} {s['step1']:>6.3f} {s['step2']:>6.3f} "
                      f"{s['step3']:>6.3f} {m['preference_accuracy']:>6.3f} "
                      f"{m['consistency']:>7.3f} {m['inconsistency']:>9.3f} "
-                     f"{m['parse_failure_rate']:>10.3f} {recall}")
+                     f"{m['parse_failure_rate']:>10.3f} {recall} {bal:>7}")
     return "\n".join(lines)
 
 

@@ -86,6 +86,10 @@ class SupervisedTrainerConfig:
     # compute dtype (fp32 master weights and optimizer either way): auto | float32 | bfloat16;
     # auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.precision)
     dtype: str = "auto"
+    # judges (rm, prm, orm): weight each verdict by its class so that, at every verdict position
+    # (step 1-3, the preference), each label weighs the same in total (SER steps are ~64% True:
+    # an unweighted judge learns to answer True); the loss is then a weighted token mean
+    verdict_balance: bool = False
 
 
 @dataclass
@@ -147,6 +151,9 @@ def check_supervised(cfg: DictConfig) -> None:
     if cfg.judge.template and not Path(cfg.judge.template).is_file():
         raise ConfigError(f"judge.template={cfg.judge.template!r}: no such file (expected a "
                           "judge_template.json, e.g. from `peer-rl judge-template fit`)")
+    if cfg.trainer.verdict_balance and cfg.kind not in JUDGE_KINDS:
+        raise ConfigError(f"trainer.verdict_balance=true: it weighs a judge's verdicts by class "
+                          f"(kinds {', '.join(JUDGE_KINDS)}), not kind={cfg.kind}")
     if cfg.trainer.min_lr_ratio > 1:
         raise ConfigError(f"trainer.min_lr_ratio={cfg.trainer.min_lr_ratio}: expected <= 1")
 

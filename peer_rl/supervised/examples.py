@@ -159,13 +159,14 @@ def expand_image_tokens(ids: list[int], labels: list[int], image_token: int,
 
 
 def build_examples(rows, subset: str, tokenizer, max_length: int,
-                   image_tokens=None) -> Examples:
+                   image_tokens=None, verdicts: bool = False) -> Examples:
     """Tokenize rows of one subset; chats over max_length are dropped, never truncated (a
     truncated SER chat would lose its preference verdict, a truncated SFT target its reply).
 
     image_tokens: (image_token_id, path -> number of tokens) for a vision-language model: rows
     with images are rendered with them (peer_rl.multimodal) and their placeholders expanded as
-    the model's processor does; None trains every row on its words alone."""
+    the model's processor does; None trains every row on its words alone.
+    verdicts: keep each example's target turns' contents (`verdicts`), for balance_verdicts."""
     from peer_rl.multimodal import attach_images, strip_tags
 
     out, too_long, images, n = [], 0, 0, 0
@@ -174,7 +175,8 @@ def build_examples(rows, subset: str, tokenizer, max_length: int,
         paths = list(row.get("images") or []) if image_tokens else []
         msgs = (attach_images(row["messages"], paths, turn=image_turn(subset, row["messages"]))
                 if paths else strip_tags(row["messages"]))
-        ex = tokenize_chat(tokenizer, msgs, target_turns(subset, row["messages"]))
+        turns = target_turns(subset, row["messages"])
+        ex = tokenize_chat(tokenizer, msgs, turns)
         if paths:
             token, count = image_tokens
             ex["input_ids"], ex["labels"] = expand_image_tokens(
@@ -185,8 +187,49 @@ def build_examples(rows, subset: str, tokenizer, max_length: int,
         if not any(lab != IGNORE_INDEX for lab in ex["labels"][1:]):
             continue                            # nothing to learn (cannot happen for valid rows)
         images += bool(row.get("images"))
+        if verdicts:
+            ex["verdicts"] = [row["messages"][i]["content"].strip() for i in turns]
         out.append({**ex, "id": row.get("id", ""), "images": paths})
     return Examples(out, n, too_long, images)
+
+
+def balance_verdicts(examples: list[dict]) -> dict:
+    """Class-balanced verdict weights (trainer.verdict_balance): each target turn of a judge's
+    chat is a verdict at a position (step 1, 2, 3, the preference); at each position every
+    label weighs n / (k x count) (n verdicts there, k distinct labels), so each label's turns
+    together weigh as much as any other's and the position's mean weight stays 1. A judge
+    trained unweighted on SER's ~64% True steps answers True everywhere (error recall 0).
+    Sets `turn_weights` on each example (from its `verdicts`, which it removes); returns
+    {position: {label: (count, weight)}} for the log."""
+    from collections import Counter
+
+    counts: dict[int, Counter] = {}
+    for ex in examples:
+        for pos, label in enumerate(ex["verdicts"]):
+            counts.setdefault(pos, Counter())[label] += 1
+    table = {pos: {label: (c, sum(cnt.values()) / (len(cnt) * c)) for label, c in cnt.items()}
+             for pos, cnt in counts.items()}
+    for ex in examples:
+        ex["turn_weights"] = [table[pos][label][1] for pos, label in enumerate(ex.pop("verdicts"))]
+    return table
+
+
+def token_weights(labels: list[int], turn_weights: list[float]) -> list[float]:
+    """Per-token loss weights: the k-th contiguous run of target labels is the k-th target turn
+    (turns are separated by their prompt tokens) and takes turn_weights[k]; 0 elsewhere."""
+    out, k, inside = [0.0] * len(labels), -1, False
+    for t, lab in enumerate(labels):
+        target = lab != IGNORE_INDEX
+        if target and not inside:
+            k += 1
+        inside = target
+        if target:
+            if k >= len(turn_weights):
+                raise ValueError(f"{k + 1} target runs but {len(turn_weights)} turn weights")
+            out[t] = turn_weights[k]
+    if k + 1 != len(turn_weights):
+        raise ValueError(f"{k + 1} target runs but {len(turn_weights)} turn weights")
+    return out
 
 
 def load_rows(root: str | Path, rel: str, skip_invalid: bool = False, languages=()):
@@ -205,9 +248,11 @@ def load_rows(root: str | Path, rel: str, skip_invalid: bool = False, languages=
 def load_examples(root: str | Path, train_files, tokenizer, max_length: int,
                   skip_invalid: bool = False, max_rows: int = 0,
                   image_tokens=None, view: str = "unified",
-                  template=None, languages=()) -> tuple[list[dict], dict]:
+                  template=None, languages=(), verdict_balance: bool = False
+                  ) -> tuple[list[dict], dict]:
     """All examples of data.train_files, in file order, with a summary of what was read;
-    SER rows are taken in `view` (ser_view; `template` reads them for the outcome view)."""
+    SER rows are taken in `view` (ser_view; `template` reads them for the outcome view).
+    verdict_balance: weight the verdicts by class (balance_verdicts; summary["verdicts"])."""
     examples, summary = [], {"rows": 0, "too_long": 0, "invalid": 0, "with_images": 0,
                              "unreadable": 0, "other_languages": {}, "files": {}}
     for rel in train_files:
@@ -217,7 +262,10 @@ def load_examples(root: str | Path, train_files, tokenizer, max_length: int,
         if subset == "ser" and view != "unified":
             ds, unread = ser_view(ds, view, template)
             summary["unreadable"] += unread
-        built = build_examples(ds, subset, tokenizer, max_length, image_tokens)
+        if verdict_balance and subset != "ser":
+            raise ValueError(f"trainer.verdict_balance weighs a judge's verdicts: "
+                             f"data.train_files entry {rel!r} is not SER rows")
+        built = build_examples(ds, subset, tokenizer, max_length, image_tokens, verdict_balance)
         examples += built.examples
         summary["files"][rel] = len(built.examples)
         summary["rows"] += built.n_rows
@@ -229,6 +277,8 @@ def load_examples(root: str | Path, train_files, tokenizer, max_length: int,
     if not examples:
         raise ValueError(f"no training examples in {list(train_files)} under {root} "
                          f"({summary['too_long']} longer than max_length={max_length})")
+    if verdict_balance:
+        summary["verdicts"] = balance_verdicts(examples)
     summary["examples"] = len(examples)
     summary["target_tokens"] = sum(sum(lab != IGNORE_INDEX for lab in e["labels"][1:])
                                    for e in examples)
@@ -261,15 +311,19 @@ def rank_rows(indices: list[int], rank: int, world_size: int) -> tuple[list[int]
     return mine + [indices[0]] * pad, [True] * len(mine) + [False] * pad
 
 
-def count_targets(example: dict) -> int:
-    """Tokens that carry loss (labels shifted by one: position 0 is never predicted)."""
+def count_targets(example: dict) -> float:
+    """Tokens that carry loss (labels shifted by one: position 0 is never predicted), each
+    counted at its verdict weight when the example has turn weights."""
+    if "turn_weights" in example:
+        return sum(token_weights(example["labels"], example["turn_weights"])[1:])
     return sum(lab != IGNORE_INDEX for lab in example["labels"][1:])
 
 
 def collate(examples: list[dict], pad_id: int, real: list[bool] | None = None,
             pad_to_multiple_of: int = 1) -> dict:
-    """Right-padded LongTensors input_ids, attention_mask, labels (B, T). Rows with real=False
-    (rank padding) keep their tokens but get no labels."""
+    """Right-padded LongTensors input_ids, attention_mask, labels (B, T), and float `weights`
+    (B, T) when the examples have turn weights (balance_verdicts). Rows with real=False (rank
+    padding) keep their tokens but get no labels."""
     import torch
 
     real = real if real is not None else [True] * len(examples)
@@ -278,13 +332,18 @@ def collate(examples: list[dict], pad_id: int, real: list[bool] | None = None,
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(examples), width), dtype=torch.long)
     labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+    weighted = any("turn_weights" in e for e in examples)
+    weights = torch.zeros((len(examples), width), dtype=torch.float32)
     for r, (e, ok) in enumerate(zip(examples, real)):
         n = len(e["input_ids"])
         ids[r, :n] = torch.tensor(e["input_ids"])
         attn[r, :n] = 1
         if ok:
             labels[r, :n] = torch.tensor(e["labels"])
-    return {"input_ids": ids, "attention_mask": attn, "labels": labels}
+            if weighted:
+                weights[r, :n] = torch.tensor(token_weights(e["labels"], e["turn_weights"]))
+    out = {"input_ids": ids, "attention_mask": attn, "labels": labels}
+    return out | ({"weights": weights} if weighted else {})
 
 
 def lr_schedule(optimizer, lr: float, total_steps: int, warmup_steps: int = 0,

@@ -248,7 +248,9 @@ def plan_stage(cfg, kind: str) -> StagePlan:
                                           cfg.trainer.max_length, cfg.data.skip_invalid,
                                           cfg.data.max_rows,
                                           image_tokens=image_token_counter(vision),
-                                          languages=cfg.data.languages, **example_view(kind, extra))
+                                          languages=cfg.data.languages,
+                                          verdict_balance=cfg.trainer.verdict_balance,
+                                          **example_view(kind, extra))
         what = f"example(s) ({summary['target_tokens']} target tokens)"
         if summary["unreadable"]:
             what += (f"; {summary['unreadable']} SER row(s) skipped: the template cannot read "
@@ -262,6 +264,11 @@ def plan_stage(cfg, kind: str) -> StagePlan:
             if summary.get("other_languages") else "")
          + f"read in {time.perf_counter() - t0:.1f} s; "
          f"{total} step(s) of {cfg.trainer.batch_size}")
+    if summary.get("verdicts"):
+        _log("verdicts weighted by class (trainer.verdict_balance): " + "; ".join(
+            f"turn {pos + 1}: " + ", ".join(f"{label[:24]!r} x{n} w{w:.2f}"
+                                            for label, (n, w) in sorted(labels.items()))
+            for pos, labels in sorted(summary["verdicts"].items())))
     if summary.get("with_images"):
         _log(f"{summary['with_images']} row(s) have images: " + (
             "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
@@ -283,6 +290,8 @@ def plan_stage(cfg, kind: str) -> StagePlan:
         "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
         "extra_files": extra, "verbose": bool(cfg.logging.verbose),
     }
+    if cfg.trainer.verdict_balance:     # only then: the digests of unweighted stages stay
+        worker["verdict_balance"] = True
     lora = cfg.model.lora
     if lora.rank:   # only then: a full-weight stage's config (and its digest) stays as it was
         worker["lora"] = {"rank": lora.rank, "lora_alpha": lora.lora_alpha,

@@ -71,8 +71,8 @@ def test_done_stages_are_skipped_and_a_failure_stops_the_chain(tmp_path, capsys)
 
 def _eval_rm(path, step1, pref, n=10):
     m = {"n": n, "step_accuracy": {"step1": step1, "step2": 0.5, "step3": 0.5},
-         "error_recall_mean": 0.25, "preference_accuracy": pref, "consistency": 0.1,
-         "parse_failure_rate": 0.0}
+         "error_recall_mean": 0.25, "balanced_accuracy_mean": 0.55,
+         "preference_accuracy": pref, "consistency": 0.1, "parse_failure_rate": 0.0}
     path.write_text(json.dumps({"metrics": {"all": m}, "majority_baseline": {
         "metrics": {"all": {**m, "step_accuracy": {"step1": 0.7, "step2": 0.6, "step3": 0.6},
                             "error_recall_mean": 0.0, "preference_accuracy": 0.25}}}}))
@@ -98,6 +98,7 @@ def test_report_gives_mean_and_sd_over_seeds_per_method(tmp_path):
     md = write_chain_report({"out": str(out), "seeds": [0, 1]}).read_text()
     judge = [line for line in md.splitlines() if line.startswith("| ")][:4]
     assert judge[1].startswith("| fine-tuned judge | 10 | 0.800 ")
+    assert "| 0.250 | 0.550 | 0.500 |" in judge[1]          # recall, balanced, preference
     assert judge[2].startswith("| majority label | 10 | 0.700 ")
     assert judge[3].startswith("| untuned SmolLM2 | 10 | 0.400 ")
     # reward over all steps (first 5 and last 5 are the same two): peer 1.5 and 2.25

@@ -98,6 +98,15 @@ RECALL = {"en/text": ({"step1": 1.0, "step2": 0.5, "step3": 1.0}, 2.5 / 3),
           "all": ({"step1": 0.5, "step2": 2 / 3, "step3": 1.0}, (0.5 + 2 / 3 + 1.0) / 3)}
 
 
+# balanced accuracy: the mean of the True-labelled and the False-labelled steps' hit rates
+#   all  step1: T-labelled en-1,2,4, zh-1 all True 4/4; F-labelled en-3 right, zh-2 not 1/2 -> 0.75
+#        step2: T en-2, en-4, zh-2 3/3; F en-1 right, en-3 unparseable, zh-1 right 2/3 -> 5/6
+#        step3: T en-1 right, en-4 wrong, zh-1, zh-2 right 3/4; F en-2, en-3 2/2 -> 0.875
+#   zh/visual step3 has no False label -> None
+BALANCED = {"all": ({"step1": 0.75, "step2": 5 / 6, "step3": 0.875}, (0.75 + 5 / 6 + 0.875) / 3),
+            "zh/visual": ({"step1": 0.5, "step2": 1.0, "step3": None}, 0.75)}
+
+
 def check(metrics: dict) -> None:
     assert list(metrics) == ["en/text", "zh/visual", "all"]
     for group, want in EXPECTED.items():
@@ -110,6 +119,10 @@ def check(metrics: dict) -> None:
         recall, mean = RECALL[group]
         assert got["error_recall"] == pytest.approx(recall) and got["error_recall_mean"] == \
             pytest.approx(mean), group
+        if group in BALANCED:
+            per_step, mean = BALANCED[group]
+            assert got["balanced_accuracy"] == pytest.approx(per_step), group
+            assert got["balanced_accuracy_mean"] == pytest.approx(mean), group
 
 
 def test_labels_and_metrics_pure():
@@ -142,8 +155,9 @@ def test_evaluate_writes_report_from_four_batched_rounds(ser_root, tmp_path):
     table = format_table(report["metrics"])
     assert table.splitlines()[0].split() == ["group", "n", "step1", "step2", "step3", "pref",
                                              "consist", "inconsist", "parse_fail", "recall1",
-                                             "recall2", "recall3"]
+                                             "recall2", "recall3", "bal_acc"]
     assert "zh/visual" in table and "0.750" in table
+    assert table.splitlines()[-1].split()[-1] == format((0.75 + 5 / 6 + 0.875) / 3, ".3f")
 
 
 class ScriptedPair:
@@ -254,6 +268,7 @@ def test_the_majority_baseline_answers_the_train_splits_commonest_labels(ser_roo
     assert m["preference_accuracy"] == pytest.approx(2 / 6)
     assert m["consistency"] == pytest.approx(1 / 6)
     assert m["error_recall"] == {"step1": 0.0, "step2": 0.0, "step3": 0.0}
+    assert m["balanced_accuracy"] == {"step1": 0.5, "step2": 0.5, "step3": 0.5}  # constant True
     assert m["parse_failure_rate"] == 0.0
 
 

@@ -8,8 +8,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from peer_rl.config import ConfigError  # noqa: E402
 from peer_rl.supervised.config import load_supervised_config  # noqa: E402
 from peer_rl.data.bundled import sample_root  # noqa: E402
-from peer_rl.supervised.examples import (IGNORE_INDEX, batch_indices, build_examples, collate,  # noqa: E402
-                                count_targets, load_examples, lr_schedule, rank_rows, target_turns,
+from peer_rl.supervised.examples import (IGNORE_INDEX, balance_verdicts, batch_indices,  # noqa: E402
+                                build_examples, collate, count_targets, load_examples,
+                                lr_schedule, rank_rows, target_turns, token_weights,
                                 tokenize_chat)
 
 
@@ -130,6 +131,60 @@ def test_collate_pads_without_labels(tokenizer):
     assert (batch["labels"][1] == IGNORE_INDEX).all()           # rank padding row: no loss
     assert batch["labels"][0].tolist() == a["labels"]
     assert count_targets(a) == sum(lab != IGNORE_INDEX for lab in a["labels"][1:])
+
+
+def test_verdicts_are_balanced_per_position_by_hand():
+    # position 0: three True -> one class, weight 3 / (1 x 3) = 1; position 1: False x2, True x1
+    # -> False 3 / (2 x 2) = 0.75, True 3 / (2 x 1) = 1.5 (each class totals 1.5)
+    examples = [{"verdicts": ["True", "False"]}, {"verdicts": ["True", "True"]},
+                {"verdicts": ["True", "False"]}]
+    table = balance_verdicts(examples)
+    assert [e["turn_weights"] for e in examples] == [[1.0, 0.75], [1.0, 1.5], [1.0, 0.75]]
+    assert table == {0: {"True": (3, 1.0)}, 1: {"False": (2, 0.75), "True": (1, 1.5)}}
+    assert not any("verdicts" in e for e in examples)
+
+
+def test_token_weights_follow_the_target_runs():
+    labels = [IGNORE_INDEX, 5, 6, IGNORE_INDEX, IGNORE_INDEX, 7, IGNORE_INDEX]
+    assert token_weights(labels, [0.5, 2.0]) == [0, 0.5, 0.5, 0, 0, 2.0, 0]
+    for wrong in ([0.5], [0.5, 2.0, 1.0]):
+        with pytest.raises(ValueError, match="target runs"):
+            token_weights(labels, wrong)
+
+
+def test_balanced_sample_examples_weigh_each_step_label_alike(tokenizer):
+    """On the sample's English SER rows: the labels counted from the JSON by hand, each class's
+    turns summing to the same weight at a position, and the weights reaching collate's tensor
+    and the loss's token count."""
+    import json
+    from collections import Counter
+
+    examples, summary = load_examples(sample_root(), ["ser/en/text_train.jsonl"], tokenizer,
+                                      4096, verdict_balance=True)
+    rows = [json.loads(line) for line in
+            (sample_root() / "ser/en/text_train.jsonl").read_text().splitlines() if line.strip()]
+    first = Counter(next(m["content"] for m in r["messages"] if m["role"] == "assistant")
+                    for r in rows)
+    assert {k: n for k, (n, _) in summary["verdicts"][0].items()} == dict(first)
+    for pos in range(4):
+        totals = Counter()
+        for label, (n, w) in summary["verdicts"][pos].items():
+            totals[label] = n * w
+        assert max(totals.values()) == pytest.approx(min(totals.values()))
+    ex = next(e for e in examples if len(set(e["turn_weights"][:3])) > 1)
+    batch = collate([ex], pad_id=0)
+    by_run = [float(batch["weights"][0, a]) for a, _ in runs(ex["labels"])]
+    assert by_run == pytest.approx(ex["turn_weights"])
+    assert float(batch["weights"][0].sum()) == pytest.approx(
+        sum((b - a) * w for (a, b), w in zip(runs(ex["labels"]), ex["turn_weights"])))
+    with pytest.raises(ValueError, match="not SER rows"):
+        load_examples(sample_root(), ["sft/textual_train.jsonl"], tokenizer, 1024,
+                      verdict_balance=True)
+
+
+def test_verdict_balance_is_refused_for_the_policy_naming_the_key():
+    with pytest.raises(ConfigError, match="trainer.verdict_balance"):
+        load_supervised_config(["trainer.verdict_balance=true"], "sft")
 
 
 def test_batches_are_a_function_of_step_and_seed():

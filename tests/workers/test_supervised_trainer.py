@@ -197,3 +197,64 @@ def test_the_bradley_terry_model_refuses_lora_at_start_up():
         load_supervised_config(["recipe=escrag_rm_tiny", "model.lora.rank=8"], "bt")
     with pytest.raises(ConfigError, match=r"model.lora.rank=4: expected model.lora.lora_alpha"):
         load_supervised_config(["model.lora.rank=4", "model.lora.lora_alpha=0"], "rm")
+
+
+@pytest.mark.e2e
+def test_verdict_balance_weighs_the_first_steps_loss_by_class(tiny_models, tmp_path,
+                                                              ray_session):
+    """trainer.verdict_balance: step 1's reported loss (taken before the update) is the class-
+    weighted token mean worked out here with transformers, with class counts and turns read
+    from the decoded targets (not from the code's weights), and differs from the plain mean."""
+    from collections import Counter
+
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoTokenizer
+
+    from peer_rl.data.bundled import sample_root
+    from workers.fsdp import load_pretrained
+    from peer_rl.supervised.examples import IGNORE_INDEX, batch_indices, load_examples
+    from peer_rl.trainer.supervised import run_supervised
+
+    judge, out = tiny_models["judge"], tmp_path / "rm"
+    cfg = load_supervised_config(overrides(out, judge, 1, **{
+        "trainer.verdict_balance": "true", "trainer.lr": 0.0, "trainer.dtype": "float32",
+        "trainer.save_freq": 0, "data.train_files": "[ser/zh/text_train.jsonl]"}), "rm")
+    run_supervised(cfg, "rm")
+    reported = metrics(out)[0]["loss"]
+
+    tok = AutoTokenizer.from_pretrained(judge)
+    examples, _ = load_examples(sample_root(), list(cfg.data.train_files), tok, 360)
+
+    def turns(ex):      # (label text, target positions) per contiguous run of targets
+        out_, cur = [], []
+        for t, lab in enumerate(ex["labels"] + [IGNORE_INDEX]):
+            if lab != IGNORE_INDEX:
+                cur.append(t)
+            elif cur:
+                out_.append((tok.decode([ex["input_ids"][i] for i in cur])
+                             .replace(tok.eos_token, "").strip(), cur))
+                cur = []
+        return out_
+
+    counts = [Counter() for _ in range(4)]
+    for ex in examples:
+        for pos, (label, _) in enumerate(turns(ex)):
+            counts[pos][label] += 1
+    assert all(len(c) >= 2 for c in counts[:3])        # both labels at every step
+    model = load_pretrained(judge).float().eval()
+    num = den = plain = n_tokens = 0.0
+    for i in batch_indices(len(examples), 4, 0, 0):
+        ex = examples[i]
+        with torch.no_grad():
+            logits = model(torch.tensor([ex["input_ids"]])).logits[0].float()
+        for pos, (label, where) in enumerate(turns(ex)):
+            c = counts[pos]
+            w = sum(c.values()) / (len(c) * c[label])
+            for t in where:
+                if t == 0:
+                    continue
+                ce = float(F.cross_entropy(logits[t - 1:t], torch.tensor([ex["input_ids"][t]])))
+                num, den, plain, n_tokens = num + w * ce, den + w, plain + ce, n_tokens + 1
+    assert reported == pytest.approx(num / den, rel=1e-4)
+    assert abs(num / den - plain / n_tokens) > 1e-3       # the weights changed this batch's loss
