@@ -56,3 +56,19 @@ def test_vllm_decodes_it_greedily_as_transformers_does(smollm2):
            llm.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0), use_tqdm=False)]
     assert got == expected
     assert tok.decode(got[0]).startswith("I'm sorry to hear that you're going through")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["policy", "judge"])
+def test_the_shipped_adapters_were_trained_on_what_this_code_trains_on(smollm2, name):
+    """A fresh clone's `peer-rl chain smollm2` uses the shipped SmolLM2 adapters only while
+    their recipes, start model, data and rendered examples are this code's: after a change to
+    any of them, `peer-rl models build-smollm2` must be run (and its adapters committed)."""
+    from peer_rl.trainer.shipped_adapters import (ADAPTER, BUILD_COMMAND, SHIPPED_DIR,
+                                                  stage_config)
+    from peer_rl.trainer.tiny_cache import config_inputs, shipped_model
+
+    cfg, kind = stage_config(name, [f"model.path={smollm2}"])
+    path, why = shipped_model(name, config_inputs(cfg, kind), SHIPPED_DIR, label="SmolLM2",
+                              build=BUILD_COMMAND, needs=ADAPTER)
+    assert path, why

@@ -39,6 +39,7 @@ class Cmd:
     output: str = "dir"  # dir: a directory the command owns; file: one file it writes
     force: bool = True   # the command has --force (else a rerun continues its own output)
     work: str = ""       # "module:attr" replaced by Reached (empty: the command runs for real)
+    owner: str = ""      # the marker's command when it is not `name` (a stage's front door)
 
 
 def _grpo_input(w):
@@ -73,6 +74,12 @@ COMMANDS = [
         work="peer_rl.cli.index:load_exemplars"),
     Cmd("models build-tiny", lambda o, w: ["models", "build-tiny", "--out", o], "",
         work="peer_rl.trainer.tiny_cache:build_shipped_tiny_models"),
+    Cmd("models build-smollm2", lambda o, w: ["models", "build-smollm2", "--out", o], "",
+        work="peer_rl.trainer.shipped_adapters:build_shipped_adapters"),
+    Cmd("models use-smollm2", lambda o, w: ["models", "use-smollm2", "judge", "--out", o,
+                                            f"data.root={w / 'root'}",
+                                            f"model.path={w / 'model'}"], "root", force=False,
+        work="peer_rl.trainer.shipped_adapters:config_inputs", owner="train-rm"),
     Cmd("eval rm", lambda o, w: ["eval", "rm", "--data", str(w / "root"), "--model",
                                  str(w / "model"), "--out", o], "root", output="file",
         work="peer_rl.evaluation.rm:evaluate_rm"),
@@ -178,7 +185,7 @@ def _make_own(cmd: Cmd, out: Path) -> None:
     else:
         out.mkdir()
         (out / "earlier.txt").write_text("an earlier output\n")
-        (out / MARKER).write_text(json.dumps({"command": cmd.name}))
+        (out / MARKER).write_text(json.dumps({"command": cmd.owner or cmd.name}))
 
 
 def _expect_refusal(cmd, layout):

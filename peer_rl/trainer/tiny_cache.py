@@ -96,9 +96,15 @@ def stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     renders from it. Paths and machine settings are left out, so the same inputs give the
     same digests on any machine."""
     from peer_rl.supervised.config import load_supervised_config
+
+    return config_inputs(load_supervised_config([f"model.tiny_cache_dir={cache_dir}"], kind),
+                         kind)
+
+
+def config_inputs(cfg, kind: str) -> dict[str, str]:
+    """stage_inputs of a loaded supervised config (any recipe, any starting model)."""
     from peer_rl.trainer.supervised import RUN_ONLY_KEYS, plan_stage
 
-    cfg = load_supervised_config([f"model.tiny_cache_dir={cache_dir}"], kind)
     with contextlib.redirect_stdout(io.StringIO()):     # the stage's own log lines, not ours
         plan = plan_stage(cfg, kind)
     worker = {k: v for k, v in plan.worker.items() if k not in RUN_ONLY_KEYS}
@@ -145,7 +151,7 @@ def inputs_sha256(inputs: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def read_manifest(shipped_dir: Path | None = None) -> dict:
+def read_manifest(shipped_dir: Path | None = None, build: str = BUILD_COMMAND) -> dict:
     path = Path(shipped_dir or SHIPPED_DIR) / MANIFEST
     if not path.exists():
         return {}
@@ -154,24 +160,25 @@ def read_manifest(shipped_dir: Path | None = None) -> dict:
         for entry in manifest.get("models", {}).values():
             entry["inputs"]            # every model's entry carries its inputs' digests
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path}: not a manifest of shipped tiny models ({exc!r}); restore it "
-                         f"from the repository or rebuild with `{BUILD_COMMAND}`") from exc
+        raise ValueError(f"{path}: not a manifest of shipped models ({exc!r}); restore it "
+                         f"from the repository or rebuild with `{build}`") from exc
     return manifest
 
 
-def shipped_model(name: str, inputs: dict[str, str], shipped_dir: Path | None = None
+def shipped_model(name: str, inputs: dict[str, str], shipped_dir: Path | None = None,
+                  label: str = "tiny", build: str = BUILD_COMMAND, needs: str = "config.json"
                   ) -> tuple[str | None, str]:
-    """(path, "") when the shipped tiny `name` was trained on exactly these inputs, else
-    (None, why not)."""
+    """(path, "") when the shipped `label` `name` (its directory holding `needs`) was trained
+    on exactly these inputs, else (None, why not)."""
     shipped_dir = Path(shipped_dir or SHIPPED_DIR)
-    entry = read_manifest(shipped_dir).get("models", {}).get(name)
+    entry = read_manifest(shipped_dir, build).get("models", {}).get(name)
     model = Path(shipped_dir) / name
-    if not entry or not (model / "config.json").exists():
-        return None, f"no shipped tiny {name} in {shipped_dir}"
+    if not entry or not (model / needs).exists():
+        return None, f"no shipped {label} {name} in {shipped_dir}"
     differ = [k for k in sorted(inputs) if entry["inputs"].get(k) != inputs[k]]
     if differ:
-        return None, (f"the shipped tiny {name} was trained on other inputs ({', '.join(differ)}"
-                      f" differ; `{BUILD_COMMAND}` rebuilds it)")
+        return None, (f"the shipped {label} {name} was trained on other inputs ({', '.join(differ)}"
+                      f" differ; `{build}` rebuilds it)")
     return str(model), ""
 
 
@@ -222,7 +229,6 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
     import torch
     import transformers
 
-    from peer_rl.data.out_paths import mark_dir
     from peer_rl.supervised.config import load_supervised_config
 
     out_dir = Path(out_dir).resolve()
@@ -242,17 +248,24 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
             manifest["models"][name] = {"kind": kind, "recipe": cfg.recipe, "steps": state["step"],
                                         "final_loss": round(state["loss"], 4),
                                         "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-        mark_dir(staging, BUILT_BY)     # what a later build may replace
-        # copied beside out_dir first, then swapped in by renames: never a half-written copy
-        new, old = (out_dir.with_name(out_dir.name + suffix) for suffix in (".new", ".old"))
-        for leftover in (new, old):
-            shutil.rmtree(leftover, ignore_errors=True)
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(staging, new)
-        if out_dir.exists():
-            os.replace(out_dir, old)
-        os.replace(new, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(staging, out_dir, manifest, BUILT_BY)
     _log(f"tiny judge and policy written to {out_dir}")
     return out_dir
+
+
+def swap_in(staging: Path, out_dir: Path, manifest: dict, built_by: str) -> None:
+    """`staging` with its manifest becomes `out_dir`: copied beside it, then swapped in by
+    renames, so a reader never meets a half-written copy."""
+    from peer_rl.data.out_paths import mark_dir
+
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    mark_dir(staging, built_by)     # what a later build may replace
+    new, old = (out_dir.with_name(out_dir.name + suffix) for suffix in (".new", ".old"))
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(staging, new)
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(new, out_dir)
+    shutil.rmtree(old, ignore_errors=True)

@@ -71,3 +71,8 @@ def test_the_chain_hands_each_stage_on(smollm2_shaped, tmp_path, capsys):
     # the three policies: the SFT start held out, both GRPO methods in the training table
     assert "| peer | 1 | 1 |" in md and "| peer_rur | 1 | 1 |" in md
     assert Path(out / "logs" / "grpo_peer_s0.log").exists()
+    # another start model than the shipped adapters': both stages trained here, and said why
+    for stage, name in (("sft", "policy"), ("judge", "judge")):
+        log = (out / "logs" / f"{stage}.log").read_text()
+        assert f"the shipped SmolLM2 {name} was trained on other inputs" in log, log[-2000:]
+        assert "start_model" in log.split("other inputs", 1)[1].split(")", 1)[0]
