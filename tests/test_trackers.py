@@ -144,3 +144,19 @@ def test_wandb_auto_is_offline_without_a_key_or_a_server_and_online_with_both(tm
     assert wandb_mode("online") == ("online", "trainer.wandb.mode=online")
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert wandb_mode("auto")[0] == "offline"
+
+
+@pytest.mark.e2e    # a `peer-rl train` subprocess (Ray starts; the pools must not)
+def test_a_run_with_a_bad_tracking_uri_stops_before_its_pools_start(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "a_file").write_text("not a directory")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train",
+                           f"trainer.output_dir={out}", "trainer.loggers=[jsonl,mlflow]",
+                           f"trainer.mlflow.tracking_uri=sqlite:///{tmp_path}/a_file/m.db"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "trainer.mlflow.tracking_uri: no MLflow store at sqlite:///" in proc.stderr
+    assert "pools ready" not in proc.stdout and "engine dtype" in proc.stdout, proc.stdout

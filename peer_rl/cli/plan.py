@@ -33,10 +33,15 @@ def _errors() -> dict:
 
 def _print_probe(cfg, plan) -> None:
     """Ray's own placement of the run, beside the plan's."""
-    from peer_rl.planning.probe import node_map, probe
+    from peer_rl.planning.probe import in_use, node_map, probe
 
+    held = in_use()
     found, refused = probe(cfg)
     print("\nprobe: where Ray placed each bundle")
+    if held:
+        print(f"  the cluster is in use ({', '.join(f'{v:g} {k}' for k, v in held.items())} "
+              "held by other work after 30 s): Ray places around it, while the plan is of "
+              "empty nodes")
     for p in found:
         gpus = f" GPU ids {','.join(p.gpu_ids)}" if p.gpu_ids else ""
         print(f"  {p.pool:13s} {p.index:3d}  node {p.node}{gpus}  CPU {p.cpus:g}")

@@ -1,9 +1,11 @@
 """Where each pool's bundles land: Ray's placement strategies replayed over the cluster's nodes
 in the order the run creates its groups (peer_rl.planning.pools), and each GPU bundle given GPU
-slots on its node. PACK puts a group on the least used node that holds it whole, else fills
-the least used nodes first; SPREAD puts each bundle on the node holding fewest of the group's bundles so far. Ray
-chooses among equal nodes its own way, so node numbers may differ; how many bundles share a node
-does not (`peer-rl plan --probe` shows Ray's own map)."""
+slots on its node. Nodes are scored as Ray's LeastResourceScorer scores them (the share of each
+requested resource left after the bundle, summed: the least used node scores highest); PACK
+fills the best node for one bundle with as much of the group as fits, then the next best;
+SPREAD gives each bundle the best node the group has not used yet, then the best of those it
+has. Ray chooses among equal scores its own way, so node numbers may differ; how many bundles
+share a node does not (`peer-rl plan --probe` shows Ray's own map)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -71,37 +73,56 @@ class Placement:
         self.slots.append(slot)
         return slot
 
+    def _score(self, node: int, b: dict) -> float:
+        """Ray's LeastResourceScorer (src/ray/raylet/scheduling/policy/scorer.cc): over the
+        bundle's resources, the sum of (available - requested) / available (0 where none is
+        available); -1 where the bundle does not fit. Higher is better: the least used node."""
+        if not self._fits(node, b):
+            return -1.0
+        score = 0.0
+        for avail, need in ((self.cpus[node], b["CPU"]),
+                            (sum(self.gpu_free[node]), b.get("GPU", 0.0))):
+            if need and avail > EPS:
+                score += (avail - need) / avail
+        return score
+
+    def _best(self, candidates, b: dict) -> int | None:
+        """The highest-scoring candidate (Ray breaks ties by its hash map's order; here the
+        first node)."""
+        scored = [(self._score(k, b), k) for k in candidates]
+        scored = [(sc, k) for sc, k in scored if sc >= 0]
+        return max(scored, key=lambda t: (t[0], -t[1]))[1] if scored else None
+
     def place(self, pool: str, b: dict, n: int, strategy: str) -> Unplaced | None:
-        """Place `n` bundles `b` of `pool`; what could not be placed (nothing placed then)."""
+        """Place `n` bundles `b` of `pool` as Ray's bundle scheduling policies do
+        (bundle_scheduling_policy.cc); what could not be placed (nothing placed then).
+        PACK: the best node for one bundle takes as many of the group as fit, the next best
+        node the rest, and so on. SPREAD: each bundle on the best node not yet used by the
+        group, else the best of those it uses."""
         saved = (list(self.cpus), [list(g) for g in self.gpu_free], len(self.slots))
-        nodes = range(len(self.nodes))
+        candidates = list(range(len(self.nodes)))
+        i = 0
         if strategy == "PACK":
-            # of the nodes that hold the group whole, the least used one (as Ray's scheduler
-            # chose on the local two-node cluster), the first on a tie
-            whole = min((k for k in nodes if self._fits(k, b, n)),
-                        key=lambda k: (-sum(self.gpu_free[k]), -self.cpus[k], k), default=None)
-            order = [whole] * n if whole is not None else None
-            if order is None:      # spilled: the least used nodes filled first
-                order, i = [], 0
-                for k in sorted(nodes, key=lambda k: (-sum(self.gpu_free[k]), -self.cpus[k], k)):
-                    while i < n and self._fits(k, b):
-                        self._take(pool, i, k, b)
-                        order.append(k)
-                        i += 1
-                if i == n:
-                    return None
-                return self._undo(saved, pool, b, n)
-            for i, k in enumerate(order):
-                self._take(pool, i, k, b)
+            while i < n:
+                k = self._best(candidates, b)
+                if k is None:
+                    return self._undo(saved, pool, b, n)
+                while i < n and self._fits(k, b):
+                    self._take(pool, i, k, b)
+                    i += 1
+                candidates.remove(k)
             return None
-        counts = [0] * len(self.nodes)
+        used: list[int] = []
         for i in range(n):
-            fit = [k for k in nodes if self._fits(k, b)]
-            if not fit:
-                return self._undo(saved, pool, b, n)
-            k = min(fit, key=lambda k: (counts[k], k))
+            k = self._best(candidates, b)
+            if k is not None:
+                candidates.remove(k)
+                used.append(k)
+            else:
+                k = self._best(used, b)
+                if k is None:
+                    return self._undo(saved, pool, b, n)
             self._take(pool, i, k, b)
-            counts[k] += 1
         return None
 
     def _undo(self, saved, pool: str, b: dict, n: int) -> Unplaced:

@@ -4,6 +4,7 @@ is loaded and no CUDA call is made, so it runs on nodes that only declare GPUs (
 two-node cluster with HEAD_GPUS / WORKER_GPUS) as on real ones."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import ray
@@ -28,6 +29,21 @@ class Probed:
     node: int            # index of the node in ray.nodes()' alive order (as --from-ray plans)
     gpu_ids: list[str]
     cpus: float
+
+
+def in_use(wait_s: float = 30.0) -> dict[str, float]:
+    """The CPUs and GPUs something holds on the cluster after waiting up to `wait_s` for them
+    to be freed ({} once idle). Removing a placement group or killing an actor frees its
+    resources asynchronously, so the previous probe's groups may still hold some: a probe
+    placed around them would not be the empty cluster's placement that `plan` works out."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        total, free = ray.cluster_resources(), ray.available_resources()
+        held = {k: round(total.get(k, 0.0) - free.get(k, 0.0), 3) for k in ("CPU", "GPU")}
+        held = {k: v for k, v in held.items() if v > 1e-6}
+        if not held or time.monotonic() > deadline:
+            return held
+        time.sleep(0.25)
 
 
 def probe(cfg, timeout_s: float = 20.0) -> tuple[list[Probed], str]:

@@ -52,7 +52,10 @@ TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
 
 class Controller:
     def __init__(self, cfg, pools: Pools, rows: list[dict], output_dir: Path,
-                 policy_template=None, side_files: dict[str, str] | None = None):
+                 policy_template=None, side_files: dict[str, str] | None = None,
+                 trackers=None):
+        """`trackers`: the run's W&B / MLflow runs when the caller opened them (run.py does,
+        before the pools start, so a bad tracking URI fails in seconds); else opened here."""
         self.cfg, self.pools, self.out = cfg, pools, Path(output_dir)
         # peer_rl.prompts.policy.PolicyTemplate: written beside every exported policy, so an
         # evaluation asks it the way it was trained (None: the method builds its own prompts)
@@ -98,8 +101,9 @@ class Controller:
                                    cfg.data.shuffle, cursor)
         self.metrics = MetricsSink(self.out, list(t.loggers),
                                    resume_step=self.step if resume_dir else None,
-                                   trackers=open_trackers(cfg, self.out, resume_dir is not None,
-                                                          public_config(cfg)))
+                                   trackers=trackers or open_trackers(
+                                       cfg, self.out, resume_dir is not None,
+                                       public_config(cfg)))
         self.stopped_by: str | None = None     # the signal that stopped fit() early
         self.evaluator = None
         if t.eval_freq:    # inputs are read now: a bad file fails before step 1

@@ -257,6 +257,8 @@ def _train(cfg, out: Path) -> Path:
     from peer_rl.models.pinned import card_files, check_languages
     from peer_rl.trainer.placement import PoolFactory
     from peer_rl.trainer.preemption import RunStopped, StopRequest
+    from peer_rl.config import public_config
+    from peer_rl.trackers import open_trackers
 
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
@@ -288,8 +290,11 @@ def _train(cfg, out: Path) -> Path:
         kv_line = factory.kv_cache_line()
         if kv_line:
             print(f"[peer-rl] {kv_line}", flush=True)
-        pools = plots = None
+        pools = plots = trackers = None
         try:
+            # W&B / MLflow runs before the pools: a bad tracking URI or key fails in seconds
+            trackers = open_trackers(cfg, out, resume_checkpoint(cfg, out) is not None,
+                                     public_config(cfg))
             pools = factory.make_pools()
             print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: "
                   + ", ".join(f"{name} x{len(getattr(pools, name))} ({s:.0f} s)"
@@ -298,11 +303,14 @@ def _train(cfg, out: Path) -> Path:
             print(f"[peer-rl] actor: {ray.get(pools.actor[0].recomputation.remote())['line']}",
                   flush=True)
             controller = Controller(cfg, pools, rows, out, policy_template=template,
-                                    side_files=card_files(policy))
+                                    side_files=card_files(policy), trackers=trackers)
+            trackers = None                  # the controller's metrics sink closes them
             steps = controller.fit(stop, plot=False)
             # the figures (~1 s of matplotlib) are drawn while the pools and Ray shut down
             plots = ThreadPoolExecutor(1).submit(controller.plot)
         finally:
+            if trackers is not None:         # the pools never got to a controller
+                trackers.close(ok=False)
             factory.shutdown(pools)
             ray.shutdown()  # flush actor logs now, before the summary lines below
     if plots is not None:

@@ -62,8 +62,8 @@ def test_spread_and_pack_by_hand():
     p = Placement(nodes)
     assert p.place("rollout", {"CPU": 1, "GPU": 1}, 3, "SPREAD") is None
     assert [(s.node, list(s.gpus)) for s in p.slots] == [(0, [0]), (1, [0]), (0, [1])]
-    # 2 GPUs left on node 0, 3 on node 1: no node holds 4, so PACK fills the less used node 1
-    # first, then node 0
+    # 2 GPUs left on node 0, 3 on node 1: node 1 scores higher (14/15 + 2/3 against 13/14 +
+    # 1/2), takes the 3 it holds, and node 0 the fourth
     assert p.place("actor", {"CPU": 1, "GPU": 1}, 4, "PACK") is None
     assert [(s.node, list(s.gpus)) for s in p.slots[3:]] == [(1, [1]), (1, [2]), (1, [3]),
                                                              (0, [2])]
@@ -72,6 +72,24 @@ def test_spread_and_pack_by_hand():
     assert [(s.node, s.gpus) for s in p.slots[7:]] == [(0, {3: 0.5}), (0, {3: 0.5})]
     left = p.place("extra", {"CPU": 1, "GPU": 1}, 1, "PACK")
     assert left is not None and left.free_gpus == 0 and len(p.slots) == 9
+
+
+def test_nodes_are_chosen_by_rays_least_resource_score():
+    """Worked by hand from Ray's scorer: score = sum over the bundle's resources of
+    (available - requested) / available, highest first."""
+    # PACK, 3 x {1 CPU, 1 GPU}: node 0 (8 CPU, 2 GPU) scores 7/8 + 1/2 = 1.375, node 1 (2 CPU,
+    # 4 GPU) 1/2 + 3/4 = 1.25: node 0 takes the two it holds, node 1 the third (choosing the
+    # node with more free GPUs first would put two on node 1)
+    p = Placement([Node(cpus=8, gpus=2, gpu_memory_gib=80), Node(cpus=2, gpus=4,
+                                                                 gpu_memory_gib=80)])
+    assert p.place("actor", {"CPU": 1, "GPU": 1}, 3, "PACK") is None
+    assert [(s.node, list(s.gpus)) for s in p.slots] == [(0, [0]), (0, [1]), (1, [0])]
+    # SPREAD after a pack on node 0: node 0 scores 13/14 + 1/2, nodes 1 and 2 15/16 + 3/4, so
+    # the engines go to nodes 1 and 2 (the node holding fewest of the group first would pick 0)
+    p = Placement([Node(cpus=16, gpus=4, gpu_memory_gib=80)] * 3)
+    assert p.place("actor", {"CPU": 1, "GPU": 1}, 2, "PACK") is None
+    assert p.place("rollout", {"CPU": 1, "GPU": 1}, 2, "SPREAD") is None
+    assert [s.node for s in p.slots] == [0, 0, 1, 2]
 
 
 def test_a_group_that_does_not_fit_places_nothing():

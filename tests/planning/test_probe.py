@@ -46,6 +46,7 @@ def _probed(out: str) -> list[tuple[str, int, list[str]]]:
 def test_the_probe_places_what_the_plan_says(gpu_cluster, recipe, sizes):
     proc = _plan(gpu_cluster, f"recipe={recipe}", *SHAPES, *sizes)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "the cluster is in use" not in proc.stdout, proc.stdout     # the last probe's freed
     assert "probe matches the plan's GPU bundles per node" in proc.stdout, proc.stdout
     probed = _probed(proc.stdout)
     assert probed
