@@ -91,14 +91,17 @@ def test_runtime_env_upload_holds_the_code_and_excludes_venv_git_outputs(tmp_pat
 def test_runtime_env_upload_carries_every_bundled_file_a_default_run_reads(tmp_path):
     """The default `peer-rl train` inside a job reads the uploaded copy of peer_rl/bundled/ (the
     working dir comes first on PYTHONPATH): the shipped tiny models' weights must travel with
-    it, while weights anywhere else in the tree (a user's checkpoints) stay out."""
+    it (and the SmolLM2 adapters `peer-rl chain smollm2` merges), while weights anywhere else in
+    the tree (a user's checkpoints) stay out."""
     from ray._private.runtime_env.packaging import create_package
 
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout.split()
     needed = [n for n in tracked if n.startswith(("peer_rl/bundled/", "recipes/"))]
     weights = [n for n in needed if n.endswith(".safetensors")]
-    assert sorted(weights) == ["peer_rl/bundled/models/tiny/judge/model.safetensors",
+    assert sorted(weights) == ["peer_rl/bundled/models/smollm2/judge/adapter_model.safetensors",
+                               "peer_rl/bundled/models/smollm2/policy/adapter_model.safetensors",
+                               "peer_rl/bundled/models/tiny/judge/model.safetensors",
                                "peer_rl/bundled/models/tiny/policy/model.safetensors"], weights
     tree = tmp_path / "repo"                 # the checkout, plus a user's checkpoint in it
     for name in tracked:
