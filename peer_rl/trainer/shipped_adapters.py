@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from peer_rl.trainer.supervised import _log, run_supervised
+from peer_rl.trainer.supervised import _log, install_final, run_supervised
 from peer_rl.trainer.tiny_cache import (MANIFEST, config_inputs, inputs_sha256, read_manifest,
                                         shipped_model, swap_in)
 
@@ -85,7 +85,6 @@ def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name:
     and renamed in whole."""
     from peft import PeftModel
 
-    from peer_rl.runtime import fsync_tree
     from workers.fsdp import copy_model_files, load_pretrained
 
     entry = manifest["models"][name]
@@ -104,11 +103,7 @@ def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name:
     (tmp / SHIPPED_FROM).write_text(json.dumps(
         {"adapter": str(adapter_dir), "built": manifest.get("built"),
          "inputs_sha256": entry["inputs_sha256"]}, indent=1), encoding="utf-8")
-    fsync_tree(tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    return final
+    return install_final(tmp, final)
 
 
 def ship_adapter(trained_adapter: Path, dest: Path) -> None:

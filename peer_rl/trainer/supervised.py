@@ -178,13 +178,20 @@ class TemplateMismatch(ValueError):
 
 def _export_final(ckpt_dir: Path, out: Path) -> Path:
     """<out>/final from a checkpoint's model/: written to final.tmp, then renamed into place."""
-    final, tmp, old = out / "final", out / "final.tmp", out / "final.old"
+    final, tmp = out / "final", out / "final.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(ckpt_dir / "model", tmp)
     (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
                                   encoding="utf-8")
+    return install_final(tmp, final)
+
+
+def install_final(tmp: Path, final: Path) -> Path:
+    """`tmp`, written whole, becomes the stage's `final`: fsynced, then swapped in by renames
+    (an earlier final is moved aside first, so a reader never meets half of either)."""
     from peer_rl.runtime import fsync_tree
 
+    old = final.with_name(final.name + ".old")
     fsync_tree(tmp)                 # on disk before the rename makes it the stage's final/
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
