@@ -9,45 +9,89 @@ without it, ~5 GB with).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from peer_rl.kv_cache import text_config
 
 GiB = 2**30
 SETTINGS = ("auto", "true", "false")
 
 
-def stored_activation_bytes(config: dict, tokens: int, row_len: int, dtype_bytes: int = 4) -> int:
-    """What a training forward of `tokens` tokens (rows of up to `row_len`) keeps for backward
-    without recomputation, over all decoder layers: per token and layer ~8 hidden-size vectors
-    (norm inputs and outputs, Q, K, V, attention output, the residual adds), 3 MLP-width ones
-    (gate, up, their product) and one attention probability per head and key position. An upper
-    bound where K/V are grouped or the attention kernel keeps no probabilities."""
-    text = text_config(config)
-    h, i = text["hidden_size"], text["intermediate_size"]
-    per_token_layer = 8 * h + 3 * i + text["num_attention_heads"] * row_len
-    return per_token_layer * dtype_bytes * tokens * text["num_hidden_layers"]
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def recomputed_activation_bytes(config: dict, tokens: int, row_len: int,
-                                dtype_bytes: int = 4) -> int:
+@dataclass(frozen=True)
+class Trained:
+    """What a training forward computes in and what trains: the compute dtype's bytes, and
+    LoRA adapters of `lora_rank` on the decoder layer's linear layers named in `adapted`
+    (rank 0: full weights, every linear layer and the norms train)."""
+    dtype_bytes: int = 4
+    lora_rank: int = 0
+    adapted: tuple[str, ...] = LINEAR
+
+
+def adapted_linears(targets) -> tuple[str, ...]:
+    """The decoder layer's linear layers a LoRA target list names ("all-linear": all 7)."""
+    targets = list(targets)
+    return LINEAR if "all-linear" in targets else tuple(n for n in LINEAR if n in targets)
+
+
+def layer_activation_bytes(config: dict, trained: Trained = Trained()) -> int:
+    """What one decoder layer keeps for backward per token, with SDPA attention as the policy
+    runs it (packed rows or transformers' "sdpa": its flash and memory-efficient kernels keep
+    Q, K, V, the output and a float32 log-sum-exp per head, never the attention
+    probabilities). Always: those, 3 MLP-width values (gate, up, the activation: the product's
+    and the activation's inputs) and both norms' float32 inputs (the norms upcast). A linear
+    layer that trains keeps its input too (q/k/v share one, gate/up one; o's is the attention
+    output reshaped, down's the MLP product); a frozen one keeps only its weight. Full weights
+    keep both norms' outputs (their weights train); LoRA each adapter's rank-wide hidden.
+    Held against what autograd saves in the policy worker's own forward
+    (tests/workers/test_policy_activations.py)."""
+    t = text_config(config)
+    h, i, heads = t["hidden_size"], t["intermediate_size"], t["num_attention_heads"]
+    kv = (t.get("num_key_value_heads") or heads) * (t.get("head_dim") or h // heads)
+    full = not trained.lora_rank
+    trains = set(LINEAR if full else trained.adapted)
+    inputs = (h * bool(trains & {"q_proj", "k_proj", "v_proj"}) + h * ("o_proj" in trains)
+              + h * bool(trains & {"gate_proj", "up_proj"}) + i * ("down_proj" in trains))
+    values = 2 * h + 2 * kv + 3 * i + inputs + (2 * h if full else trained.lora_rank * len(trains))
+    return trained.dtype_bytes * values + 2 * 4 * h + 4 * heads
+
+
+def stored_activation_bytes(config: dict, tokens: int, trained: Trained = Trained()) -> int:
+    """What a training forward of `tokens` tokens keeps for backward over all decoder layers,
+    without recomputation."""
+    layers = text_config(config)["num_hidden_layers"]
+    return layer_activation_bytes(config, trained) * tokens * layers
+
+
+def recomputed_activation_bytes(config: dict, tokens: int, trained: Trained = Trained()) -> int:
     """The same forward with each decoder layer recomputed in backward: every layer keeps only
     its input (one hidden-size vector per token), and one layer's activations are live again
     while its backward runs."""
     text = text_config(config)
-    layers = text["num_hidden_layers"]
-    inputs = text["hidden_size"] * dtype_bytes * tokens * layers
-    return inputs + stored_activation_bytes(config, tokens, row_len, dtype_bytes) // layers
+    inputs = text["hidden_size"] * trained.dtype_bytes * tokens * text["num_hidden_layers"]
+    return inputs + layer_activation_bytes(config, trained) * tokens
 
 
-def fitted_token_budget(config: dict, budget: int, max_row_len: int, cap_bytes: float,
-                        dtype_bytes: int = 4, step: int = 128) -> int:
+def logprob_head_bytes(config: dict, chunk_tokens: int) -> int:
+    """The output layer's peak over one chunk of actor.logits_chunk_size positions
+    (peer_rl.token_logprobs): its float32 logits (chunk x vocabulary) about 3 times over in the
+    forward (logits, log-sum-exp's exponentials, the entropy metric's softmax and product) and
+    5 times over in backward, where the recomputed logits stay beside the gradients of the
+    log-sum-exp, the gather and their sum. Measured on this project's CPU machine: 0.94 GiB
+    for a 1,024-position chunk of SmolLM2's 49,152-token vocabulary, 5.0 x (chunk x V x 4)."""
+    return 5 * 4 * chunk_tokens * text_config(config)["vocab_size"]
+
+
+def fitted_token_budget(config: dict, budget: int, cap_bytes: float,
+                        trained: Trained = Trained(), step: int = 128) -> int:
     """The token budget a rank runs at under `actor.micro_batch_activation_gib`: `budget` itself
     if a forward of that many tokens keeps at most `cap_bytes` of activations for backward, else
     the largest multiple of `step` below it that does (at least `step`, never more than
-    `budget`; a row longer than the budget still runs, alone). Rows are at most `max_row_len`
-    long (0: the budget)."""
+    `budget`; a row longer than the budget still runs, alone)."""
     def fits(tokens: int) -> bool:
-        row = min(max_row_len or tokens, tokens)
-        return stored_activation_bytes(config, tokens, row, dtype_bytes) <= cap_bytes
+        return stored_activation_bytes(config, tokens, trained) <= cap_bytes
 
     if cap_bytes <= 0 or budget <= 0 or fits(budget):
         return budget

@@ -72,6 +72,11 @@ class ActorConfig(PolicySettings):
     # (resources.actor.cpus_per_worker, at least one). More than the bundle suits a synchronous
     # CPU run, where the update has the machine to itself while the engines wait
     num_threads: int = 0
+    # glibc's mmap threshold in each rank's process (MALLOC_MMAP_THRESHOLD_), MiB: a tensor of at
+    # least this size is mapped on its own and returned to the system when freed. 0 = glibc's
+    # default, whose threshold rises to 32 MiB after the first large free, after which its heap
+    # keeps freed activations resident (a CPU rank's peak then exceeds what it holds at once)
+    malloc_mmap_threshold_mib: float = 0.0
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
 
@@ -345,7 +350,8 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
                  "actor.micro_batch_activation_gib",
                  "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
-                 "actor.num_threads", "data.max_history_turns", "model.lora.rank")
+                 "actor.num_threads", "data.max_history_turns", "model.lora.rank",
+                 "actor.malloc_mmap_threshold_mib")
 _CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
             "actor.kl_loss_type": ("low_var_kl", "kl"),
             "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),

@@ -2,7 +2,9 @@
 choice it leads to."""
 from __future__ import annotations
 
-from peer_rl.activation_memory import (GiB, choose_recomputation, fitted_token_budget,
+from peer_rl.activation_memory import (GiB, Trained, adapted_linears, choose_recomputation,
+                                       fitted_token_budget, layer_activation_bytes,
+                                       logprob_head_bytes, recomputed_activation_bytes,
                                        stored_activation_bytes, training_state_bytes)
 
 # the bench's "~100M" policy (peer_rl.bench.models) and the shipped tiny policy's text config
@@ -14,13 +16,31 @@ TINY_VL = {"vision_config": {"hidden_size": 64},
 
 
 def test_the_estimate_by_hand():
-    # per token and layer: 8 x 768 + 3 x 2560 + 12 heads x 700 positions = 22,224 floats;
-    # x 4 bytes x 4,096 tokens x 12 layers = 4,369,416,192 bytes (~4.1 GiB; measured at this
-    # shape: ~9 GB a rank without recomputation against ~5 GB with it)
-    assert stored_activation_bytes(M100, 4096, 700, 4) == 22224 * 4 * 4096 * 12
-    # a vision-language config is read from its text_config; 16-bit halves it
-    assert stored_activation_bytes(TINY_VL, 4096, 2048, 2) == (1024 + 768 + 4096) * 2 * 4096 * 2
+    # ~100M policy, float32, full weights; per token and layer, in values: Q, K, V, the
+    # attention output 4 x 768, the MLP's gate, up and activation 3 x 2,560, the inputs of the
+    # training q/k/v, o, gate/up (3 x 768) and down (2,560), both norms' outputs 2 x 768:
+    # 1,536 + 1,536 + 7,680 + 2,304 + 2,560 + 1,536 = 17,152 values x 4 bytes = 68,608; both
+    # norms' float32 inputs 2 x 4 x 768 = 6,144; a log-sum-exp per head 4 x 12 = 48: 74,800
+    assert layer_activation_bytes(M100, Trained(4)) == 74_800
+    assert stored_activation_bytes(M100, 4096, Trained(4)) == 74_800 * 4096 * 12
+    # with recomputation: each layer's input (768 x 4 bytes) kept, one layer live again
+    assert recomputed_activation_bytes(M100, 4096, Trained(4)) == (768 * 4 * 12 + 74_800) * 4096
+    # bfloat16, LoRA r=8 on q and v only: the frozen o, gate/up, down keep no input, the norms
+    # no output; 3,072 + 7,680 + 768 (q/k/v's input) + 2 x 8 = 11,536 values x 2 = 23,072,
+    # + 6,144 + 48 = 29,264
+    assert layer_activation_bytes(M100, Trained(2, 8, ("q_proj", "v_proj"))) == 29_264
+    # LoRA on every linear layer: 11,536 - 16 + 768 + 768 + 2,560 + 7 x 8 = 15,672 values
+    assert layer_activation_bytes(M100, Trained(2, 8, adapted_linears(["all-linear"]))) == (
+        15_672 * 2 + 6_144 + 48)
+    # a vision-language config is read from its text_config (h 128, MLP 256, 2 heads): bf16,
+    # full weights: 256 + 256 + 768 + 384 + 256 + 256 = 2,176 values x 2 + 1,024 + 8 = 5,384
+    assert stored_activation_bytes(TINY_VL, 4096, Trained(2)) == 5_384 * 4096 * 2
     assert training_state_bytes(1000) == 12000
+
+
+def test_the_log_prob_heads_peak_by_hand():
+    # 5 x float32 logits of a 1,024-position chunk over a 49,152-token vocabulary: 0.94 GiB
+    assert logprob_head_bytes({"vocab_size": 49_152}, 1024) == 5 * 4 * 1024 * 49_152
 
 
 def test_auto_recomputes_only_where_the_activations_do_not_fit_a_ranks_share():
@@ -41,22 +61,21 @@ def test_a_set_value_is_kept_and_the_estimate_still_said():
 
 
 def test_the_budget_fitted_to_an_activation_cap_by_hand():
-    # ~100M policy, rows up to 2,048: at t tokens (t <= 2,048 also the row length) a forward
-    # keeps (6,144 + 7,680 + 12 t) x 4 bytes x 12 layers x t.
-    #   1,024: 26,112 x 48 x 1,024 = 1,283,457,024 bytes (1.195 GiB)
-    #   1,152: 27,648 x 48 x 1,152 = 1,528,823,808 bytes (1.424 GiB)
-    #   1,280: 29,184 x 48 x 1,280 = 1,793,064,960 bytes (1.670 GiB)
-    assert fitted_token_budget(M100, 4096, 2048, 1.25 * GiB) == 1024
-    assert fitted_token_budget(M100, 4096, 2048, 1.5 * GiB) == 1152
-    assert fitted_token_budget(M100, 4096, 2048, 1_528_823_808) == 1152     # exactly at the cap
-    assert fitted_token_budget(M100, 4096, 2048, 1_528_823_807) == 1024
+    # ~100M policy, float32, full weights: 74,800 bytes x 12 layers = 897,600 bytes a token.
+    #   1.25 GiB = 1,342,177,280 bytes: 1,408 tokens keep 1,263,820,800; 1,536 keep 1,378,713,600
+    #   1.5 GiB = 1,610,612,736 bytes: 1,792 tokens keep 1,608,499,200; 1,920 keep 1,723,392,000
+    fp32 = Trained(4)
+    assert fitted_token_budget(M100, 4096, 1.25 * GiB, fp32) == 1408
+    assert fitted_token_budget(M100, 4096, 1.5 * GiB, fp32) == 1792
+    assert fitted_token_budget(M100, 4096, 1_608_499_200, fp32) == 1792     # exactly at the cap
+    assert fitted_token_budget(M100, 4096, 1_608_499_199, fp32) == 1664
     # a budget that fits is kept as set, not rounded; 0 (the cap off, or count micro-batches)
-    assert fitted_token_budget(M100, 1000, 2048, 1.25 * GiB) == 1000
-    assert fitted_token_budget(M100, 4096, 2048, 0) == 4096
-    assert fitted_token_budget(M100, 0, 2048, 1.25 * GiB) == 0
-    # the tiny policy keeps 4,096: (1,024 + 768 + 2 x 2,048) x 4 x 4,096 x 2 = 0.18 GiB
-    assert fitted_token_budget(TINY_VL, 4096, 2048, 1.25 * GiB) == 4096
+    assert fitted_token_budget(M100, 1000, 1.25 * GiB, fp32) == 1000
+    assert fitted_token_budget(M100, 4096, 0, fp32) == 4096
+    assert fitted_token_budget(M100, 0, 1.25 * GiB, fp32) == 0
+    # the tiny policy keeps 4,096: 5,384 x 2 layers x 4,096 tokens = 0.04 GiB in bfloat16
+    assert fitted_token_budget(TINY_VL, 4096, 1.25 * GiB, Trained(2)) == 4096
     # nothing fits: the smallest step (a row longer than the budget still runs, alone)
-    assert fitted_token_budget(M100, 4096, 2048, 1024) == 128
+    assert fitted_token_budget(M100, 4096, 1024, fp32) == 128
     # ... and never above the budget as set: 100 tokens over the cap stay 100, not 128
-    assert fitted_token_budget(M100, 100, 2048, 1024) == 100
+    assert fitted_token_budget(M100, 100, 1024, fp32) == 100

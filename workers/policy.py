@@ -77,8 +77,8 @@ class PolicyWorker:
         settings.ppo_mini_batch_size prompts is that many times as many rows (verl's
         normalisation); 1 where the rows are not groups. `max_row_len`: the longest row a batch
         can hold (prompt + reply, the rollout's max_model_len; 0 = the token budget), which
-        gradient_checkpointing=auto estimates attention's share from. `lora_settings`:
-        model.lora (rank 0 or None = full weights; workers.lora)."""
+        sizes a micro-batch for gradient_checkpointing=auto when there is no token budget.
+        `lora_settings`: model.lora (rank 0 or None = full weights; workers.lora)."""
         s = self.settings = settings or PolicySettings()
         self.rank, self.world_size = rank, world_size
         self.model_path = model_path = on_this_node(model_path)
@@ -125,7 +125,7 @@ class PolicyWorker:
             world_size)
         if self.weights.on:                   # the reference runs the policy's own output layer
             self._heads[id(self.ref)] = self._heads.get(id(self.model))
-        self.token_budget, budget_line = self._fit_token_budget(max_row_len)
+        self.token_budget, budget_line = self._fit_token_budget()
         self.recompute, self.recompute_line = self._choose_recomputation(max_row_len)
         loaded = f"{peak_rss_bytes() / 2**30:.2f} GiB resident at most while loading"
         self.recompute_line = "; ".join(x for x in (ref_line, budget_line, self.recompute_line,
@@ -154,25 +154,32 @@ class PolicyWorker:
             self._heads[id(model)] = fsdp.logprob_head(model, self.settings.logits_chunk_size)
         return fsdp.shard(model, self.mesh, mp, offload=offload)
 
-    def _fit_token_budget(self, max_row_len: int) -> tuple[int, str]:
+    def _trained(self):
+        """What the training forward computes in and what trains (activation estimates)."""
+        from peer_rl.activation_memory import Trained, adapted_linears
+
+        if not self.weights.rank:
+            return Trained(precision.BYTES[self.dtype])
+        return Trained(precision.BYTES[self.dtype], self.weights.rank,
+                       adapted_linears(self.weights.settings.target_modules))
+
+    def _fit_token_budget(self) -> tuple[int, str]:
         """actor.ppo_max_token_len_per_gpu, lowered under actor.micro_batch_activation_gib
         (peer_rl.activation_memory.fitted_token_budget); the start-up line where it was."""
         from peer_rl.activation_memory import GiB, fitted_token_budget, stored_activation_bytes
-        from peer_rl.kv_cache import max_positions, read_config
+        from peer_rl.kv_cache import read_config
 
         s = self.settings
         budget = s.ppo_max_token_len_per_gpu
         if not (budget and s.micro_batch_activation_gib):
             return budget, ""
-        config = read_config(self.model_path)
-        row = min(max_row_len or budget, max_positions(config))
-        dtype = precision.BYTES[self.dtype]
-        fitted = fitted_token_budget(config, budget, row, s.micro_batch_activation_gib * GiB, dtype)
+        config, trained = read_config(self.model_path), self._trained()
+        fitted = fitted_token_budget(config, budget, s.micro_batch_activation_gib * GiB, trained)
         if fitted == budget:
             return budget, ""
 
         def kept(tokens: int) -> float:
-            return stored_activation_bytes(config, tokens, min(row, tokens), dtype) / GiB
+            return stored_activation_bytes(config, tokens, trained) / GiB
 
         return fitted, (f"token budget {fitted} (actor.micro_batch_activation_gib="
                         f"{s.micro_batch_activation_gib:g}: ~{kept(fitted):.2f} GiB of activations "
@@ -194,8 +201,7 @@ class PolicyWorker:
         row = min(max_row_len or self.token_budget or 4096, max_positions(config))
         tokens = self.token_budget or s.ppo_micro_batch_size * row
         gpu = self.device.type == "cuda"
-        activations = stored_activation_bytes(config, tokens, min(row, tokens),
-                                              precision.BYTES[self.dtype])
+        activations = stored_activation_bytes(config, tokens, self._trained())
         shard = sum((p.to_local() if hasattr(p, "to_local") else p).numel()
                     for p in self.model.parameters() if p.requires_grad)
         if gpu:

@@ -38,7 +38,7 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> dict[str, dict[str, in
     p_config, p_params, p_vision, _ = model_shape(policy)
     host_gib = psutil.virtual_memory().total / GiB
     rank = memory.policy_rank(p_config, p_params, p_vision, cfg.actor, cfg.model.lora,
-                              cfg.rollout.max_model_len, host_gib / cfg.actor.world_size,
+                              host_gib / cfg.actor.world_size,
                               device=memory.cpu_device(dtype["actor"]))
     out = {"actor": rank.parts,
            "rollout": memory.cpu_engine("rollout", p_params,

@@ -122,6 +122,13 @@ def main(argv: list[str]) -> int:
     from peer_rl.bench.models import random_policy
 
     random_policy(args.model)                 # built once, before any timing
+    # each setting's process allocates as a policy rank's does (actor.malloc_mmap_threshold_mib)
+    from peer_rl.config import ActorConfig
+    from peer_rl.trainer.placement import policy_env
+
+    mib = ActorConfig.malloc_mmap_threshold_mib
+    env = os.environ | {k: v for k, v in policy_env(None, 1, mib).items()
+                        if k.startswith("MALLOC")}
     results = {}
     for setting in args.settings.split(","):
         for dtype in dtypes:
@@ -130,12 +137,13 @@ def main(argv: list[str]) -> int:
                                    "--child", setting, "--model", args.model,
                                    "--tokens", str(args.tokens), "--seq", str(args.seq),
                                    "--limit-gb", str(args.limit_gb), "--dtypes", dtype],
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, env=env)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             results[setting, dtype] = json.loads(lines[-1]) if lines else {
                 "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
     print(f"\none update step, random {args.model} policy, {args.tokens} tokens in rows of "
-          f"{args.seq}, one rank on this machine ({os.cpu_count()} CPUs)")
+          f"{args.seq}, one rank on this machine ({os.cpu_count()} CPUs; glibc mmap threshold "
+          f"{mib:g} MiB, as actor.malloc_mmap_threshold_mib)")
     print(f"{'setting':14s} {'dtype':9s} {'seconds':>8s} {'tokens/s':>9s} {'peak GB':>8s} "
           f"{'above start GB':>15s} {'GPU peak GB':>12s}")
     for (setting, asked), r in results.items():

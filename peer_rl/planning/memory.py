@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peer_rl.activation_memory import (GiB, choose_recomputation, fitted_token_budget,
+from peer_rl.activation_memory import (GiB, Trained, adapted_linears, choose_recomputation,
+                                       fitted_token_budget, logprob_head_bytes,
                                        recomputed_activation_bytes, stored_activation_bytes)
 from peer_rl.kv_cache import kv_bytes_per_token, max_positions, text_config
 
@@ -24,7 +25,6 @@ CUDA_CONTEXT = int(0.75 * GiB)     # per GPU process: CUDA context, NCCL buffers
 ENGINE_WORKSPACE = int(1.5 * GiB)  # vLLM's profiled activation peak at its default token budget
 ENCODER = int(1.0 * GiB)           # the sentence encoder or the retrieval index on a GPU
 BF16, FP32 = 2, 4
-LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def lora_params(config: dict, rank: int, targets: list[str]) -> int:
     q, kv = heads * hd, (t.get("num_key_value_heads") or heads) * hd
     dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
             "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-    names = LINEAR if "all-linear" in targets else [n for n in LINEAR if n in targets]
+    names = adapted_linears(targets)
     return t["num_hidden_layers"] * sum(rank * sum(dims[n]) for n in names)
 
 
@@ -102,8 +102,8 @@ def cpu_engine(pool: str, params: int, kv_cache_gib: float, device: Device = CPU
                            "KV cache": int(kv_cache_gib * GiB)})
 
 
-def policy_rank(config: dict, params: int, vision: int, actor, lora, max_row_len: int,
-                gpu_gib: float, device: Device = GPU) -> Estimate:
+def policy_rank(config: dict, params: int, vision: int, actor, lora, gpu_gib: float,
+                device: Device = GPU) -> Estimate:
     """One FSDP2 rank of the policy on its GPU: fp32 master shard, gradients and AdamW moments of
     what trains, the reference's fp32 shard (none with LoRA or offloaded), the bf16 layers
     gathered for compute (one and the prefetched next), activations at the token budget (stored,
@@ -115,17 +115,16 @@ def policy_rank(config: dict, params: int, vision: int, actor, lora, max_row_len
                  else params - (vision if actor.freeze_vision_tower else 0))
     layer = (params - vision - t["vocab_size"] * t["hidden_size"]) // t["num_hidden_layers"]
     dt = device.compute_bytes
-    budget = fitted_token_budget(config, actor.ppo_max_token_len_per_gpu, max_row_len,
-                                 actor.micro_batch_activation_gib * GiB, dt)
-    row = min(max_row_len or budget, budget, max_positions(config))
-    stored = stored_activation_bytes(config, budget, row, dt)
-    recomputed = recomputed_activation_bytes(config, budget, row, dt)
+    trained = Trained(dt, lora.rank, adapted_linears(lora.target_modules))
+    budget = fitted_token_budget(config, actor.ppo_max_token_len_per_gpu,
+                                 actor.micro_batch_activation_gib * GiB, trained)
+    stored = stored_activation_bytes(config, budget, trained)
+    recomputed = recomputed_activation_bytes(config, budget, trained)
     chunk = actor.logits_chunk_size or budget
     parts = {"master weights": FP32 * params // w, "gradients": FP32 * trainable // w,
              "AdamW moments": 2 * FP32 * trainable // w,
              "reference": 0 if (lora.rank or actor.ref_param_offload) else FP32 * params // w,
-             "gathered layers": 2 * dt * layer, "log-prob head": 3 * FP32 * chunk *
-             t["vocab_size"]}
+             "gathered layers": 2 * dt * layer, "log-prob head": logprob_head_bytes(config, chunk)}
     if device.context:
         parts["CUDA context"] = device.context
     if lora.rank:     # the adapters' own fp32 weights

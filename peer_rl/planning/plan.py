@@ -89,8 +89,7 @@ def make_plan(cfg, nodes: list[Node]) -> Plan:
 def _estimates(cfg, pool: str, shapes: dict, gpu_gib: float) -> list[memory.Estimate]:
     if pool == "actor":
         config, params, vision, _ = shapes["policy"]
-        return [memory.policy_rank(config, params, vision, cfg.actor, cfg.model.lora,
-                                   cfg.rollout.max_model_len, gpu_gib)]
+        return [memory.policy_rank(config, params, vision, cfg.actor, cfg.model.lora, gpu_gib)]
     if pool == "rollout":
         config, params, _, _ = shapes["policy"]
         r = cfg.rollout

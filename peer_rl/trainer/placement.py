@@ -53,12 +53,16 @@ def engine_env() -> dict:
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
 
 
-def policy_env(res, num_threads: int = 0) -> dict:
+def policy_env(res, num_threads: int = 0, mmap_threshold_mib: float = 0.0) -> dict:
     """A policy rank's environment: `num_threads` compute threads (actor.num_threads), or by
     default as many as its bundle reserves whole CPUs (at least one), so a rank never takes
-    cores its neighbours were promised."""
-    return {"TOKENIZERS_PARALLELISM": "false",
-            "OMP_NUM_THREADS": str(num_threads or max(1, int(res.cpus_per_worker)))}
+    cores its neighbours were promised; glibc's fixed mmap threshold where set
+    (actor.malloc_mmap_threshold_mib)."""
+    env = {"TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(num_threads or max(1, int(res.cpus_per_worker)))}
+    if mmap_threshold_mib > 0:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(int(mmap_threshold_mib * 2**20))
+    return env
 
 
 def _pool_pg(name: str, res, n: int, timeout_s: float, strategy: str = "PACK"):
@@ -250,9 +254,9 @@ class PoolFactory:
         ranks = []
         for r in range(self.cfg.actor.world_size):
             args, kwargs = self.worker_args("actor", r, rendezvous)
-            ranks.append(self._actor("actor", r, policy_env(self.cfg.resources.actor,
-                                                               self.cfg.actor.num_threads),
-                                     max_restarts=0).remote(
+            env = policy_env(self.cfg.resources.actor, self.cfg.actor.num_threads,
+                             self.cfg.actor.malloc_mmap_threshold_mib)
+            ranks.append(self._actor("actor", r, env, max_restarts=0).remote(
                 *args, **kwargs))
         return ranks
 

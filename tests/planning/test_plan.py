@@ -118,21 +118,27 @@ def test_a_cpu_policy_rank_by_hand():
     GPU rank of the same settings gathers its layers in bf16 and has a context. A gathered
     "layer" is a layer's share of the weights past the input embeddings, (404 - 40) / 2 = 182
     (the output layer and final norm spread over the layers: an upper bound on the 160 of a
-    decoder layer)."""
+    decoder layer). The log-prob head: 5 x float32 x chunk 8 x vocabulary 10 = 1,600.
+    Activations, per token and layer (h 4, MLP 8, 2 heads, K/V width 1 x 2): in the compute
+    dtype 5 x 4 + 2 x 2 + 4 x 8 = 56 values, plus both norms' outputs (full weights: 2 x 4);
+    in float32 both norms' inputs (2 x 4) and a log-sum-exp per head (2). fp32: 56 x 4 + 8 x 4
+    + 8 x 4 + 2 x 4 = 296 bytes; bf16: 56 x 2 + 8 x 2 + 8 x 4 + 2 x 4 = 168; x 32 tokens x 2
+    layers."""
     from types import SimpleNamespace as NS
 
     actor = NS(world_size=2, freeze_vision_tower=True, ppo_max_token_len_per_gpu=32,
                micro_batch_activation_gib=0, logits_chunk_size=8, ref_param_offload=False,
                gradient_checkpointing="false")
     lora = NS(rank=0, target_modules=["all-linear"])
-    cpu = memory.policy_rank(SMALL, 404, 0, actor, lora, 32, 64, device=memory.CPU)
-    assert {k: v for k, v in cpu.parts.items() if k != "activations"} == {
+    cpu = memory.policy_rank(SMALL, 404, 0, actor, lora, 64, device=memory.CPU)
+    assert cpu.parts == {
         "master weights": 4 * 404 // 2, "gradients": 808, "AdamW moments": 1616,
-        "reference": 808, "gathered layers": 2 * 4 * 182, "log-prob head": 3 * 4 * 8 * 10}
-    gpu = memory.policy_rank(SMALL, 404, 0, actor, lora, 32, 64)
+        "reference": 808, "gathered layers": 2 * 4 * 182, "log-prob head": 1600,
+        "activations": 296 * 32 * 2}
+    gpu = memory.policy_rank(SMALL, 404, 0, actor, lora, 64)
     assert gpu.parts["gathered layers"] == 2 * 2 * 182
     assert gpu.parts["CUDA context"] == memory.CUDA_CONTEXT
-    assert cpu.parts["activations"] == 2 * gpu.parts["activations"]     # fp32 against bf16
+    assert gpu.parts["activations"] == 168 * 32 * 2
     assert memory.cpu_engine("rollout", 404, 0.5).parts == {"weights": 1616,
                                                             "KV cache": GiB // 2}
 

@@ -128,6 +128,15 @@ def test_actor_num_threads_overrides_the_bundles_cpus():
     assert policy_env(cfg.resources.actor, cfg.actor.num_threads)["OMP_NUM_THREADS"] == "2"
 
 
+def test_a_policy_rank_gets_glibcs_mmap_threshold_in_bytes_unless_it_is_0():
+    from peer_rl.trainer.placement import policy_env
+
+    res = load_config([]).resources.actor
+    assert policy_env(res, 0, 4)["MALLOC_MMAP_THRESHOLD_"] == str(4 * 1024 * 1024)
+    assert policy_env(res, 0, 0.5)["MALLOC_MMAP_THRESHOLD_"] == "524288"
+    assert "MALLOC_MMAP_THRESHOLD_" not in policy_env(res, 0, 0)
+
+
 def test_gpu_engines_are_left_to_vllms_own_sizing():
     cfg = load_config(["resources.rollout.gpus_per_worker=1",
                        "resources.reward_model.gpus_per_worker=1"])

@@ -541,18 +541,22 @@ def test_activation_checkpointing_changes_no_weight_or_loss(tiny_model, world2, 
 
 def test_the_token_budget_is_lowered_until_a_micro_batch_fits_the_activation_cap(tiny_model,
                                                                                   tmp_path):
-    """The test model keeps (8 x 64 + 3 x 128 + 2 heads x 64 positions) x 4 bytes x 2 layers =
-    8 KiB a token: 1,024 tokens keep 8 MiB, so a 2 MiB cap fits 256 (2 MiB exactly). 8 padded
-    rows of at most 64 tokens (<= 512) are one forward at 1,024, more at 256."""
+    """The test model (h 64, MLP 128, 2 heads, full weights, float32) keeps per token and layer
+    Q, K, V, the attention output (4 x 64), gate, up, activation (3 x 128), the training
+    linear layers' inputs (3 x 64 + 128) and both norms' outputs (2 x 64): 1,088 values x 4 =
+    4,352 bytes, + both norms' float32 inputs 512 + a log-sum-exp per head 8 = 4,872; x 2
+    layers = 9,744 bytes a token. A 2.5 MiB cap (2,621,440 bytes) fits 256 tokens (2,494,464),
+    not 384 (3,741,696). 8 padded rows of at most 64 tokens (<= 512) are one forward at 1,024,
+    more at 256."""
     (res,) = run_group(1, tiny_model, "budget", tmp_path, ppo_max_token_len_per_gpu=1024,
-                       micro_batch_activation_gib=2 / 1024)
+                       micro_batch_activation_gib=2.5 / 1024)
     assert res["budget"] == 256
     assert len(res["tokens"]) == 8 and 256 < sum(res["tokens"]) <= 512, res["tokens"]
     assert res["forwards_at_1024"] == 1                   # the whole batch in one at 1,024
     # at 256 no micro-batch may hold more: at least ceil(tokens / 256) forwards
     assert res["forwards"] >= -(-sum(res["tokens"]) // 256) >= 2
     assert res["recomputation"]["line"].startswith(
-        "token budget 256 (actor.micro_batch_activation_gib=0.00195312: ~0.00 GiB of "
+        "token budget 256 (actor.micro_batch_activation_gib=0.00244141: ~0.00 GiB of "
         "activations a micro-batch; 1024 would keep ~0.01 GiB); recomputation off")
 
 
