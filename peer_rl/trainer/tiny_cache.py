@@ -165,6 +165,26 @@ def read_manifest(shipped_dir: Path | None = None, build: str = BUILD_COMMAND) -
     return manifest
 
 
+def file_digests(model_dir: Path) -> dict[str, str]:
+    """sha256 of every file under a shipped model's directory, by relative path."""
+    return {str(f.relative_to(model_dir)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(model_dir.rglob("*")) if f.is_file()}
+
+
+def check_files(model: Path, entry: dict, build: str) -> None:
+    """A shipped model's files are the ones its manifest lists (an install or a copy can damage
+    them; a damaged weight file would otherwise fail deep inside the loader)."""
+    want = entry.get("files")
+    if not want:                 # a manifest from before the digests: nothing to hold against
+        return
+    got = file_digests(model)
+    bad = sorted(f for f in want if got.get(f) != want[f])
+    if bad:
+        what = ", ".join(f"{f} ({'missing' if f not in got else 'differs'})" for f in bad)
+        raise ValueError(f"{model}: the shipped files {what} are not the ones its manifest "
+                         f"({MANIFEST}) lists: reinstall peer-rl, or rebuild them with `{build}`")
+
+
 def shipped_model(name: str, inputs: dict[str, str], shipped_dir: Path | None = None,
                   label: str = "tiny", build: str = BUILD_COMMAND, needs: str = "config.json"
                   ) -> tuple[str | None, str]:
@@ -179,6 +199,7 @@ def shipped_model(name: str, inputs: dict[str, str], shipped_dir: Path | None = 
     if differ:
         return None, (f"the shipped {label} {name} was trained on other inputs ({', '.join(differ)}"
                       f" differ; `{build}` rebuilds it)")
+    check_files(model, entry, build)
     return str(model), ""
 
 
@@ -258,6 +279,8 @@ def swap_in(staging: Path, out_dir: Path, manifest: dict, built_by: str) -> None
     renames, so a reader never meets a half-written copy."""
     from peer_rl.data.out_paths import mark_dir
 
+    for name, entry in manifest["models"].items():
+        entry["files"] = file_digests(staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     mark_dir(staging, built_by)     # what a later build may replace
     new, old = (out_dir.with_name(out_dir.name + suffix) for suffix in (".new", ".old"))

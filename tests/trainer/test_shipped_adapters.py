@@ -3,6 +3,7 @@ trains the stage and ships its adapter in bfloat16 with the inputs' digests; `us
 the base when the stage's inputs match (no training) and trains when they do not."""
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -43,6 +44,10 @@ def test_the_build_ships_a_bfloat16_adapter_with_its_inputs(shipped):
     config = json.loads((shipped / "policy" / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["base_model_name_or_path"] == ""
     assert (shipped / "policy" / "policy_template.json").is_file()
+    # every shipped file's sha256, which a later lookup holds the files against
+    assert set(entry["files"]) == {p.name for p in (shipped / "policy").iterdir()}
+    assert entry["files"]["adapter_model.safetensors"] == hashlib.sha256(
+        (shipped / "policy" / "adapter_model.safetensors").read_bytes()).hexdigest()
 
 
 @pytest.mark.e2e

@@ -134,3 +134,25 @@ def test_a_damaged_manifest_is_named_with_the_way_back(tmp_path):
     (tmp_path / MANIFEST).write_text('{"models": {"judge": {"kind": "rm"}}}')   # no inputs
     with pytest.raises(ValueError, match="not a manifest"):
         read_manifest(tmp_path)
+
+
+def test_a_damaged_or_missing_shipped_file_is_named_with_the_way_back(tmp_path):
+    """The manifest lists every shipped file's sha256 (computed here by hand with hashlib): a
+    flipped byte in the weights or a lost tokenizer stops the lookup with the file named, not
+    deep inside the loader."""
+    import hashlib
+
+    shutil.copytree(SHIPPED_DIR, tmp_path / "tiny")
+    entry = read_manifest(tmp_path / "tiny")["models"]["policy"]
+    weights = tmp_path / "tiny" / "policy" / "model.safetensors"
+    assert entry["files"]["model.safetensors"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert shipped_model("policy", entry["inputs"], tmp_path / "tiny")[0] is not None
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    (tmp_path / "tiny" / "policy" / "tokenizer.json").unlink()
+    with pytest.raises(ValueError) as err:
+        shipped_model("policy", entry["inputs"], tmp_path / "tiny")
+    msg = str(err.value)
+    assert "model.safetensors (differs)" in msg and "tokenizer.json (missing)" in msg
+    assert "reinstall peer-rl" in msg and "peer-rl models build-tiny" in msg
