@@ -18,9 +18,10 @@ PARSES_ITS_ARGS = True
 POOLS = ("rollout", "reward_model", "actor", "redundancy", "retrieval")
 
 
-def model_parts(run_dir: Path, dtypes: dict[str, str]) -> dict[str, dict[str, int]]:
-    """pool -> the bytes a worker of it holds for its model, by part (CPU arithmetic), each
-    pool computing in dtypes[pool] (float32 where absent)."""
+def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[str, int]], str]:
+    """(pool -> the bytes a worker of it holds for its model, by part (CPU arithmetic), each
+    pool computing in dtypes[pool] (float32 where absent); what the run's policy ranks
+    allocated with)."""
     import psutil
 
     from peer_rl.activation_memory import GiB
@@ -49,7 +50,8 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> dict[str, dict[str, in
             "reward_model", model_shape(judge)[1],
             factory.engine_settings("reward_model").kv_cache_gib,
             memory.cpu_device(dtype["reward_model"])).parts
-    return out
+    mib = getattr(cfg.actor, "malloc_mmap_threshold_mib", 0)
+    return out, (f"glibc mmap threshold {mib:g} MiB" if mib else "glibc's own mmap threshold")
 
 
 def main(argv: list[str]) -> int:
@@ -75,7 +77,7 @@ def main(argv: list[str]) -> int:
                               f"{' and no '.join(missing)})")
     base_dir = Path(args.baseline)
     base_peak, base_dtypes = measured(base_dir)
-    base_parts = model_parts(base_dir, base_dtypes)
+    base_parts, _ = model_parts(base_dir, base_dtypes)
     footprint = {pool: base_peak[pool] - sum(base_parts[pool].values()) / GiB
                  for pool in base_parts if pool in base_peak}
     print("process footprint per pool (GiB, from the baseline run): "
@@ -85,7 +87,7 @@ def main(argv: list[str]) -> int:
     worst = 0.0
     for run in [base_dir, *map(Path, args.runs)]:
         peak, dtypes = measured(run)
-        parts = model_parts(run, dtypes)
+        parts, allocator = model_parts(run, dtypes)
         for pool in (p for p in POOLS if p in parts and p in peak and p in footprint):
             model = sum(parts[pool].values()) / GiB
             estimate = model + footprint[pool]
@@ -93,6 +95,8 @@ def main(argv: list[str]) -> int:
             if run != base_dir:
                 worst = max(worst, abs(ratio - 1))
             detail = ", ".join(f"{k} {v / GiB:.2f}" for k, v in parts[pool].items() if v)
+            if pool == "actor":
+                detail += f" ({allocator})"
             print(f"{run.name[:28]:28s} {pool:13s} {model:16.2f} {estimate:9.2f} "
                   f"{peak[pool]:9.2f} {ratio:6.2f}  {detail}")
     print(f"\nlargest |estimate / measured - 1| outside the baseline run: {100 * worst:.0f}%")

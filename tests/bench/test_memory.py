@@ -7,9 +7,9 @@ from peer_rl.cli import main
 from peer_rl.config import load_config, save_config
 
 
-def _run(path, peaks: dict):
+def _run(path, peaks: dict, *overrides):
     path.mkdir()
-    save_config(load_config([f"trainer.output_dir={path}"]), path / "config.yaml")
+    save_config(load_config([f"trainer.output_dir={path}", *overrides]), path / "config.yaml")
     (path / "memory.json").write_text(json.dumps({"peak_rss_gib": peaks, "unanswered": []}))
     return path
 
@@ -18,7 +18,8 @@ def test_the_baseline_footprint_is_carried_and_each_ratio_printed(tmp_path, caps
     base = _run(tmp_path / "base", {"rollout": [1.2, 1.1], "reward_model": [1.3],
                                     "actor": [1.25], "redundancy": [0.7]})
     other = _run(tmp_path / "other", {"rollout": [1.5], "reward_model": [1.3],
-                                      "actor": [2.5], "redundancy": [0.7]})
+                                      "actor": [2.5], "redundancy": [0.7]},
+                 "actor.malloc_mmap_threshold_mib=4")
     assert main(["bench", "memory", str(other), "--baseline", str(base)]) == 0
     out = capsys.readouterr().out
     rows = {tuple(ln.split()[:2]): ln.split() for ln in out.splitlines()
@@ -31,6 +32,8 @@ def test_the_baseline_footprint_is_carried_and_each_ratio_printed(tmp_path, caps
     assert rows[("other", "actor")][5] == f"{1.25 / 2.5:.2f}"       # 0.50
     assert rows[("other", "reward_model")][5] == "1.00"
     assert "largest |estimate / measured - 1| outside the baseline run: 50%" in out
+    # what the ranks allocated with, which the measured peak depends on
+    assert out.count("(glibc's own mmap threshold)") == 1 and "(glibc mmap threshold 4 MiB)" in out
 
 
 def test_a_directory_that_is_not_a_finished_run_is_named(tmp_path, capsys):
