@@ -76,11 +76,10 @@ def recomputed_activation_bytes(config: dict, tokens: int, trained: Trained = Tr
 
 def logprob_head_bytes(config: dict, chunk_tokens: int) -> int:
     """The output layer's peak over one chunk of actor.logits_chunk_size positions
-    (peer_rl.token_logprobs): its float32 logits (chunk x vocabulary) about 3 times over in the
-    forward (logits, log-sum-exp's exponentials, the entropy metric's softmax and product) and
-    5 times over in backward, where the recomputed logits stay beside the gradients of the
-    log-sum-exp, the gather and their sum. Measured on this project's CPU machine: 0.94 GiB
-    for a 1,024-position chunk of SmolLM2's 49,152-token vocabulary, 5.0 x (chunk x V x 4)."""
+    (peer_rl.token_logprobs), in its backward: 5 float32 chunk x vocabulary tensors at once (the
+    recomputed logits, the log-sum-exp's gradient, the gather's, their sum, and the bfloat16
+    cast's input; the forward holds 3). For SmolLM2's 49,152-token vocabulary and 1,024
+    positions: 0.94 GiB."""
     return 5 * 4 * chunk_tokens * text_config(config)["vocab_size"]
 
 

@@ -73,10 +73,13 @@ class ActorConfig(PolicySettings):
     # CPU run, where the update has the machine to itself while the engines wait
     num_threads: int = 0
     # glibc's mmap threshold in each rank's process (MALLOC_MMAP_THRESHOLD_), MiB: a tensor of at
-    # least this size is mapped on its own and returned to the system when freed. 0 = glibc's
-    # default, whose threshold rises to 32 MiB after the first large free, after which its heap
-    # keeps freed activations resident (a CPU rank's peak then exceeds what it holds at once)
-    malloc_mmap_threshold_mib: float = 0.0
+    # least this size is mapped on its own and returned to the system when freed, so a CPU
+    # rank's peak follows what it holds at once (the figure `plan` and gradient_checkpointing
+    # estimate). 0 = glibc's default, whose threshold rises to 32 MiB after the first large free;
+    # its heap then keeps freed activations resident: SmolLM2 LoRA at a 4,096-token budget
+    # peaked at 7.8 GiB a rank with it against 5.9 GiB at 4, for a 16% slower update
+    # (docs/cluster.md)
+    malloc_mmap_threshold_mib: float = 4.0
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
 

@@ -16,7 +16,8 @@ def _run(path, peaks: dict, *overrides):
 
 def test_the_baseline_footprint_is_carried_and_each_ratio_printed(tmp_path, capsys):
     base = _run(tmp_path / "base", {"rollout": [1.2, 1.1], "reward_model": [1.3],
-                                    "actor": [1.25], "redundancy": [0.7]})
+                                    "actor": [1.25], "redundancy": [0.7]},
+                "actor.malloc_mmap_threshold_mib=0")
     other = _run(tmp_path / "other", {"rollout": [1.5], "reward_model": [1.3],
                                       "actor": [2.5], "redundancy": [0.7]},
                  "actor.malloc_mmap_threshold_mib=4")
