@@ -36,6 +36,13 @@ def adapted_linears(targets) -> tuple[str, ...]:
     return LINEAR if "all-linear" in targets else tuple(n for n in LINEAR if n in targets)
 
 
+def trained_for(dtype_bytes: int, lora=None) -> Trained:
+    """`Trained` for a compute dtype and model.lora (None or rank 0: full weights)."""
+    if lora is None or not lora.rank:
+        return Trained(dtype_bytes)
+    return Trained(dtype_bytes, lora.rank, adapted_linears(lora.target_modules))
+
+
 def layer_activation_bytes(config: dict, trained: Trained = Trained()) -> int:
     """What one decoder layer keeps for backward per token, with SDPA attention as the policy
     runs it (packed rows or transformers' "sdpa": its flash and memory-efficient kernels keep

@@ -79,3 +79,15 @@ def test_the_budget_fitted_to_an_activation_cap_by_hand():
     assert fitted_token_budget(M100, 4096, 1024, fp32) == 128
     # ... and never above the budget as set: 100 tokens over the cap stay 100, not 128
     assert fitted_token_budget(M100, 100, 1024, fp32) == 100
+
+
+def test_what_trains_follows_model_lora():
+    from types import SimpleNamespace as NS
+
+    from peer_rl.activation_memory import trained_for
+
+    assert trained_for(4) == trained_for(4, NS(rank=0, target_modules=["q_proj"])) == Trained(4)
+    assert trained_for(2, NS(rank=8, target_modules=["v_proj", "q_proj"])) == Trained(
+        2, 8, ("q_proj", "v_proj"))
+    assert trained_for(2, NS(rank=8, target_modules=["all-linear"])).adapted == (
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -156,12 +156,9 @@ class PolicyWorker:
 
     def _trained(self):
         """What the training forward computes in and what trains (activation estimates)."""
-        from peer_rl.activation_memory import Trained, adapted_linears
+        from peer_rl.activation_memory import trained_for
 
-        if not self.weights.rank:
-            return Trained(precision.BYTES[self.dtype])
-        return Trained(precision.BYTES[self.dtype], self.weights.rank,
-                       adapted_linears(self.weights.settings.target_modules))
+        return trained_for(precision.BYTES[self.dtype], getattr(self.weights, "settings", None))
 
     def _fit_token_budget(self) -> tuple[int, str]:
         """actor.ppo_max_token_len_per_gpu, lowered under actor.micro_batch_activation_gib

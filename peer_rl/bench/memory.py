@@ -23,6 +23,7 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
     pool computing in dtypes[pool] (float32 where absent); what the run's policy ranks
     allocated with)."""
     import psutil
+    import yaml
 
     from peer_rl.activation_memory import GiB
     from peer_rl.config import load_config
@@ -50,7 +51,9 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
             "reward_model", model_shape(judge)[1],
             factory.engine_settings("reward_model").kv_cache_gib,
             memory.cpu_device(dtype["reward_model"])).parts
-    mib = getattr(cfg.actor, "malloc_mmap_threshold_mib", 0)
+    # a run saved before the key existed ran with glibc's own threshold (the default now is 4)
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    mib = (saved.get("actor") or {}).get("malloc_mmap_threshold_mib", 0)
     return out, (f"glibc mmap threshold {mib:g} MiB" if mib else "glibc's own mmap threshold")
 
 

@@ -124,11 +124,10 @@ def main(argv: list[str]) -> int:
     random_policy(args.model)                 # built once, before any timing
     # each setting's process allocates as a policy rank's does (actor.malloc_mmap_threshold_mib)
     from peer_rl.config import ActorConfig
-    from peer_rl.trainer.placement import policy_env
+    from peer_rl.trainer.placement import malloc_env
 
     mib = ActorConfig.malloc_mmap_threshold_mib
-    env = os.environ | {k: v for k, v in policy_env(None, 1, mib).items()
-                        if k.startswith("MALLOC")}
+    env = os.environ | malloc_env(mib)
     results = {}
     for setting in args.settings.split(","):
         for dtype in dtypes:

@@ -93,7 +93,7 @@ def judge_table(out: Path) -> list[str]:
     return lines
 
 
-def _curves(out: Path) -> dict[str, list[dict]]:
+def read_curves(out: Path) -> dict[str, list[dict]]:
     runs = {}
     for path in sorted((out / "grpo").glob("*/metrics.jsonl")):
         runs[path.parent.name] = read_jsonl(path)[0]    # a torn last line left out
@@ -179,7 +179,7 @@ def safety_table(out: Path) -> list[str]:
 
 def write_chain_report(values: dict) -> Path:
     out = Path(values["out"])
-    runs = _curves(out)
+    runs = read_curves(out)
     png = plot_runs(runs, out / "curves.png")
     found = sorted({int(m.group("seed")) for m in map(RUN.match, runs) if m})
     lines = ["# Chain report", "",

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peer_rl.activation_memory import (GiB, Trained, adapted_linears, choose_recomputation,
+from peer_rl.activation_memory import (GiB, adapted_linears, choose_recomputation,
                                        fitted_token_budget, logprob_head_bytes,
-                                       recomputed_activation_bytes, stored_activation_bytes)
+                                       recomputed_activation_bytes, stored_activation_bytes,
+                                       trained_for)
 from peer_rl.kv_cache import kv_bytes_per_token, max_positions, text_config
 
 CUDA_CONTEXT = int(0.75 * GiB)     # per GPU process: CUDA context, NCCL buffers, allocator slack
@@ -115,7 +116,7 @@ def policy_rank(config: dict, params: int, vision: int, actor, lora, gpu_gib: fl
                  else params - (vision if actor.freeze_vision_tower else 0))
     layer = (params - vision - t["vocab_size"] * t["hidden_size"]) // t["num_hidden_layers"]
     dt = device.compute_bytes
-    trained = Trained(dt, lora.rank, adapted_linears(lora.target_modules))
+    trained = trained_for(dt, lora)
     budget = fitted_token_budget(config, actor.ppo_max_token_len_per_gpu,
                                  actor.micro_batch_activation_gib * GiB, trained)
     stored = stored_activation_bytes(config, budget, trained)

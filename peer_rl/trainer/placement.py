@@ -53,16 +53,21 @@ def engine_env() -> dict:
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
 
 
+def malloc_env(mmap_threshold_mib: float) -> dict:
+    """glibc's fixed mmap threshold (actor.malloc_mmap_threshold_mib; 0: none, glibc's own)."""
+    if mmap_threshold_mib <= 0:
+        return {}
+    return {"MALLOC_MMAP_THRESHOLD_": str(int(mmap_threshold_mib * 2**20))}
+
+
 def policy_env(res, num_threads: int = 0, mmap_threshold_mib: float = 0.0) -> dict:
     """A policy rank's environment: `num_threads` compute threads (actor.num_threads), or by
     default as many as its bundle reserves whole CPUs (at least one), so a rank never takes
     cores its neighbours were promised; glibc's fixed mmap threshold where set
     (actor.malloc_mmap_threshold_mib)."""
-    env = {"TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": str(num_threads or max(1, int(res.cpus_per_worker)))}
-    if mmap_threshold_mib > 0:
-        env["MALLOC_MMAP_THRESHOLD_"] = str(int(mmap_threshold_mib * 2**20))
-    return env
+    return {"TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": str(num_threads or max(1, int(res.cpus_per_worker))),
+            **malloc_env(mmap_threshold_mib)}
 
 
 def _pool_pg(name: str, res, n: int, timeout_s: float, strategy: str = "PACK"):

@@ -44,3 +44,20 @@ def test_a_directory_that_is_not_a_finished_run_is_named(tmp_path, capsys):
     assert main(["bench", "memory", str(tmp_path / "half"), "--baseline", str(base)]) == 2
     assert f"{tmp_path / 'half'}: not a finished `peer-rl train` output directory (no " \
            "memory.json)" in capsys.readouterr().err
+
+
+def test_a_run_saved_before_the_threshold_setting_is_named_as_glibcs_own(tmp_path, capsys):
+    """Runs older than actor.malloc_mmap_threshold_mib ran with glibc's own threshold, though
+    the schema's default (what loading their config fills in) is now 4 MiB."""
+    import yaml
+
+    base = _run(tmp_path / "base", {"actor": [1.25]}, "actor.malloc_mmap_threshold_mib=4")
+    old = _run(tmp_path / "old", {"actor": [1.25]})
+    saved = yaml.safe_load((old / "config.yaml").read_text())
+    del saved["actor"]["malloc_mmap_threshold_mib"]
+    (old / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert main(["bench", "memory", str(old), "--baseline", str(base)]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith(("base ", "old ")) and ln.split()[1] == "actor"]
+    assert [r.endswith("(glibc mmap threshold 4 MiB)") for r in rows] == [True, False]
+    assert rows[1].endswith("(glibc's own mmap threshold)")

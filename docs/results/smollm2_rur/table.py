@@ -20,7 +20,7 @@ def steps(run: str) -> list[dict]:
 
 
 if __name__ == "__main__":
-    runs = report._curves(HERE)
+    runs = report.read_curves(HERE)
     report.plot_runs(runs, HERE / "curves.png")
     for table in (report.training_table(runs), report.held_out_table(HERE),
                   report.safety_table(HERE)):
