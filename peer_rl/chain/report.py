@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from peer_rl.data.out_paths import read_json, read_jsonl, write_atomic
+from peer_rl.evaluation.report import constant_judge
 
 RUN = re.compile(r"^(?P<method>.+)_s(?P<seed>\d+)(?:_step(?P<step>\d+))?$")
 CURVE_KEYS = ("reward/mean", "reward/format_rate", "rur/s_group/mean", "rur/s_hist/mean")
@@ -157,7 +158,14 @@ def held_out_table(out: Path) -> list[str]:
         cells = [_fmt([_get(reports[n].get(proto, {}), key) for n in names])
                  for _, proto, key in HELD_OUT]
         lines.append(f"| {method} | {len(names)} | " + " | ".join(cells) + " |")
-    return lines
+    flat = defaultdict(list)
+    for name, protocols in sorted(reports.items()):
+        for protocol, summary in protocols.items():
+            if constant_judge(summary):
+                flat[protocol].append(name)
+    return lines + [f"\n{protocol}: the judge gave one value to every dialogue of "
+                    f"{', '.join(names)} (see their report.md): that column ranks nothing."
+                    for protocol, names in flat.items()]
 
 
 def safety_table(out: Path) -> list[str]:

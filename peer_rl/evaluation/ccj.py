@@ -11,7 +11,7 @@ figure the paper's tables quote: 8.63 for ESCRAG-R1-7B with RAG).
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import by_language, mean, parse_int
+from peer_rl.evaluation.parse import by_language, mean, parse_int, value_counts
 from peer_rl.evaluation.prompts import CCJ_DIMENSIONS, CCJ_PERSPECTIVES, ccj_messages, ccj_schema
 from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
@@ -45,6 +45,7 @@ def summarise_ccj(records: list[dict]) -> dict:
             "dimensions": dims, "perspectives": perspectives,
             "average": mean(means) if None not in means else None,
             "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
+            "judge_scores": value_counts(r["scores"][d] for r in ok for d in CCJ_DIMENSIONS),
             "format_rate": mean(fmt),
             "rag": any("exemplars" in r for r in ok),
             "by_language": by_lang}

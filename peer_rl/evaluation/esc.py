@@ -7,7 +7,7 @@ and the 0-100 scale the PEER paper quotes (mean / 4 x 100); the average is over 
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import by_language, mean, parse_int
+from peer_rl.evaluation.parse import by_language, mean, parse_int, value_counts
 from peer_rl.evaluation.prompts import (DIMENSIONS, SCORE_SCHEMA, esc_judge_messages, esc_persona,
                                         seeker_messages)
 from peer_rl.evaluation.simulated import seeker_line
@@ -50,4 +50,5 @@ def summarise_esc(records: list[dict]) -> dict:
             "dimensions": dims, "average": avg,
             "average_scaled": None if avg is None else avg / 4 * 100,
             "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
+            "judge_scores": value_counts(r["scores"][d] for r in ok for d in DIMENSIONS),
             "format_rate": mean(fmt), "by_language": by_lang}

@@ -118,6 +118,16 @@ def mean(xs) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def value_counts(values) -> dict[str, int]:
+    """How often the judge gave each parsed value (None left out), in the value's order: a judge
+    that gives one value to everything shows as a single key, and its table tells nothing."""
+    counts: dict = {}
+    for v in values:
+        if v is not None:
+            counts[v] = counts.get(v, 0) + 1
+    return {str(k): counts[k] for k in sorted(counts)}
+
+
 def by_language(records: list[dict], dimensions) -> dict:
     """Per language: the case count and each dimension's mean over the scores that parsed."""
     out = {}

@@ -168,6 +168,8 @@ def _notes(s: dict) -> list[str]:
     if s["protocol"] == "sage":
         notes.append(f"- emotion changes that did not parse (counted as 0): "
                      f"{s['change_unparsed']} of {s['changes_asked']}; endings: {s['ends']}")
+    if s["protocol"] in _SPREAD:
+        notes += _spread_note(s)
     if s["protocol"] == "safety":
         for g, r in s["groups"].items():
             notes.append(f"- {g}: {r['judged']} judged, {r['unparsed']} unparsed; failing ids: "
@@ -176,6 +178,35 @@ def _notes(s: dict) -> list[str]:
         notes.append(f"- answers in the prompt's format (peer: a Step 4; escrag: <think> then "
                      f"a reply): {_f(s['format_rate'], pct=True)}")
     return notes + [""]
+
+
+_SPREAD = {"esc": ("judge_scores", "the judge gave", "score"),
+           "ccj": ("judge_scores", "the judge gave", "score"),
+           "sage": ("changes", "the seeker reported", "emotion change")}
+
+
+def constant_judge(s: dict) -> str | None:
+    """A warning when the judge gave one value to everything: such a judge tells no two
+    dialogues apart, so no difference can be read from the table."""
+    if s.get("protocol") not in _SPREAD:
+        return None
+    key, who, what = _SPREAD[s["protocol"]]
+    counts = s.get(key) or {}       # reports written before the counts existed: no warning
+    total = sum(counts.values())
+    if len(counts) != 1 or total < 2:
+        return None
+    return (f"{who} the same {what} ({next(iter(counts))}) all {total} times: it does not "
+            "tell these dialogues apart, so this table cannot rank models; use a stronger judge")
+
+
+def _spread_note(s: dict) -> list[str]:
+    counts = s.get(_SPREAD[s["protocol"]][0])
+    if not counts:
+        return []
+    what = _SPREAD[s["protocol"]][2]
+    notes = [f"- {what}s given (value: count): " + ", ".join(f"{v}: {n}" for v, n in counts.items())]
+    warning = constant_judge(s)
+    return notes + ([f"- **{warning}**"] if warning else [])
 
 
 def compare_runs(run_dirs: list[str | Path], out_dir: str | Path,
@@ -200,6 +231,9 @@ def compare_runs(run_dirs: list[str | Path], out_dir: str | Path,
     for protocol, named in by_protocol.items():
         figs = _figure(protocol, named, out, f"compare_{protocol}")
         lines += [f"## {protocol}", "", TABLES[protocol](named), ""]
+        warnings = [f"- {n}: {w}" for n, w in ((n, constant_judge(s)) for n, s in named.items())
+                    if w]
+        lines += warnings + [""] * bool(warnings)
         lines += [f"![{p.stem}]({p.name})" for p in figs] + [""]
     write_atomic(out / "compare.json", json.dumps(by_protocol, ensure_ascii=False, indent=1))
     md = write_atomic(out / "compare.md", "\n".join(lines))

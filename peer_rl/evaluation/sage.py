@@ -9,7 +9,7 @@ neither ends nor skews the dialogue silently.
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import json_field, is_goodbye, parse_int
+from peer_rl.evaluation.parse import json_field, is_goodbye, parse_int, value_counts
 from peer_rl.evaluation.prompts import (CHANGE_SCHEMA, sage_analyse_messages, sage_persona,
                                         sage_reply_messages)
 from peer_rl.evaluation.simulated import seeker_line
@@ -74,5 +74,6 @@ def summarise_sage(records: list[dict]) -> dict:
             "mean_turns": sum(n_turns) / len(n_turns) if n_turns else None,
             "change_unparsed": sum(r["change_unparsed"] for r in ok),
             "changes_asked": sum(n_turns),
+            "changes": value_counts(t["change"] for r in ok for t in r["turns"]),
             "format_rate": sum(fmt) / len(fmt) if fmt else None,
             "trajectories": {r["id"]: r["trajectory"] for r in ok}}

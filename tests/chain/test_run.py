@@ -95,6 +95,13 @@ def test_report_gives_mean_and_sd_over_seeds_per_method(tmp_path):
         (out / "eval" / policy / "diversity" / "report.json").write_text(json.dumps(
             {"summary": {"distinct_1": dist1, "format_rate": 1.0,
                          "judge_reward": {"mean": 2.0}}}))
+    for policy, scores in (("sft", {"0": 14}), ("peer_s0", {"0": 14}), ("peer_s1", {"0": 14})):
+        (out / "eval" / policy / "esc").mkdir(parents=True)
+        (out / "eval" / policy / "esc" / "report.json").write_text(json.dumps(
+            {"summary": {"protocol": "esc", "average": 0.0, "judge_scores": scores}}))
+    (out / "eval" / "peer_rur_s0" / "esc").mkdir(parents=True)   # a judge that varied
+    (out / "eval" / "peer_rur_s0" / "esc" / "report.json").write_text(json.dumps(
+        {"summary": {"protocol": "esc", "average": 0.5, "judge_scores": {"0": 7, "1": 7}}}))
     md = write_chain_report({"out": str(out), "seeds": [0, 1]}).read_text()
     judge = [line for line in md.splitlines() if line.startswith("| ")][:4]
     assert judge[1].startswith("| fine-tuned judge | 10 | 0.800 ")
@@ -109,6 +116,8 @@ def test_report_gives_mean_and_sd_over_seeds_per_method(tmp_path):
     rows = [line for line in held.splitlines() if line.startswith("| ") and "policy" not in line]
     assert [r.split(" | ")[0] for r in rows] == ["| sft", "| peer", "| peer_rur"]
     assert "0.450 +- 0.071" in rows[1]                       # distinct-1 of 0.40 and 0.50
+    assert ("esc: the judge gave one value to every dialogue of peer_s0, peer_s1, sft "
+            "(see their report.md)") in held
     assert (out / "curves.png").stat().st_size > 0
 
 

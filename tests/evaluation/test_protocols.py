@@ -52,6 +52,7 @@ def test_esc_summary_means_unparsed_and_the_100_scale():
     assert s["average"] == pytest.approx(22 / 7) and s["average_scaled"] == pytest.approx(2200 / 28)
     assert s["errors"] == 1 and s["error_ids"] == ["c"] and s["judge_unparsed"] == 1
     assert s["format_rate"] == pytest.approx(2 / 3)
+    assert s["judge_scores"] == {"2": 6, "4": 7}           # the unparsed fluency left out
 
 
 def _sage(changes, start=40, max_turns=10, seeker_says="I see."):
@@ -90,12 +91,15 @@ def test_sage_summary_bands_and_success_rate():
     finals = [100, 85, 70, 69, 40, 39, 10, 9]
     assert [band(f) for f in finals] == ["S", "A", "A", "B", "B", "C", "C", "F"]
     recs = [{"id": str(i), "final_emotion": f, "trajectory": [40, f], "end": "x",
-             "turns": [{"format_ok": i % 2 == 0}], "change_unparsed": 0}
-            for i, f in enumerate(finals)]
+             "turns": [{"format_ok": i % 2 == 0, "change": f - 40 if i else None}],
+             "change_unparsed": 0} for i, f in enumerate(finals)]
     s = summarise_sage(recs)
     assert s["sentient_score"] == pytest.approx(422 / 8) and s["success_rate"] == 1 / 8
     assert s["bands"] == {"S": 1, "A": 2, "B": 2, "C": 2, "F": 1}
     assert s["format_rate"] == 0.5 and s["mean_turns"] == 1.0
+    # changes 45 29 30 0 -1 -30 -31 (the first unparsed), in numeric order
+    assert list(s["changes"].items()) == [("-31", 1), ("-30", 1), ("-1", 1), ("0", 1),
+                                          ("29", 1), ("30", 1), ("45", 1)]
 
 
 def test_safety_pass_rates_per_group_and_category_with_failing_ids():

@@ -70,3 +70,30 @@ def test_eval_config_names_the_missing_party_and_bad_values():
     with pytest.raises(ConfigError, match=r"judge.temprature"):
         load_eval_config("safety", ["model.path=/m", "judge.path=/m", "judge.temprature=0"])
     assert load_eval_config("diversity", ["model.path=/m"]).diversity.n == 4
+
+
+def test_a_judge_that_gives_one_score_to_everything_is_called_out(tmp_path):
+    """14 scores of 0 (two dialogues x 7 dimensions) rank nothing: the report says so; a judge
+    whose scores vary gets their spread and no warning; a SAGE seeker likewise."""
+    flat, varied, sage = tmp_path / "flat", tmp_path / "varied", tmp_path / "sage"
+    for d in (flat, varied, sage):
+        d.mkdir()
+    write_report(flat, {**_esc_summary(0), "judge_scores": {"0": 14}}, _manifest("/ckpt/a"))
+    write_report(varied, {**_esc_summary(1), "judge_scores": {"0": 7, "2": 7}},
+                 _manifest("/ckpt/b"))
+    write_report(sage, {**_sage_summary({"p1": [40, 40], "p2": [40, 40]}), "changes": {"0": 4}},
+                 _manifest("/ckpt/c"))
+    text = (flat / "report.md").read_text()
+    assert "- scores given (value: count): 0: 14" in text
+    assert "the judge gave the same score (0) all 14 times" in text
+    text = (varied / "report.md").read_text()
+    assert "- scores given (value: count): 0: 7, 2: 7" in text and "same score" not in text
+    assert "the seeker reported the same emotion change (0) all 4 times" in \
+        (sage / "report.md").read_text()
+    md = compare_runs([flat, varied], tmp_path / "cmp", names=["A", "B"]).read_text()
+    assert "- A: the judge gave the same score (0) all 14 times" in md and "- B:" not in md
+    # a report written before the counts existed: no counts, no warning
+    old = tmp_path / "old"
+    old.mkdir()
+    write_report(old, _esc_summary(0), _manifest("/ckpt/d"))
+    assert "given (value: count)" not in (old / "report.md").read_text()
