@@ -163,6 +163,9 @@ def _notes(s: dict) -> list[str]:
              + (f": {', '.join(map(str, s['error_ids'][:10]))}" if s["errors"] else "") + ")"]
     if s.get("skipped_inputs"):
         notes.append(f"- invalid input items skipped: {len(s['skipped_inputs'])}")
+    if s.get("left_out_languages"):
+        notes.append("- cases left out by `languages=`: " + ", ".join(
+            f"{n} {lang}" for lang, n in sorted(s["left_out_languages"].items())))
     if s["protocol"] in ("esc", "ccj"):
         notes.append(f"- judge scores that did not parse: {s['judge_unparsed']}")
     if s["protocol"] == "sage":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from peer_rl.errors import ConfigError
 from peer_rl.evaluation import cases as case_files
 from peer_rl.evaluation.ccj import ccj_case, summarise_ccj
 from peer_rl.evaluation.config import ROLES, SAMPLE_EVAL
@@ -160,6 +161,17 @@ def _keep_languages(loaded, languages) -> dict[str, int]:
     return dict(out)
 
 
+def _nothing_to_run(protocol: str, inputs: dict, languages, left_out: dict[str, int]) -> str:
+    """Why an evaluation has no case: an empty report would read as a finished run."""
+    where = inputs.get("file") or ", ".join(inputs.get("files") or {}) or "(no input file)"
+    if left_out:
+        dropped = ", ".join(f"{n} {lang}" for lang, n in sorted(left_out.items()))
+        return (f"eval {protocol}: languages={list(languages)} keeps none of the cases in "
+                f"{where} (left out: {dropped}); evaluate a model that reads them with "
+                "languages= naming theirs, or give inputs in a language it reads")
+    return f"eval {protocol}: no cases in {where}"
+
+
 def _input_paths(cfg, inputs: dict) -> list[str]:
     """What an evaluation reads from disk: its case files and any local model or index."""
     found = [inputs.get("file")] + list(inputs.get("files") or {})
@@ -173,10 +185,12 @@ def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     from peer_rl.data.out_paths import claim_dir, mark_dir
 
     loaded, inputs = _inputs(protocol, cfg)
+    left_out = _keep_languages(loaded, cfg.languages)
+    if not loaded.items:    # before the directory is claimed: nothing is written
+        raise ConfigError(_nothing_to_run(protocol, inputs, cfg.languages, left_out))
     # the store makes the directory (private to the user) and marks it once it holds the lock
     claim_dir(out_dir, f"eval {protocol}", _input_paths(cfg, inputs), resume=True,
               create=False, run_state=MANIFEST_FILE)
-    left_out = _keep_languages(loaded, cfg.languages)
     todo = loaded.items[:cfg.limit] if cfg.limit else loaded.items
     manifest = manifest_of(protocol, cfg, inputs)
     store = RunStore(out_dir, manifest)
