@@ -51,12 +51,14 @@ def _get(d, path):
 
 
 def _fmt(values: list[float]) -> str:
+    """Mean +- sample sd of the values present; a cell that some runs lack says how many it
+    holds, so a partial column does not pass for the row's full count of runs."""
     vals = [v for v in values if v is not None]
     if not vals:
         return "-"
-    if len(vals) == 1:
-        return f"{vals[0]:.3f}"
-    return f"{np.mean(vals):.3f} +- {np.std(vals, ddof=1):.3f}"
+    cell = (f"{vals[0]:.3f}" if len(vals) == 1
+            else f"{np.mean(vals):.3f} +- {np.std(vals, ddof=1):.3f}")
+    return cell if len(vals) == len(values) else f"{cell} ({len(vals)} of {len(values)})"
 
 
 def _group(names: list[str]) -> dict[str, list[str]]:

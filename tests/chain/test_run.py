@@ -102,6 +102,9 @@ def test_report_gives_mean_and_sd_over_seeds_per_method(tmp_path):
     (out / "eval" / "peer_rur_s0" / "esc").mkdir(parents=True)   # a judge that varied
     (out / "eval" / "peer_rur_s0" / "esc" / "report.json").write_text(json.dumps(
         {"summary": {"protocol": "esc", "average": 0.5, "judge_scores": {"0": 7, "1": 7}}}))
+    (out / "eval" / "peer_s1" / "safety").mkdir(parents=True)   # one seed of two evaluated
+    (out / "eval" / "peer_s1" / "safety" / "report.json").write_text(json.dumps(
+        {"summary": {"protocol": "safety", "overall": {"pass_rate": 0.9}}}))
     md = write_chain_report({"out": str(out), "seeds": [0, 1]}).read_text()
     judge = [line for line in md.splitlines() if line.startswith("| ")][:4]
     assert judge[1].startswith("| fine-tuned judge | 10 | 0.800 ")
@@ -113,9 +116,11 @@ def test_report_gives_mean_and_sd_over_seeds_per_method(tmp_path):
     assert "| peer | 2 | 2, 2 | 1.875 +- 0.530 |" in md
     assert "| peer_rur | 1 | 2 | 0.750 |" in md
     held = md[md.index("## Held-out"):]
-    rows = [line for line in held.splitlines() if line.startswith("| ") and "policy" not in line]
+    rows = [line for line in held.split("Safety pass rate")[0].splitlines()
+            if line.startswith("| ") and "policy" not in line]
     assert [r.split(" | ")[0] for r in rows] == ["| sft", "| peer", "| peer_rur"]
     assert "0.450 +- 0.071" in rows[1]                       # distinct-1 of 0.40 and 0.50
+    assert rows[1].endswith("| 0.900 (1 of 2) |")            # safety of peer_s1 only
     assert ("esc: the judge gave one value to every dialogue of peer_s0, peer_s1, sft "
             "(see their report.md)") in held
     assert (out / "curves.png").stat().st_size > 0

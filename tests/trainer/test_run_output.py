@@ -3,7 +3,6 @@ the run there, a second run on the same directory is refused naming the first's 
 signal checkpoints before any in-training evaluation. What follows the checks (prompt loading,
 then Ray and the pools) is replaced by `Reached`: no cluster starts."""
 import json
-import sys
 from types import SimpleNamespace
 
 import pytest

@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-from peer_rl.rewards import length_coefficient
 from peer_rl.worker_settings import RedundancySettings
 from workers.redundancy import RedundancyWorker
 

@@ -36,9 +36,11 @@ if __name__ == "__main__":
         print(f"  {run}: " + "; ".join(cells))
     # the two arms of one seed draw the same prompts at every step (data.seed = seed), so the
     # per-step difference on / off takes the prompts' own spread out
+    seeds = sorted(int(p.name.rsplit("_s", 1)[1]) for p in (HERE / "grpo").glob("peer_rur_s*")
+                   if (HERE / "grpo" / f"peer_s{p.name.rsplit('_s', 1)[1]}").is_dir())
     print("\nper seed, RUR on - off at each step (same prompts), mean +- sd over the 20 steps:")
     for k in ("reward/mean", "reward/format_rate"):
-        for seed in (0, 1):
+        for seed in seeds:
             on = {r["step"]: r[k] for r in steps(f"peer_rur_s{seed}")}
             off = {r["step"]: r[k] for r in steps(f"peer_s{seed}")}
             d = [on[t] - off[t] for t in sorted(on) if t in off]
