@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from peer_rl.data.bundled import sample_root
+from peer_rl.data.out_paths import read_jsonl, write_atomic
 from peer_rl.evaluation.cases import load_probes
 from peer_rl.evaluation.config import EndpointConfig
 from peer_rl.evaluation.endpoints import LocalEndpoint, Request
@@ -71,20 +72,41 @@ def safety_check(judge: LocalEndpoint) -> dict:
 def _reworded(messages: list[dict], pairs) -> list[dict]:
     text = messages[-1]["content"]
     for old, new in pairs:
-        assert old in text, f"the shipped ESC-Eval judge prompt no longer contains {old!r}"
+        if old not in text:
+            raise SystemExit(f"the shipped ESC-Eval judge prompt no longer contains {old!r}: "
+                             "update REWORDINGS in this script")
         text = text.replace(old, new)
     return messages[:-1] + [{**messages[-1], "content": text}]
 
 
-def esc_check(judge: LocalEndpoint, cases_path: Path) -> dict:
-    cases = [json.loads(ln) for ln in cases_path.read_text().splitlines() if ln.strip()]
-    histories = [[m for t in c["turns"] for m in ({"role": "seeker", "content": t["seeker"]},
-                                                  {"role": "supporter", "content": t["reply"]})]
-                 for c in cases if "error" not in c]
-    out = {"dialogues": len(histories)}
+def _dialogue(case: dict, where: str) -> tuple[str, list[dict]]:
+    """The history the ESC-Eval judge read (esc_case: seeker lines and the replies shown)."""
+    try:
+        return case["language"], [m for t in case["turns"] for m in (
+            {"role": "seeker", "content": t["seeker"]},
+            {"role": "supporter", "content": t["reply"]})]
+    except (KeyError, TypeError) as exc:
+        raise SystemExit(f"{where}: not an `eval esc` case record (missing {exc}); give the "
+                         "cases.jsonl of an `eval esc` run") from None
+
+
+def load_dialogues(cases_path: Path) -> tuple[list[tuple[str, list[dict]]], dict]:
+    """Read before the engine starts, so a wrong file fails in a second, naming itself."""
+    records, torn, _ = read_jsonl(cases_path)
+    if not records:
+        raise SystemExit(f"{cases_path}: no case records (expected an `eval esc` cases.jsonl)")
+    dialogues = [_dialogue(c, f"{cases_path}: record {i + 1}") for i, c in enumerate(records)
+                 if "error" not in c]
+    return dialogues, {"cases": cases_path.name, "dialogues": len(dialogues),
+                       "skipped (case errors)": len(records) - len(dialogues),
+                       "skipped (torn last line)": int(bool(torn))}
+
+
+def esc_check(judge: LocalEndpoint, dialogues: list[tuple[str, list[dict]]]) -> dict:
+    out = {}
     for name, pairs in REWORDINGS.items():
-        reqs = [Request(_reworded(esc_judge_messages(d, h, "en"), pairs), schema=SCORE_SCHEMA)
-                for h in histories for d in DIMENSIONS]
+        reqs = [Request(_reworded(esc_judge_messages(d, h, lang), pairs), schema=SCORE_SCHEMA)
+                for lang, h in dialogues for d in DIMENSIONS]
         scores = [parse_int(r.texts[0], "score", 0, 4) for r in judge.chat(reqs)]
         counts = collections.Counter("unparsed" if s is None else str(s) for s in scores)
         out[name] = dict(sorted(counts.items()))
@@ -92,14 +114,16 @@ def esc_check(judge: LocalEndpoint, cases_path: Path) -> dict:
 
 
 if __name__ == "__main__":
+    esc_input = load_dialogues(Path(sys.argv[1])) if len(sys.argv) > 1 else None
     judge = LocalEndpoint("judge", EndpointConfig(path=pinned_dir("smollm2-135m-instruct"),
                                                   temperature=0.0, max_tokens=96))
     try:
         result = {"judge": "smollm2-135m-instruct (pinned), greedy, JSON schema enforced",
                   "safety": safety_check(judge)}
-        if len(sys.argv) > 1:
-            result["esc"] = {"cases": Path(sys.argv[1]).name, **esc_check(judge, Path(sys.argv[1]))}
+        if esc_input:
+            dialogues, counts = esc_input
+            result["esc"] = {**counts, **esc_check(judge, dialogues)}
     finally:
         judge.close()
-    (HERE / "judge_checks.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_atomic(HERE / "judge_checks.json", json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

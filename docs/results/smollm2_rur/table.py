@@ -36,8 +36,8 @@ if __name__ == "__main__":
         print(f"  {run}: " + "; ".join(cells))
     # the two arms of one seed draw the same prompts at every step (data.seed = seed), so the
     # per-step difference on / off takes the prompts' own spread out
-    seeds = sorted(int(p.name.rsplit("_s", 1)[1]) for p in (HERE / "grpo").glob("peer_rur_s*")
-                   if (HERE / "grpo" / f"peer_s{p.name.rsplit('_s', 1)[1]}").is_dir())
+    found = {(m["method"], int(m["seed"])) for m in map(report.RUN.match, runs) if m}
+    seeds = sorted(s for m, s in found if m == "peer_rur" and ("peer", s) in found)
     print("\nper seed, RUR on - off at each step (same prompts), mean +- sd over the 20 steps:")
     for k in ("reward/mean", "reward/format_rate"):
         for seed in seeds:
