@@ -82,6 +82,9 @@ class ActorConfig(PolicySettings):
     malloc_mmap_threshold_mib: float = 4.0
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
+    # the most one bucket of the weight sync may take, on every member (NCCL as gloo); an
+    # engine still receiving 30 s after that is taken for hung and restarted
+    weight_sync_timeout_s: float = 300.0
 
 
 @dataclass
@@ -345,7 +348,8 @@ _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_
              "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
              "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
              "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens",
-             "retrieval.k", "retrieval.num_workers", "actor.weight_sync_bucket_mb")
+             "retrieval.k", "retrieval.num_workers", "actor.weight_sync_bucket_mb",
+             "actor.weight_sync_timeout_s")
 _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
@@ -422,7 +426,7 @@ def _check_values(cfg: DictConfig) -> None:
     tp, gpus = cfg.rollout.tensor_model_parallel_size, cfg.resources.rollout.gpus_per_worker
     if tp < 1:
         raise ConfigError(f"rollout.tensor_model_parallel_size={tp}: expected >= 1")
-    if tp > 1 and gpus != tp:
+    if tp > 1 and gpus and gpus != tp:       # CPU engines (0 GPUs) shard over processes
         raise ConfigError(f"rollout.tensor_model_parallel_size={tp} shards each engine over {tp} "
                           f"GPUs, but resources.rollout.gpus_per_worker={gpus:g}: set "
                           f"resources.rollout.gpus_per_worker={tp} so that each engine's "

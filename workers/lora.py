@@ -199,7 +199,9 @@ class Adapters(FullWeights):
     def _merged(self) -> bool:
         from peer_rl.worker_settings import lora_merged
 
-        return lora_merged(self.settings, torch.cuda.is_available())
+        from workers.devices import use_cuda
+
+        return lora_merged(self.settings, use_cuda())
 
     def _delta(self, hf_name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (b.float() @ a.float()) * self.scaling[hf_name]

@@ -46,7 +46,7 @@ from peer_rl.runtime import fsync_tree, peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
 from peer_rl.worker_settings import LoRASettings, PolicySettings
 from peer_rl.models.local import on_this_node
-from workers import fsdp, lora
+from workers import devices, fsdp, lora
 
 
 def _tensor(x, dtype=None) -> torch.Tensor:
@@ -90,7 +90,7 @@ class PolicyWorker:
         self.clip = {"clip_ratio": s.clip_ratio, "clip_ratio_low": s.clip_ratio_low,
                      "clip_ratio_high": s.clip_ratio_high, "clip_ratio_c": s.clip_ratio_c}
         self.global_step = 0
-        self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        self.backend = backend or ("nccl" if devices.use_cuda() else "gloo")
         if self.backend == "nccl":
             local = int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count())))
             torch.cuda.set_device(local)
@@ -530,17 +530,22 @@ class PolicyWorker:
         return self.weights.adapter_config()
 
     @dispatch(Dispatch.ALL)
-    def host_weight_sync(self, world_size: int) -> tuple[str, int] | None:
+    def host_weight_sync(self, world_size: int,
+                         timeout_s: float = 300.0) -> tuple[str, int] | None:
         """Rank 0: open the rendezvous of a new weight-sync group of `world_size` members (this
         rank and every engine worker) and return its address; others None. The group forms in
-        `join_weight_sync` (workers.weight_sync); a new one replaces the previous one."""
+        `join_weight_sync` (workers.weight_sync); a new one replaces the previous one, which is
+        aborted first (under NCCL a bucket of a failed sync may still be queued on it).
+        `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
         from workers import weight_sync
 
         if self.rank != 0:
             return None
-        self._sync_group = None
+        old, self._sync_group = getattr(self, "_sync_group", None), None
+        if old is not None:
+            old.abort()
         self._sync_store = weight_sync.make_store(self.master_addr, 0, world_size, 0)
-        self._sync_world = world_size
+        self._sync_world, self._sync_timeout = world_size, float(timeout_s)
         return self.master_addr, int(self._sync_store.port)
 
     @dispatch(Dispatch.ALL)
@@ -552,7 +557,7 @@ class PolicyWorker:
 
         if self.rank == 0:
             self._sync_group = weight_sync.open_group(self._sync_store, 0, self._sync_world,
-                                                      self.backend)
+                                                      self.backend, self._sync_timeout)
 
     @dispatch(Dispatch.ALL)
     def send_weights(self, metas: list, bucket_bytes: int) -> dict:
@@ -577,7 +582,8 @@ class PolicyWorker:
         if getattr(self, "_sync_group", None) is None:
             raise RuntimeError("send_weights before join_weight_sync")
         plan = [weight_sync.TensorMeta(m[0], tuple(m[1]), m[2]) for m in metas]
-        sent = weight_sync.send(self._sync_group, gathered, plan, bucket_bytes, self.device)
+        sent = weight_sync.send(self._sync_group, gathered, plan, bucket_bytes, self.device,
+                               self._sync_timeout)
         return {"bytes": sent, "seconds": time.perf_counter() - t0}
 
     def full_state(self) -> dict | None:

@@ -23,14 +23,13 @@ from peer_rl.rewards import (
 from peer_rl.encoders import load_embedding_model
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.worker_settings import RedundancySettings
+from workers import devices
 
 class RedundancyWorker:
     def __init__(self, settings: RedundancySettings | None = None, device: str | None = None,
                  history_cache_size: int = 200_000):
-        import torch
-
         s = self.settings = settings or RedundancySettings()
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = device or devices.device()
         self.model_name = s.embedding_model
         self.model = load_embedding_model(s.embedding_model, device, s.batch_size)
         self._history: OrderedDict[str, np.ndarray] = OrderedDict()

@@ -14,16 +14,17 @@ from peer_rl.protocol import Dispatch, RetrievalHits, RetrievalQuery, dispatch
 from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
 from peer_rl.runtime import peak_rss_bytes
 from peer_rl.encoders import load_embedding_model
+from workers import devices
 
 
 class RetrievalWorker:
     def __init__(self, index_dir: str, embedding_model: str, device: str | None = None,
                  batch_size: int = 64):
-        import torch
-
         t0 = time.perf_counter()
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.index = ExemplarIndex(index_dir, embedding_model=embedding_model)
+        device = device or devices.device()
+        # faiss on the GPUs of this worker's bundle only (Ray made just those visible)
+        self.index = ExemplarIndex(index_dir, embedding_model=embedding_model,
+                                   use_gpu=device == "cuda")
         self.encoder = load_embedding_model(embedding_model, device, batch_size)
         self.index_dir, self.embedding_model = index_dir, embedding_model
         self.start_seconds = time.perf_counter() - t0

@@ -121,11 +121,12 @@ class RolloutWorker:
         return engine_dtype(self.llm)
 
     def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
-                         metas: list, bucket_bytes: int,
-                         adapter_config: str | None = None) -> list[int]:
+                         metas: list, bucket_bytes: int, adapter_config: str | None = None,
+                         timeout_s: float = 300.0) -> list[int]:
         """Every worker of this engine joins the policy's weight-sync group (workers.weight_sync)
         as ranks rank_offset.. (one per tensor-parallel worker); returns their ranks.
-        `adapter_config`: the policy sends its LoRA adapter alone (adapter_config.json's text)."""
+        `adapter_config`: the policy sends its LoRA adapter alone (adapter_config.json's text).
+        `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
         if (adapter_config is None) != (self._adapter_root is None):
             raise ValueError("weight sync: the policy sends " + (
                 "plain weights" if adapter_config is None else "a LoRA adapter") +
@@ -133,7 +134,8 @@ class RolloutWorker:
                 "with" if self._adapter_root is not None else "without") + " LoRA support")
         backend = "gloo" if on_cpu() else "nccl"
         return self.llm.collective_rpc("join_weight_sync", args=(
-            addr, port, rank_offset, world_size, backend, metas, bucket_bytes, adapter_config))
+            addr, port, rank_offset, world_size, backend, metas, bucket_bytes, adapter_config,
+            timeout_s))
 
     def receive_weights(self, version: int | None = None) -> int:
         """Receive one broadcast of the policy into the engine, in place; returns #tensors.

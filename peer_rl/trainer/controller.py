@@ -88,7 +88,8 @@ class Controller:
         self.weight_sync = WeightSyncGroup(
             self.policy.call, lambda: self.rollout.handles, self.rollout.wait_alive,
             tensor_parallel_size=cfg.rollout.tensor_model_parallel_size,
-            bucket_mb=cfg.actor.weight_sync_bucket_mb, max_retries=t.max_actor_restarts)
+            bucket_mb=cfg.actor.weight_sync_bucket_mb, max_retries=t.max_actor_restarts,
+            timeout_s=cfg.actor.weight_sync_timeout_s)
         cursor = None
         resume_dir = resume_checkpoint(cfg, self.out)
         if resume_dir is not None:

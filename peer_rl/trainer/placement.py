@@ -18,7 +18,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from peer_rl.planning.pools import bundle, pool_sizes, strategy
+from peer_rl.planning.pools import ORDER, bundle, pool_sizes, start_waves, strategy
 from peer_rl.precision import BYTES, cpu_has_bf16, dtype_line, resolve_dtype
 from peer_rl.trainer.faults import with_faults
 from peer_rl.trainer.worker_group import Pools
@@ -31,6 +31,7 @@ from peer_rl.worker_settings import (
     lora_merged,
     narrow,
 )
+from workers.devices import pool_env
 
 # pool -> worker class ("module:Class"; the reward model's by reward_model.kind)
 WORKERS = {"rollout": "workers.rollout:RolloutWorker",
@@ -128,7 +129,13 @@ class PoolFactory:
         trainer.max_actor_restarts times unless `max_restarts` says otherwise."""
         restarts = self.cfg.trainer.max_actor_restarts if max_restarts is None else max_restarts
         return ray.remote(with_faults(self.worker_class(pool))).options(
-            **_opts(self.pgs[pool], i, self.cfg.resources[pool], env, restarts))
+            **_opts(self.pgs[pool], i, self.cfg.resources[pool], self.actor_env(pool, env),
+                    restarts))
+
+    def actor_env(self, pool: str, env: dict) -> dict:
+        """`env` plus what tells a worker of `pool` which devices are its own
+        (workers.devices.pool_env: a pool without GPUs sees none)."""
+        return {**env, **pool_env(pool, self.cfg.resources[pool].gpus_per_worker)}
 
     def worker_args(self, pool: str, i: int = 0,
                     rendezvous: tuple[str, int] = ("", 0)) -> tuple[tuple, dict]:
@@ -266,32 +273,38 @@ class PoolFactory:
         return ranks
 
     def make_pools(self) -> Pools:
+        """Every pool's placement group, then its workers in start_waves order (an engine
+        on part of a GPU starts alone), then a wait until all are up."""
         cfg, t0 = self.cfg, time.perf_counter()
         sizes = pool_sizes(cfg)            # what `peer-rl plan` places, too
-        embeds = "redundancy" in sizes
         for name, n in sizes.items():
             self.pgs[name] = _pool_pg(name, cfg.resources[name], n, cfg.ray.placement_timeout_s,
                                       strategy(name))
-        pools = Pools(rollout=[self.start("rollout", i) for i in range(sizes["rollout"])],
-                      reward_model=[self.start("reward_model", i)
-                                    for i in range(sizes["reward_model"])],
-                      actor=self.actor_group(),
-                      redundancy=[self.start("redundancy")] if embeds else [],
-                      retrieval=[self.start("retrieval", i)
-                                 for i in range(sizes.get("retrieval", 0))],
+        handles: dict[str, list] = {name: [None] * n for name, n in sizes.items()}
+        waves = start_waves(sizes, cfg.resources)
+        for k, wave in enumerate(waves):
+            started = [] if k == 0 else [(name, h) for name, hs in handles.items()
+                                         for h in hs if h is not None]
+            if started:                    # the previous waves are up before this one starts
+                self._wait_ready(started, t0)
+            if any(name == "actor" for name, _ in wave):
+                handles["actor"] = self.actor_group()
+            for name, i in wave:
+                if name != "actor":
+                    handles[name][i] = self.start(name, i)
+        pools = Pools(**{name: handles.get(name, []) for name in ORDER},
                       restart=self.start,
                       classes={name: self.worker_class(name) for name in sizes})
-        self.ready_s = self._wait_ready(pools, t0)
+        self.ready_s = self._wait_ready([(name, h) for name in ORDER for h in getattr(pools, name)],
+                                        t0)
         return pools
 
     @staticmethod
-    def _wait_ready(pools: Pools, t0: float) -> dict[str, float]:
-        """Seconds from the start until each pool's last worker was up (what a slow start-up
-        is spent on); a constructor failure (bad model path, engine OOM) is raised now, naming
-        its pool."""
-        pending = {h.health.remote(): name
-                   for name in ("rollout", "reward_model", "actor", "redundancy", "retrieval")
-                   for h in getattr(pools, name)}
+    def _wait_ready(workers: list[tuple[str, object]], t0: float) -> dict[str, float]:
+        """Seconds from the start until each pool's last worker of `workers` ((pool, handle)
+        pairs) was up (what a slow start-up is spent on); a constructor failure (bad model
+        path, engine OOM, a GPU pool without CUDA) is raised now, naming its pool."""
+        pending = {h.health.remote(): name for name, h in workers}
         left = Counter(pending.values())
         ready: dict[str, float] = {}
         while pending:

@@ -34,7 +34,7 @@ def _cfg(tmp_path, tiny, *extra):
 @pytest.fixture(scope="module")
 def system(tmp_path_factory, grpo_models):
     out = tmp_path_factory.mktemp("controller")
-    # a real two-rank FSDP group; Ray may restart each engine 6 times: three tests kill rollout
+    # a real two-rank FSDP group; Ray may restart each engine 6 times: four tests kill rollout
     # worker 0 once each, and in any order the last of them must still find it restarted
     cfg = _cfg(out, grpo_models, "actor.world_size=2", "trainer.max_actor_restarts=6")
     init_ray(cfg)
@@ -142,6 +142,36 @@ def test_rollout_worker_killed_mid_step_is_restarted_resynced_and_retried(system
     assert recs[-1]["faults/actor_restarts"] == 1
     assert ray.get(pools.rollout[0].health.remote())["pid"] != pid  # a new process
     # the restarted engine carries the trained weights, not the initial checkpoint
+    _engine_matches_policy(pools)
+
+
+def test_an_engine_stopped_mid_sync_is_named_restarted_and_resynced(system, grpo_models,
+                                                                    tmp_path, capsys):
+    """Issue 56.6: the rollout engine's process is stopped (SIGSTOP: alive, never receiving),
+    as a stuck engine would be. The sync ends within actor.weight_sync_timeout_s plus the
+    grace period instead of waiting for the group's own timeout (or, under NCCL, the
+    watchdog ending policy rank 0); the engine is named, killed and restarted by Ray, the group
+    formed again and the weights sent again, so the new engine holds the trained weights."""
+    cfg, pools, rows, _ = system
+    quick = _cfg(tmp_path, grpo_models, "actor.weight_sync_timeout_s=3")
+    ctl = Controller(quick, pools, rows, tmp_path)
+    ray.get([a.update.remote(_fixed_batch([1.0, -1.0])) for a in pools.actor])
+    pid = ray.get(pools.rollout[0].health.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        ctl._sync_weights()
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)      # a process Ray failed to end is not left stopped
+        except ProcessLookupError:
+            pass
+    assert ctl.weight_sync.recoveries == 1
+    err = capsys.readouterr().err
+    assert ("rollout engine(s) 0 did not finish receiving within "
+            "actor.weight_sync_timeout_s=3 s and were restarted") in err, err
+    assert ray.get(pools.rollout[0].health.remote())["pid"] != pid
+    print(f"recovered in {time.monotonic() - t0:.1f} s")
     _engine_matches_policy(pools)
 
 

@@ -146,3 +146,19 @@ def test_gpu_engines_are_left_to_vllms_own_sizing():
         s = factory.engine_settings(pool)
         assert (s.kv_cache_gib, s.max_num_seqs) == (0.0, 0)
     assert factory.kv_cache_line() == ""
+
+
+def test_a_pool_without_gpus_sees_none_and_a_gpu_pool_is_told_its_share():
+    """Ray 2.60 leaves CUDA_VISIBLE_DEVICES as the node has it for an actor that asked for no
+    GPU: the placement layer empties it for such pools, and names each pool's GPUs, so that the
+    worker chooses its device from its own bundle (workers.devices)."""
+    cfg = load_config(["resources.reward_model.gpus_per_worker=0.5",
+                       "resources.actor.gpus_per_worker=1"])
+    factory = PoolFactory(cfg, "p", "j")
+    base = {"TOKENIZERS_PARALLELISM": "false"}
+    assert factory.actor_env("redundancy", base) == {
+        "TOKENIZERS_PARALLELISM": "false", "PEER_RL_POOL": "redundancy:0",
+        "CUDA_VISIBLE_DEVICES": ""}
+    assert factory.actor_env("retrieval", {})["CUDA_VISIBLE_DEVICES"] == ""
+    assert factory.actor_env("reward_model", {}) == {"PEER_RL_POOL": "reward_model:0.5"}
+    assert factory.actor_env("actor", {}) == {"PEER_RL_POOL": "actor:1"}

@@ -78,3 +78,87 @@ def test_the_rendezvous_listens_on_the_nodes_address_only():
     client = make_store("127.0.0.1", int(store.port), 1, 1)
     client.set("k", "v")
     assert store.get("k") == b"v"
+
+
+_LINGERING: list = []       # groups whose last operation ends by their own timeout
+
+
+def test_a_member_that_stops_taking_part_ends_the_send_within_its_timeout():
+    """Issue 56.6: a member joined the group, then never receives (a stopped or stuck engine).
+    The sender's bucket ends within its timeout with SyncTimeout (the wait that NCCL takes
+    too); before, it waited for the group's own 600 s (and under NCCL for the watchdog, which
+    ends the process)."""
+    import time
+
+    from workers.weight_sync import SyncTimeout
+
+    # larger than the sockets' buffers, so the sender really waits on the receiver
+    metas = [TensorMeta("w", (16 << 20,), "float32")]
+    store = make_store("127.0.0.1", 0, 2, 0)
+    joined, held = threading.Event(), _LINGERING
+
+    def idle_member():                    # joins, holds its group open, never broadcasts
+        held.append(open_group(make_store("127.0.0.1", int(store.port), 2, 1), 1, 2, "gloo",
+                               timeout_s=10))
+        joined.set()
+
+    threading.Thread(target=idle_member, daemon=True).start()
+    # the group's own timeout (10 s) is longer than the bucket's (2 s): the bucket's must end it
+    group = open_group(store, 0, 2, "gloo", timeout_s=10)
+    held.append(group)                    # its pending send ends at 10 s, not in a destructor
+    assert joined.wait(30)
+    t0 = time.monotonic()
+    with pytest.raises(SyncTimeout, match="weight sync: bucket 1 of 1 did not complete within "
+                                          "2 s"):
+        send(group, [torch.zeros(16 << 20)], metas, 1 << 30, torch.device("cpu"), timeout_s=2)
+    assert 1.5 < time.monotonic() - t0 < 6
+
+
+def test_an_adapter_is_received_on_the_engines_device():
+    """Issue 56.2: the engine's receive buffer is allocated on the engine worker's device
+    (vllm_engine.engine_device), which NCCL requires; it was always the CPU. On this machine
+    (no CUDA driver) a worker whose device is cuda:0 fails at that allocation, which shows
+    where the buffer went; a CPU worker receives the adapter whole."""
+    from safetensors.torch import load_file
+
+    from workers.vllm_engine import WeightSyncExtension
+
+    metas = [TensorMeta("base_model.model.q.lora_A.weight", (2, 4), "float32")]
+    state = [torch.arange(8, dtype=torch.float32).view(2, 4)]
+
+    def receive_on(device, directory, timeout_s):
+        store = make_store("127.0.0.1", 0, 2, 0)
+        sender = threading.Thread(target=lambda: _send_quietly(store, state, metas, timeout_s),
+                                  daemon=True)
+        sender.start()
+        engine = WeightSyncExtension()
+        engine.device = torch.device(device)
+        engine.join_weight_sync("127.0.0.1", int(store.port), 1, 2, "gloo",
+                                [(m.name, list(m.shape), m.dtype) for m in metas], 1 << 20,
+                                '{"r": 2}', timeout_s)
+        try:
+            return engine.receive_adapter(str(directory))
+        finally:
+            sender.join(timeout=30)
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        assert receive_on("cpu", Path(tmp) / "v1", 30) == 1
+        got = load_file(str(Path(tmp) / "v1" / "adapter_model.safetensors"))
+        assert torch.equal(got["base_model.model.q.lora_A.weight"], state[0])
+        with pytest.raises(RuntimeError, match="NVIDIA driver|CUDA"):
+            receive_on("cuda:0", Path(tmp) / "v2", 2)
+        assert not (Path(tmp) / "v2").exists()
+
+
+def _send_quietly(store, state, metas, timeout_s):
+    """Rank 0 of a test group: sends, and lets a receiver that failed end the send."""
+    from workers.weight_sync import SyncTimeout
+
+    try:
+        send(open_group(store, 0, 2, "gloo", timeout_s=timeout_s), state, metas, 1 << 20,
+             torch.device("cpu"), timeout_s=timeout_s)
+    except SyncTimeout:
+        pass
