@@ -1,7 +1,7 @@
 """GPU check of the training path on one GPU, with torch, transformers and peft only (no Ray, no
 vLLM, no network): sized for one H100 (80 GB) and a 15-minute device lease.
 
-    python benchmarks/gpu_check.py --out gpu-check/             # on the GPU: ~3-5 min, at most 12
+    python benchmarks/gpu_check.py --out gpu-check/             # on the GPU: 12 min at most
     python benchmarks/gpu_check.py --smoke --out /tmp/smoke/    # the same code on CPU, tiny shapes
     python benchmarks/gpu_check.py --parts lora,memory --out D  # some parts only
 
