@@ -317,7 +317,10 @@ def part_lora(smoke: bool, args, figures: dict, checks: dict) -> None:
 
 # ------------------------------------------------------------------------------ (c) weight_sync
 class _Done:
-    def wait(self):
+    """A collective that is over when returned (the recording groups copy at once); waited on
+    as weight_sync.finish waits, with a timeout."""
+
+    def wait(self, timeout=None):
         return True
 
 
