@@ -81,9 +81,10 @@ def load_from_rank0(model_path: str, mesh, mp: MixedPrecisionPolicy, prepare=Non
                     attn_implementation: str | None = None, offload: bool = False):
     """Collective. The HF model at `model_path`, FSDP2-sharded over `mesh` (shard), with only
     rank 0 reading the checkpoint (verl's way). Why: a rank that loads the whole float32
-    checkpoint before sharding holds 4 bytes a parameter at once (~33 GB for an 8B model), on
-    every rank of a node, twice with a reference copy; here rank 0 holds one full copy while
-    loading and every other rank only its shards.
+    checkpoint before sharding holds 4 bytes a parameter at once (~32 GB for an 8B model), on
+    every rank of a node, and again for the reference copy; here rank 0 holds one full copy
+    while loading and every other rank only its shards (docs/cluster.md, "Host memory while
+    loading").
 
     Rank 0 loads the model (load_pretrained), the others build the same tree on the meta
     device (build_empty); every rank runs `prepare(model) -> model` on it (freezing, LoRA
@@ -118,10 +119,11 @@ def fill_from_rank0(model, full: dict[str, torch.Tensor], mesh, offload: bool = 
     other ranks): torch's set_model_state_dict(broadcast_from_rank0=True) sends one tensor at a
     time and each rank keeps its slice, so no rank but 0 ever holds more than one full tensor
     of the checkpoint. A model built on the meta device gets storage for its shards first
-    (to_empty). Buffers that are not in the state dict (rotary inv_freq) and the replicated
-    vision tower's copy are rank 0's too: every buffer is broadcast after, by name (the same
-    order on every rank, which named_buffers does not promise after fully_shard; verl's
-    fsdp2_load_full_state_dict sorts them for that reason).
+    (to_empty). The replicated vision tower is in the state dict and arrives whole on every
+    rank; a buffer that is not (rotary inv_freq) would keep whatever to_empty left in it, so
+    every buffer is broadcast after, by name (the same order on every rank, which
+    named_buffers does not promise after fully_shard; verl's fsdp2_load_full_state_dict sorts
+    them for that reason).
     set_model_state_dict needs every tensor of the model on one device: the fill runs where
     FSDP keeps the shards (host memory under `offload`), and the tower and buffers go to the
     mesh's device after."""
