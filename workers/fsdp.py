@@ -1,6 +1,7 @@
 """FSDP2 plumbing shared by the GRPO policy group (workers/policy.py) and the supervised trainer
-(workers/supervised_trainer.py): loading a checkpoint by architecture, freezing the vision tower,
-sharding, full state dicts in HF names, optimizer shards, and the non-finite-step guard.
+(workers/supervised_trainer.py): loading a checkpoint by architecture (read by rank 0 alone and
+broadcast into the other ranks' shards), freezing the vision tower, sharding, full state dicts in
+HF names, optimizer shards, and the non-finite-step guard.
 
 No Ray import: both callers run it inside their own processes (Ray actors, Ray Train workers, or
 plain spawned processes on a machine without Ray).
@@ -22,7 +23,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_state_dict, set_state_dict)
+                                                     get_state_dict, set_model_state_dict,
+                                                     set_state_dict)
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -57,6 +59,83 @@ def load_pretrained(model_path: str, dtype=torch.float32, attn_implementation: s
     weights agree, so the first importance ratio is exactly 1)."""
     kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
     return auto_class(model_path).from_pretrained(model_path, dtype=dtype, **kw).eval()
+
+
+def build_empty(model_path: str, dtype=torch.float32, attn_implementation: str | None = None):
+    """The module tree load_pretrained gives for `model_path` (its class, dtype, attention,
+    parameter and buffer names, tied weights), built from the config alone on the meta device:
+    no weight is read and no memory is taken. transformers 5 renames some families' weights at
+    load (Qwen2-VL's `visual.*` -> `model.visual.*`), but only the checkpoint's names: the
+    modules are the class's own either way, so the state dict keys are those of
+    from_pretrained (tests/workers/test_policy.py holds them equal)."""
+    from transformers import AutoConfig
+
+    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    config = AutoConfig.from_pretrained(model_path)
+    with torch.device("meta"):
+        model = auto_class(model_path).from_config(config, dtype=dtype, **kw)
+    return model.eval()
+
+
+def load_from_rank0(model_path: str, mesh, mp: MixedPrecisionPolicy, prepare=None,
+                    attn_implementation: str | None = None, offload: bool = False):
+    """Collective. The HF model at `model_path`, FSDP2-sharded over `mesh` (shard), with only
+    rank 0 reading the checkpoint (verl's way). Why: a rank that loads the whole float32
+    checkpoint before sharding holds 4 bytes a parameter at once (~32 GB for an 8B model), on
+    every rank of a node, and again for the reference copy; here rank 0 holds one full copy
+    while loading and every other rank only its shards (docs/cluster.md, "Host memory while
+    loading").
+
+    Rank 0 loads the model (load_pretrained), the others build the same tree on the meta
+    device (build_empty); every rank runs `prepare(model) -> model` on it (freezing, LoRA
+    adapters, the log-prob head: whatever changes the tree or its trainable set before
+    sharding), rank 0 takes its full state dict, every rank shards, and fill_from_rank0
+    broadcasts rank 0's values into every rank's shards. What `prepare` initialises on rank 0
+    (LoRA adapters) is broadcast with the weights, so every rank holds rank 0's values."""
+    rank0 = dist.get_rank() == 0
+    model = (load_pretrained if rank0 else build_empty)(
+        model_path, attn_implementation=attn_implementation)
+    if prepare is not None:
+        model = prepare(model)
+    full = model.state_dict() if rank0 else {}
+    shard(model, mesh, mp, offload=offload)
+    fill_from_rank0(model, full, mesh, offload=offload)
+    return model
+
+
+def _place_unsharded(model, device) -> None:
+    """What FSDP does not shard (the vision tower's parameters, every buffer) to `device`."""
+    tower = vision_tower(model)
+    if tower is not None:
+        tower.to(device)
+    for module in model.modules():
+        for name, buf in module._buffers.items():
+            if buf is not None and buf.device.type != torch.device(device).type:
+                module._buffers[name] = buf.to(device)
+
+
+def fill_from_rank0(model, full: dict[str, torch.Tensor], mesh, offload: bool = False) -> None:
+    """Collective. Fill a sharded model (shard) from rank 0's full state dict `full` ({} on the
+    other ranks): torch's set_model_state_dict(broadcast_from_rank0=True) sends one tensor at a
+    time and each rank keeps its slice, so no rank but 0 ever holds more than one full tensor
+    of the checkpoint. A model built on the meta device gets storage for its shards first
+    (to_empty). The replicated vision tower is in the state dict and arrives whole on every
+    rank; a buffer that is not (rotary inv_freq) would keep whatever to_empty left in it, so
+    every buffer is broadcast after, by name (the same order on every rank, which
+    named_buffers does not promise after fully_shard; verl's fsdp2_load_full_state_dict sorts
+    them for that reason).
+    set_model_state_dict needs every tensor of the model on one device: the fill runs where
+    FSDP keeps the shards (host memory under `offload`), and the tower and buffers go to the
+    mesh's device after."""
+    where = "cpu" if offload and mesh.device_type == "cuda" else mesh.device_type
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        model.to_empty(device=where)
+    _place_unsharded(model, where)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
+                                                               broadcast_from_rank0=True))
+    _place_unsharded(model, mesh.device_type)
+    for _, buf in sorted(model.named_buffers(), key=lambda item: item[0]):
+        dist.broadcast(buf, src=0)
 
 
 def vision_tower(model) -> torch.nn.Module | None:
@@ -195,6 +274,8 @@ def shard(model, mesh, mp: MixedPrecisionPolicy, offload: bool = False):
     Qwen3-VL-8B), and frozen it has no optimizer state.
     `offload` (GPU only): FSDP2's CPUOffloadPolicy, for a model that only runs forwards (the
     frozen reference): its shards stay in host memory and are copied in per layer.
+    The tower stays where it is (on the meta device for a model built there):
+    fill_from_rank0 moves it to the mesh's device once it holds its values.
     """
     tower = vision_tower(model)
     ignored = set(tower.parameters()) if tower is not None else set()
@@ -206,8 +287,6 @@ def shard(model, mesh, mp: MixedPrecisionPolicy, offload: bool = False):
     for m in decoder_layers(model):
         fully_shard(m, mesh=mesh, mp_policy=mp, **extra)
     fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=ignored or None, **extra)
-    if tower is not None:
-        tower.to(mesh.device_type)
     return model
 
 
@@ -233,7 +312,8 @@ def sync_replicated_grads(model, world_size: int) -> None:
 
 
 def full_state_dict(model) -> dict[str, torch.Tensor]:
-    """Collective: every rank calls it; all get the full (CPU) state dict."""
+    """Collective: every rank calls it; rank 0 gets the full (CPU) state dict, the others {}
+    (torch's cpu_offload gathers to rank 0 only)."""
     return get_model_state_dict(model, options=FULL_STATE)
 
 

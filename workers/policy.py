@@ -65,8 +65,9 @@ class PolicyWorker:
     reuses the same collectives. It is loaded from `model_path` and never changes, also across
     checkpoint resumes (GRPO's KL anchor is the initial policy). Dropout stays off (eval mode) in
     both, so old and new log-probs of identical weights agree and the first ratio is exactly 1.
-    Every rank loads the full checkpoint from disk before sharding (simple; a rank-0 load with
-    broadcast would save host memory for large models).
+    Only rank 0 reads the checkpoint; the other ranks build both models on the meta device and
+    receive their shards by broadcast (fsdp.load_from_rank0), so a rank other than 0 never holds
+    the full model in host memory (docs/cluster.md, "Host memory while loading").
     """
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
@@ -139,20 +140,25 @@ class PolicyWorker:
 
     # ------------------------------------------------------------------ model plumbing
     def _load_sharded(self, mp, trainable: bool = False, offload: bool = False) -> torch.nn.Module:
-        """HF model (by architecture) -> fully_shard each block, then the root; the output
-        layer routed through chunked log-probs unless actor.logits_chunk_size=0."""
+        """HF model (by architecture), read by rank 0 alone and broadcast into every rank's
+        shards (fsdp.load_from_rank0: fully_shard each block, then the root); the output layer
+        routed through chunked log-probs unless actor.logits_chunk_size=0."""
         attn = packing.register() if self.settings.use_remove_padding else None
-        model = fsdp.load_pretrained(self.model_path, attn_implementation=attn)
-        if not hasattr(self, "hf_keys"):
-            self.hf_keys = list(model.state_dict())  # the keys from_pretrained(...).state_dict() use
-            self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
-        if trainable and self.settings.freeze_vision_tower and self.vision is not None:
-            self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
-        if trainable:
-            model = self.weights.wrap(model)  # LoRA: adapters injected, the base frozen
-        if self.settings.logits_chunk_size > 0:
-            self._heads[id(model)] = fsdp.logprob_head(model, self.settings.logits_chunk_size)
-        return fsdp.shard(model, self.mesh, mp, offload=offload)
+
+        def prepare(model):                   # every rank, before sharding (rank 0: the weights)
+            if not hasattr(self, "hf_keys"):
+                self.hf_keys = list(model.state_dict())  # from_pretrained(...).state_dict()'s keys
+                self.tied = fsdp.tied_duplicates(model)  # duplicate -> source key
+            if trainable and self.settings.freeze_vision_tower and self.vision is not None:
+                self.frozen = set(fsdp.freeze_vision_tower(model))   # text-only models: no-op
+            if trainable:
+                model = self.weights.wrap(model)  # LoRA: adapters injected, the base frozen
+            if self.settings.logits_chunk_size > 0:
+                self._heads[id(model)] = fsdp.logprob_head(model, self.settings.logits_chunk_size)
+            return model
+
+        return fsdp.load_from_rank0(self.model_path, self.mesh, mp, prepare,
+                                    attn_implementation=attn, offload=offload)
 
     def _trained(self):
         """What the training forward computes in and what trains (activation estimates)."""

@@ -57,12 +57,13 @@ def _quiet_train_reports() -> None:
 
 
 # ============================================================================ worker side
-def _load_model(path: str, gradient_checkpointing: bool, freeze_vision: bool):
+def _prepare_model(model, gradient_checkpointing: bool, freeze_vision: bool):
+    """The loaded (rank 0) or meta-built (other ranks) model made ready to shard: vision tower
+    frozen, HF's gradient checkpointing, train mode only where there is dropout."""
     import torch
 
     from workers import fsdp
 
-    model = fsdp.load_pretrained(path)
     if freeze_vision and fsdp.vision_tower(model) is not None:
         fsdp.freeze_vision_tower(model)
     if gradient_checkpointing:
@@ -215,15 +216,22 @@ def train_loop(config: dict) -> None:
         src = config["model_path"]
     dtype = resolve_dtype(config.get("dtype", "auto"), use_cuda, cpu_has_bf16(), "trainer.dtype")
     mp = fsdp.mixed_precision(dtype)
-    # loaded on the host; fully_shard moves each rank's shard to the mesh's device
-    model = _load_model(src, config["gradient_checkpointing"], config["freeze_vision_tower"])
-    tied = set(fsdp.tied_duplicates(model))
-    model = weights.wrap(model)      # LoRA: adapters injected, every base weight frozen
-    if weights.on and config["gradient_checkpointing"]:
-        # recomputed layers need an input that requires grad, or the frozen embeddings cut
-        # the adapters' gradient
-        model.enable_input_require_grads()
-    model = fsdp.shard(model, mesh, mp)
+    tied: set[str] = set()
+
+    def prepare(model):               # every rank, before sharding (rank 0: the weights)
+        model = _prepare_model(model, config["gradient_checkpointing"],
+                               config["freeze_vision_tower"])
+        tied.update(fsdp.tied_duplicates(model))
+        model = weights.wrap(model)  # LoRA: adapters injected, every base weight frozen
+        if weights.on and config["gradient_checkpointing"]:
+            # recomputed layers need an input that requires grad, or the frozen embeddings cut
+            # the adapters' gradient
+            model.enable_input_require_grads()
+        return model
+
+    # rank 0 reads the checkpoint on the host; every rank gets its shards by broadcast, on the
+    # mesh's device (fsdp.load_from_rank0)
+    model = fsdp.load_from_rank0(src, mesh, mp, prepare)
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                               lr=config["lr"], weight_decay=config["weight_decay"])
     if ckpt_dir is not None:

@@ -9,7 +9,7 @@ BENCHES = {"rewards": "peer_rl.bench.rewards", "step": "peer_rl.bench.step",
            "sync": "peer_rl.bench.sync", "update": "peer_rl.bench.update",
            "rollout": "peer_rl.bench.rollout", "overlap": "peer_rl.bench.overlap",
            "trl": "peer_rl.bench.trl", "model": "peer_rl.bench.models",
-           "memory": "peer_rl.bench.memory"}
+           "memory": "peer_rl.bench.memory", "load": "peer_rl.bench.load"}
 
 
 def _bench(args) -> int:

@@ -1,8 +1,8 @@
-"""`bench rollout` and `bench update` refuse a bad --dtypes or model name before any work,
+"""`bench rollout`, `bench update` and `bench load` refuse a bad --dtypes or model name before any work,
 naming the option (argparse's exit 2), rather than a traceback from deep inside."""
 import pytest
 
-from peer_rl.bench import rollout, update
+from peer_rl.bench import load, rollout, update
 
 
 @pytest.mark.parametrize("main, argv, words", [
@@ -10,6 +10,8 @@ from peer_rl.bench import rollout, update
     (rollout.main, ["--models", "tiny,7B"], "--models 7B: expected some of tiny"),
     (update.main, ["--dtypes", "bf16"], "--dtypes='bf16': expected one of auto"),
     (update.main, ["--model", "7B"], "--model '7B': expected one of 10M, 100M, 500M"),
+    (load.main, ["--model", "7B"], "--model '7B': expected one of 10M, 100M, 500M"),
+    (load.main, ["--ranks", "0"], "--ranks 0: expected 1 or more"),
 ])
 def test_a_bad_option_is_refused_naming_it(main, argv, words, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -1,8 +1,9 @@
-"""FSDP2 plumbing that needs no process group: which vision parameters the freeze keeps."""
+"""FSDP2 plumbing that needs no process group: which vision parameters the freeze keeps, the
+checkpoint's file index, and the module tree the ranks other than 0 build on the meta device."""
 import pytest
 import torch
 
-from workers.fsdp import file_index, freeze_vision_tower
+from workers.fsdp import build_empty, file_index, freeze_vision_tower, tied_duplicates
 
 
 class _Tower(torch.nn.Module):
@@ -53,3 +54,27 @@ def test_checkpoint_files_take_consecutive_tensors_up_to_a_ranks_byte_budget():
         "d": 3,                  # 2,400 alone (over the budget: a file of its own)
         "e": 4, "f": 4}          # 80 + 4
     assert set(file_index(flat, world_size=1, per_rank_bytes=1 << 30).values()) == {1}
+
+
+@pytest.mark.parametrize("name", ["policy", "judge"])   # Qwen2.5-VL; Qwen2-VL, renamed at load
+def test_a_model_built_on_the_meta_device_is_from_pretrained_s_tree(tiny_models, name):
+    """What a rank other than 0 builds (no weight read) against transformers' own load of the
+    checkpoint: the state dict's keys in order with their shapes and dtypes, the buffers (rotary
+    inv_freq is in no state dict), the tied output layer, the attention implementation and
+    eval mode; and nothing in it holds memory."""
+    from transformers import AutoModelForImageTextToText
+
+    path = tiny_models[name]
+    real = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
+    empty = build_empty(path)
+
+    def tree(model):
+        return ([(k, v.shape, v.dtype) for k, v in model.state_dict().items()],
+                [(k, v.shape, v.dtype) for k, v in model.named_buffers()])
+
+    assert tree(empty) == tree(real)
+    assert tied_duplicates(empty) == tied_duplicates(real)
+    assert empty.config._attn_implementation == real.config._attn_implementation
+    assert not empty.training
+    assert all(t.is_meta for t in (*empty.parameters(), *empty.buffers()))
+

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import socket
 import time
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -318,12 +320,29 @@ def _sc_budget(w: PolicyWorker, out: str, arg=None) -> dict:
             "tokens": mask.sum(1).tolist()}
 
 
-SCENARIOS = {"budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
+def _sc_load(w: PolicyWorker, out: str, arg=None) -> dict:
+    """What the load left on this rank, of the policy and (full weights) the reference: each
+    state dict tensor as this rank holds it (its FSDP shard, or the whole tensor where it is
+    replicated: the vision tower), every buffer, and whether the output layer still shares
+    the embeddings' parameter."""
+    from torch.distributed.tensor import DTensor
+
+    models = {"policy": w.model} if w.weights.on else {"policy": w.model, "reference": w.ref}
+    return {name: {"local": {k: (v.to_local().clone(), True) if isinstance(v, DTensor)
+                             else (v.detach().clone(), False) for k, v in m.state_dict().items()},
+                   "buffers": {k: v.detach().clone() for k, v in m.named_buffers()},
+                   "tied": m.get_output_embeddings().weight is m.get_input_embeddings().weight}
+            for name, m in models.items()}
+
+
+SCENARIOS = {"load": _sc_load, "budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
              "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async}
 
 
 def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
     torch.set_num_threads(1)
+    if isinstance(model_path, list):     # each rank its own copy of the model
+        model_path = model_path[rank]
     lora = hp.pop("lora", None)          # LoRASettings' keys: the same scenario on adapters
     w = PolicyWorker(rank, world_size, "127.0.0.1", port, model_path, PolicySettings(**hp),
                      seed=SEED, lora_settings=LoRASettings(**lora) if lora else None)
@@ -397,6 +416,75 @@ def test_log_probs_aligned_and_reference_equal(tiny_model, world2):
         assert np.all(lp.old_log_probs[:, 0] == 0)
         np.testing.assert_allclose(lp.old_log_probs[:, 1:], want.numpy(), atol=1e-5)
         np.testing.assert_array_equal(lp.old_log_probs, lp.ref_log_prob)
+
+
+def save_random_adapter(model_path: str, directory) -> str:
+    """A PEFT adapter (r=4) on every linear layer outside a vision tower, saved with random,
+    non-zero A and B: a fresh adapter's B is 0, which a rank that never received it could
+    match by chance of its memory."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(1)
+    base = from_pretrained(model_path)
+    tower = r"model\.visual(\..*)?" if hasattr(base.model, "visual") else None   # Qwen2.5-VL's
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8.0, target_modules="all-linear",
+                                            exclude_modules=tower))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_(torch.randn_like(p) * 0.2)
+    model.save_pretrained(directory)
+    return str(directory)
+
+
+def from_pretrained(model_path: str):
+    """transformers' own load of `model_path` (the oracle), float32."""
+    from transformers import AutoModelForImageTextToText
+
+    vision = "vision_config" in (Path(model_path) / "config.json").read_text(encoding="utf-8")
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    return auto.from_pretrained(model_path, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("case", ["text", "vision", "text+lora", "vision+lora"])
+def test_only_rank_0_reads_the_checkpoint_and_every_rank_holds_from_pretrained_weights(
+        case, tiny_model, tiny_models, tmp_path):
+    """2 ranks, the second given a copy of the model without its weights (config, tokenizer and
+    processor only): the load must read no weight there (a rank that loads the checkpoint
+    itself fails on it), and the policy's and the reference's full state dicts and every
+    buffer (rotary inv_freq is in no state dict) equal from_pretrained's exactly on both ranks,
+    the output layer still tied to the embeddings. The vision model's tower is replicated,
+    outside FSDP; with LoRA the adapters come from a saved adapter and equal PEFT's own load."""
+    from peft import PeftModel
+
+    path = tiny_models["policy"] if case.startswith("vision") else tiny_model
+    expected, hp = from_pretrained(path), {}
+    if case.endswith("lora"):
+        adapter = save_random_adapter(path, tmp_path / "adapter")
+        hp["lora"] = dict(rank=4, lora_alpha=8.0, lora_adapter_path=adapter)
+        expected = PeftModel.from_pretrained(expected, adapter).get_base_model()
+    no_weights = tmp_path / "no-weights"
+    shutil.copytree(path, no_weights, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    ranks = run_group(2, [path, str(no_weights)], "load", tmp_path / "run", **hp)
+    want, buffers = expected.state_dict(), dict(expected.named_buffers())
+    assert any(".visual." in k for k in want) == case.startswith("vision")
+    assert any("lora_A" in k for k in want) == case.endswith("lora")
+    assert buffers and not any(k in want for k in buffers)       # buffers no state dict holds
+    for rank, res in enumerate(ranks):
+        models = [m for m in ("policy", "reference") if m in res]
+        assert models == (["policy"] if case.endswith("lora") else ["policy", "reference"])
+        for name in models:
+            got = res[name]
+            assert list(got["local"]) == list(want), (rank, name)
+            sharded = {k for k, (_, is_shard) in got["local"].items() if is_shard}
+            assert sharded and (sharded != set(want)) == case.startswith("vision")
+            differ = [k for k, (t, is_shard) in got["local"].items()   # FSDP2: dim-0 chunks
+                      if not torch.equal(t, torch.chunk(want[k], 2)[rank] if is_shard else want[k])]
+            assert not differ, f"rank {rank} {name}: {differ}"
+            assert got["buffers"].keys() == buffers.keys(), (rank, name)
+            differ = [k for k in buffers if not torch.equal(got["buffers"][k], buffers[k])]
+            assert not differ, f"rank {rank} {name} buffers: {differ}"
+            assert got["tied"], (rank, name)
 
 
 def initial_weights(model_path: str) -> dict:
