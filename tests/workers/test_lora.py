@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from peer_rl.worker_settings import LoRASettings, PolicySettings
+from lora_util import save_random_adapter
 from test_policy import (HP, SEED, assert_every_mode_gives_the_one_batch_gradient,  # noqa: F401
                          assert_same_training, free_port, make_batch, max_diff, rank_results,
                          run_group, tiny_model)
@@ -32,18 +33,8 @@ PREFIX = "base_model.model."     # PeftModel's names around the HF model's
 @pytest.fixture(scope="module")
 def adapter_dir(tiny_model, tmp_path_factory) -> str:
     """A PEFT adapter on every linear layer with random, non-zero A and B."""
-    from peft import LoraConfig, get_peft_model
-
-    d = tmp_path_factory.mktemp("adapter")
-    torch.manual_seed(1)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model),
-                           LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules="all-linear"))
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_" in n:
-                p.copy_(torch.randn_like(p) * 0.2)
-    model.save_pretrained(d)
-    return str(d)
+    return save_random_adapter(lambda: AutoModelForCausalLM.from_pretrained(tiny_model),
+                               tmp_path_factory.mktemp("adapter"), RANK, ALPHA)
 
 
 # ---------------------------------------------------------------- spawned scenario (per rank)

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from peer_rl.algos import sequence_advantages
 from peer_rl.protocol import UpdateBatch
 from peer_rl.worker_settings import LoRASettings, PolicySettings
+from lora_util import save_random_adapter
 from workers.policy import PolicyWorker
 
 pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
@@ -418,25 +419,6 @@ def test_log_probs_aligned_and_reference_equal(tiny_model, world2):
         np.testing.assert_array_equal(lp.old_log_probs, lp.ref_log_prob)
 
 
-def save_random_adapter(model_path: str, directory) -> str:
-    """A PEFT adapter (r=4) on every linear layer outside a vision tower, saved with random,
-    non-zero A and B: a fresh adapter's B is 0, which a rank that never received it could
-    match by chance of its memory."""
-    from peft import LoraConfig, get_peft_model
-
-    torch.manual_seed(1)
-    base = from_pretrained(model_path)
-    tower = r"model\.visual(\..*)?" if hasattr(base.model, "visual") else None   # Qwen2.5-VL's
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8.0, target_modules="all-linear",
-                                            exclude_modules=tower))
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_" in n:
-                p.copy_(torch.randn_like(p) * 0.2)
-    model.save_pretrained(directory)
-    return str(directory)
-
-
 def from_pretrained(model_path: str):
     """transformers' own load of `model_path` (the oracle), float32."""
     from transformers import AutoModelForImageTextToText
@@ -464,7 +446,8 @@ def test_only_rank_0_reads_the_checkpoint_and_every_rank_holds_from_pretrained_w
     path = tiny_models["policy"] if case.startswith("vision") else tiny_model
     expected, hp = from_pretrained(path), {}
     if case.endswith("lora"):
-        adapter = save_random_adapter(path, tmp_path / "adapter")
+        adapter = save_random_adapter(lambda: from_pretrained(path), tmp_path / "adapter",
+                                      rank=4, alpha=8.0)
         hp["lora"] = dict(rank=4, lora_alpha=8.0, lora_adapter_path=adapter)
         expected = PeftModel.from_pretrained(expected, adapter).get_base_model()
     no_weights = tmp_path / "no-weights"
