@@ -38,6 +38,7 @@ class WeightSyncGroup:
         self.formed = False
         self.syncs = 0
         self.recoveries = 0     # engines found dead during a sync and waited for
+        self._calls: list = []  # this attempt's engine calls in flight, one per engine
 
     def invalidate(self) -> None:
         self.formed = False
@@ -45,7 +46,7 @@ class WeightSyncGroup:
     def _form(self) -> None:
         engines = self.engines()
         if self.metas is None:   # what the engines hold their weights in is what is sent
-            dtype = ray.get(engines[0].engine_dtype.remote())
+            dtype = self._answers([engines[0].engine_dtype.remote()], "engine_dtype")[0]
             self.metas = self.policy_call("weight_metas", dtype)[0]
             # a LoRA policy whose engines serve base + adapter sends its adapters alone
             self.adapter_config = self.policy_call("adapter_config")[0]
@@ -55,9 +56,20 @@ class WeightSyncGroup:
                                            self.bucket_bytes, self.adapter_config,
                                            self.timeout_s)
                  for i, e in enumerate(engines)]
+        self._calls = joins
         self.policy_call("join_weight_sync")
-        ray.get(joins)
+        self._answers(joins, "join_weight_sync")
         self.formed = True
+
+    def _answers(self, refs: list, what: str) -> list:
+        """The engines' answers to `refs` (one call per engine, in order), each given
+        timeout_s plus the grace period: an engine that is alive but never answers (stopped,
+        or stuck in a collective) would otherwise hold the driver forever."""
+        self._calls = refs
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s + self.grace_s)
+        if pending:
+            raise EnginesHung(f"the rollout engines did not all answer {what}")
+        return ray.get(refs)
 
     def sync(self, version: int | None = None) -> dict:
         """Send the policy's current weights to every engine; returns {"bytes", "seconds"}.
@@ -65,26 +77,21 @@ class WeightSyncGroup:
         An engine that dies during the sync is waited for (Ray restarts it), the group is formed
         again and the sync repeated, up to `max_retries` times."""
         for attempt in range(self.max_retries + 1):
-            refs = []
+            self._calls = []
             try:
                 if not self.formed:
                     self._form()
-                refs = [e.receive_weights.remote(version) for e in self.engines()]
+                self._calls = [e.receive_weights.remote(version) for e in self.engines()]
                 sent = self.policy_call("send_weights", self.metas, self.bucket_bytes)[0]
                 # sent is not received: a stopped engine can leave the last bucket in the
                 # sockets' buffers under gloo, so the engines' own calls are bounded too
-                _, pending = ray.wait(refs, num_returns=len(refs),
-                                      timeout=self.timeout_s + self.grace_s)
-                if pending:
-                    raise EnginesHung("the policy sent every bucket, the engines did not all "
-                                      "finish receiving")
-                ray.get(refs)
+                self._answers(self._calls, "receive_weights")
                 self.syncs += 1
                 return sent
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError,
                     EnginesHung) as exc:
                 # engines still in a receive the policy gave up on get a bucket's time to end
-                hung = self._end_hung(refs, 0.0 if isinstance(exc, EnginesHung)
+                hung = self._end_hung(self._calls, 0.0 if isinstance(exc, EnginesHung)
                                       else self.timeout_s + self.grace_s)
                 if attempt == self.max_retries:
                     raise WorkerGroupFailed(
@@ -102,7 +109,7 @@ class WeightSyncGroup:
         raise AssertionError("unreachable")
 
     def _end_hung(self, refs: list, wait_s: float) -> str:
-        """After a failed sync: the engines whose receive has not returned within `wait_s` are
+        """After a failed sync: the engines whose call has not returned within `wait_s` are
         hung (stopped, or waiting on a peer that is gone: under NCCL nothing else would end
         them); each is named and killed so that Ray restarts it. Returns the words naming them
         for the error line ("" when none)."""
@@ -114,12 +121,12 @@ class WeightSyncGroup:
             ray.kill(self.engines()[i], no_restart=False)
         if not hung:
             return ""
-        return (": rollout engine(s) " + ", ".join(map(str, hung)) + " did not finish receiving "
-                f"within actor.weight_sync_timeout_s={self.timeout_s:g} s and were restarted")
+        return (": rollout engine(s) " + ", ".join(map(str, hung)) + " did not answer within "
+                f"actor.weight_sync_timeout_s={self.timeout_s:g} s and were restarted")
 
 
 class EnginesHung(RuntimeError):
-    """Engines still receiving well after the policy finished sending."""
+    """Engines that have not answered a sync's call well after they should have."""
 
 
 def _first_line(exc: BaseException) -> str:
