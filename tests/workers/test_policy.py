@@ -336,8 +336,41 @@ def _sc_load(w: PolicyWorker, out: str, arg=None) -> dict:
             for name, m in models.items()}
 
 
+# the clip-fraction batch: 4 rows of (prompt, response) tokens, each response cut into spans of
+# (tokens, delta), delta = log pi - log pi_old the scenario sets; advantages +1, +1, -1, -1
+CLIP_ROWS = ((3, ((5, 0.5),)), (4, ((4, 0.1), (4, 0.3))), (2, ((3, -0.5),)), (5, ((6, 1.5),)))
+CLIP_ADV = (1.0, 1.0, -1.0, -1.0)
+
+
+def clip_batch() -> tuple[UpdateBatch, np.ndarray]:
+    """The batch of CLIP_ROWS (random token ids) and its (N, T) delta, 0 off the response."""
+    rng = np.random.default_rng(11)
+    t = 14
+    ids, attn, resp = (np.zeros((len(CLIP_ROWS), t), np.int64) for _ in range(3))
+    delta = np.zeros((len(CLIP_ROWS), t), np.float32)
+    for i, (p, spans) in enumerate(CLIP_ROWS):
+        r = sum(n for n, _ in spans)
+        ids[i, :p + r] = rng.integers(1, 256, p + r)
+        attn[i, :p + r] = 1
+        resp[i, p:p + r] = 1
+        delta[i, p:p + r] = [d for n, d in spans for _ in range(n)]
+    return UpdateBatch(ids, attn, resp, np.array(CLIP_ADV, np.float32)), delta
+
+
+def _sc_temperature(w: PolicyWorker, out: str, arg=None) -> dict:
+    """Log-probs at the SmolLM2 recipes' temperature 0.7, then one optimizer step whose old
+    log-probs are those minus a chosen delta per token: the update's own forward (at 0.7 too)
+    makes each ratio exp(delta), so its clip fraction and approx KL are known beforehand."""
+    b, delta = clip_batch()
+    b = replace(b, temperature=0.7)
+    lp = w.compute_log_prob(b).old_log_probs
+    metrics = w.update(replace(b, old_log_probs=lp - delta, ref_log_prob=lp))
+    return {"lp": lp, "metrics": metrics}
+
+
 SCENARIOS = {"load": _sc_load, "budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
-             "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async}
+             "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async,
+             "temperature": _sc_temperature}
 
 
 def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
@@ -417,6 +450,44 @@ def test_log_probs_aligned_and_reference_equal(tiny_model, world2):
         assert np.all(lp.old_log_probs[:, 0] == 0)
         np.testing.assert_allclose(lp.old_log_probs[:, 1:], want.numpy(), atol=1e-5)
         np.testing.assert_array_equal(lp.old_log_probs, lp.ref_log_prob)
+
+
+@pytest.mark.parametrize("route", [dict(use_remove_padding=True, logits_chunk_size=1024),
+                                   dict(use_remove_padding=False, logits_chunk_size=0)],
+                         ids=["packed-chunked", "padded-plain-logits"])
+def test_log_probs_and_the_update_use_the_sampling_temperature(route, tiny_model, tmp_path):
+    """At T = 0.7 (the SmolLM2 recipes' rollout.temperature) the policy's log-probs are
+    log_softmax(logits / 0.7), on both routes to them (chunked head, plain logits). The update's
+    forward divides by T too: its ratio to the given old log-probs is exp(delta) only if it
+    does, so its clip fraction and approx KL equal the hand-counted ones below. One mini-batch
+    and one epoch: every ratio is taken before the optimizer steps; micro-batches of 3 rows,
+    so the token-weighted mean over micro-batches of different sizes is checked too."""
+    (r,) = run_group(1, tiny_model, "temperature", tmp_path, ppo_mini_batch_size=4,
+                     ppo_micro_batch_size=3, ppo_max_token_len_per_gpu=0, ppo_epochs=1, **route)
+    b, _ = clip_batch()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    ids, attn = torch.tensor(b.input_ids), torch.tensor(b.attention_mask)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].double()
+
+    def token_logp(x):
+        return (torch.log_softmax(x, -1).gather(-1, ids[:, 1:, None])[..., 0] * attn[:, 1:]).numpy()
+
+    want, at_1 = token_logp(logits / 0.7), token_logp(logits)
+    assert np.abs(want - at_1).max() > 0.05                  # the temperature matters here
+    assert np.all(r["lp"][:, 0] == 0)
+    np.testing.assert_allclose(r["lp"][:, 1:], want, atol=1e-5)
+    # 22 response tokens (5 + 8 + 3 + 6), ratio exp(delta), clip range [0.8, 1.2], dual clip 3:
+    # A > 0 is clipped above 1.2: row 0 (e^0.5 = 1.65, 5 tokens), row 1's second span
+    # (e^0.3 = 1.35, 4 tokens; e^0.1 = 1.11 is not); A < 0 below 0.8: row 2 (e^-0.5 = 0.61,
+    # 3 tokens), not row 3 (e^1.5 = 4.48, held by the dual clip instead: 6 tokens)
+    m = r["metrics"]
+    assert m["actor/clip_frac"] == pytest.approx((5 + 4 + 3) / 22, abs=1e-6)
+    assert m["actor/pg_clipfrac_lower"] == pytest.approx(6 / 22, abs=1e-6)
+    # verl's approx_kl (ppo_kl): the token mean of log pi_old - log pi = -delta
+    kl = -(5 * 0.5 + 4 * 0.1 + 4 * 0.3 + 3 * -0.5 + 6 * 1.5) / 22
+    assert m["actor/approx_kl"] == pytest.approx(kl, abs=1e-4)
+    assert m["actor/tokens"] == 22
 
 
 def from_pretrained(model_path: str):
