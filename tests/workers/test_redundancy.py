@@ -72,6 +72,29 @@ def test_reweight_is_the_formula(worker):
     assert reweighted[0] / 3.0 > reweighted[1] / 3.0
 
 
+def test_each_reply_is_held_to_its_own_prompts_history(worker):
+    """Replies are grouped prompt by prompt (reply k answers prompt k // G): with 3 prompts of
+    1, 3 and 2 utterances and G = 2, replies 1 to 4 belong to another prompt under an
+    interleaved (k % B) order, and each of them parrots its own prompt's seeker, so a wrong
+    owner would lower its s_hist from ~1. Oracle: cosines loop by loop from the encoder."""
+    histories = [["My cat died this morning."],
+                 ["I failed the bar exam.", "My parents paid for law school.",
+                  "I can't face them."],
+                 ["My flatmate keeps stealing my food.", "I am too shy to say anything."]]
+    replies = ["I am so sorry about your cat.", "My cat died this morning.",
+               "My parents paid for law school.", "Failing an exam is not failing as a person.",
+               "I am too shy to say anything.", "Have you thought of a lock on your shelf?"]
+    sims = worker.similarities(replies, histories, group_size=2)
+    e = worker.encode(replies + [u for h in histories for u in h])
+    e = e / np.linalg.norm(e, axis=1, keepdims=True)
+    start = [6, 7, 10]                      # where each prompt's utterances sit in e
+    for k in range(6):
+        own = k // 2
+        s_hist = max(float(e[k] @ e[start[own] + j]) for j in range(len(histories[own])))
+        assert sims.s_hist[k] == pytest.approx(min(max(s_hist, 0.0), 1.0), abs=1e-5), k
+    np.testing.assert_allclose(sims.s_hist[[1, 2, 4]], 1.0, atol=1e-5)   # the parrots
+
+
 def test_wrong_group_layout_is_refused(worker):
     with pytest.raises(ValueError, match="3 replies for 1 prompts x G=4"):
         worker.similarities(["a", "b", "c"], [["h"]], 4)
