@@ -37,7 +37,7 @@ def test_gaussian_round_sample_centres_on_the_middle():
     rng = np.random.default_rng(0)
     picks = [r for _ in range(2000) for r in gaussian_round_sample(20, 1, rng)]
     assert 9.0 < np.mean(picks) < 11.5
-    assert abs(np.std(picks) - 5.0) < 1.0  # sigma = N_r / 4
+    # the spread against the exact kept distribution: tests/data/test_round_sampling.py
     assert gaussian_round_sample(3, 5, rng) == [1, 2, 3]
     assert gaussian_round_sample(0, 2, rng) == []
     a = gaussian_round_sample(30, 4, np.random.default_rng(7))
