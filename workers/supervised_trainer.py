@@ -158,7 +158,7 @@ def train_loop(config: dict) -> None:
 
     from workers import fsdp
 
-    from peer_rl.supervised.bradley_terry import collate_pairs, load_pairs
+    from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs, load_pairs
     from peer_rl.metrics import MetricsSink
     from peer_rl.precision import cpu_has_bf16, resolve_dtype
     from peer_rl.supervised.examples import (batch_indices, collate, count_targets,
@@ -268,7 +268,8 @@ def train_loop(config: dict) -> None:
                 batch = {key: v.to(device) for key, v in collate_pairs(chunk, pad_id).items()}
                 scores = model(**batch, use_cache=False).logits[:, 0].float()
                 margin = scores[:len(chunk)] - scores[len(chunk):]
-                nll = (-F.logsigmoid(margin) * ok).sum()     # rank padding pairs weigh 0
+                # the chunk's pairs summed; rank padding pairs weigh 0
+                nll = bt_loss(scores[:len(chunk)], scores[len(chunk):], ok, reduction="sum")
                 (nll * (ws / global_tokens)).backward()
                 loss_sum += nll.detach().double().cpu()
                 right += (((margin > 0).float() + 0.5 * (margin == 0).float()) * ok).sum() \

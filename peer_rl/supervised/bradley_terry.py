@@ -45,9 +45,19 @@ def rm_text(tokenizer, history: list[dict], reply: str, lang: str) -> str:
         add_generation_prompt=False)
 
 
-def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
-    """Mean over pairs of -log sigmoid(r_c - r_r)."""
-    return -F.logsigmoid(r_chosen - r_rejected).mean()
+def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, weight: torch.Tensor | None = None,
+            reduction: str = "mean") -> torch.Tensor:
+    """-log sigmoid(r_c - r_r) of each pair, times its `weight` (0: a padding pair, counted
+    nowhere; default 1): their weighted mean, or with reduction="sum" their weighted sum (the
+    trainer's micro-batches, divided by the global batch's pairs there)."""
+    nll = -F.logsigmoid(r_chosen - r_rejected)
+    if weight is not None:
+        nll = nll * weight
+    if reduction == "sum":
+        return nll.sum()
+    if reduction == "mean":
+        return nll.sum() / (nll.new_tensor(float(nll.numel())) if weight is None else weight.sum())
+    raise ValueError(f"reduction={reduction!r}: expected 'mean' or 'sum'")
 
 
 def pairwise_accuracy(r_chosen, r_rejected) -> float:

@@ -20,6 +20,27 @@ def test_bt_loss_by_hand():
     assert float(rr.grad) == pytest.approx(-float(rc.grad))
 
 
+def test_bt_loss_weighted_sum_and_mean_by_hand():
+    """The trainer's form: a micro-batch's pairs summed, a rank's padding pair weighing 0.
+    Margins 2, 0, -1 and a padding pair of margin -3:
+    -log sigmoid(2) = log(1 + e^-2) = 0.126928, -log sigmoid(0) = log 2 = 0.693147,
+    -log sigmoid(-1) = log(1 + e) = 1.313262; the padding pair's log(1 + e^3) counts nowhere."""
+    rc, rr = torch.tensor([2.0, 0.0, 0.0, 0.0]), torch.tensor([0.0, 0.0, 1.0, 3.0])
+    w = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    total = math.log(1 + math.exp(-2)) + math.log(2) + math.log(1 + math.e)
+    assert total == pytest.approx(0.126928 + 0.693147 + 1.313262, abs=1e-6)
+    assert float(bt_loss(rc, rr, w, reduction="sum")) == pytest.approx(total, abs=1e-6)
+    assert float(bt_loss(rc, rr, w)) == pytest.approx(total / 3, abs=1e-6)
+    assert float(bt_loss(rc[:3], rr[:3], reduction="sum")) == pytest.approx(total, abs=1e-6)
+    # the padding pair gets no gradient; pair 3's chosen score: -(1 - sigmoid(-1)) = -0.731059
+    rc.requires_grad_(True)
+    bt_loss(rc, rr, w, reduction="sum").backward()
+    assert float(rc.grad[3]) == 0.0
+    assert float(rc.grad[2]) == pytest.approx(-0.731059, abs=1e-6)
+    with pytest.raises(ValueError, match="reduction='none'"):
+        bt_loss(rc, rr, reduction="none")
+
+
 def test_pairwise_accuracy_counts_ties_half():
     assert pairwise_accuracy([3.0, 1.0, 0.2, 5.0], [1.0, 2.0, 0.2, -1.0]) == pytest.approx(
         (1 + 0 + 0.5 + 1) / 4)
