@@ -16,6 +16,29 @@ def test_resumed_cursor_replays_the_same_order():
     assert len(set(sum(seen[:3], []))) == 9  # epoch 0: no repeats; the tail of 1 is dropped
 
 
+def test_a_pool_that_is_a_multiple_of_the_batch_serves_every_batch_of_each_epoch():
+    """The paper's recipe has 3,000 prompts and batches of 24: no tail. Here 6 prompts, batches
+    of 3, seed 1; the module's order is numpy's default_rng([seed, epoch]).permutation(6):
+    epoch 0 [4, 0, 2, 1, 5, 3], epoch 1 [1, 4, 0, 3, 2, 5], epoch 2 [4, 5, 1, 0, 3, 2]."""
+    import numpy as np
+
+    orders = [[4, 0, 2, 1, 5, 3], [1, 4, 0, 3, 2, 5], [4, 5, 1, 0, 3, 2]]
+    assert [np.random.default_rng([1, e]).permutation(6).tolist() for e in range(3)] == orders
+    rows = [{"i": i} for i in range(6)]
+    a = PromptLoader(rows, 3, seed=1)
+    seen, cursors = [], []
+    for _ in range(5):
+        seen.append([r["i"] for r in a.next_batch()])
+        cursors.append(a.cursor.state())
+    assert seen == [[4, 0, 2], [1, 5, 3], [1, 4, 0], [3, 2, 5], [4, 5, 1]]
+    assert [(c["epoch"], c["position"]) for c in cursors] == [(0, 3), (0, 6), (1, 3), (1, 6),
+                                                              (2, 3)]
+    # resumed at the boundary (the cursor a checkpoint after epoch 0's last batch saves)
+    b = PromptLoader(rows, 3, seed=1, cursor=Cursor(epoch=0, position=6))
+    assert [[r["i"] for r in b.next_batch()] for _ in range(3)] == [[1, 4, 0], [3, 2, 5],
+                                                                    [4, 5, 1]]
+
+
 def test_batch_larger_than_data_is_refused():
     with pytest.raises(ValueError, match="train_batch_size=5 exceeds the 2"):
         PromptLoader([{}, {}], 5)
