@@ -71,9 +71,19 @@ def test_sage_stops_at_100_with_a_success():
     assert rec["trajectory"] == [40, 50, 60, 70, 80, 90, 100] and rec["end"] == "success"
 
 
-def test_sage_stops_below_10_and_clips_at_0():
+def test_sage_stops_below_10():
     rec = _sage([-10, -10, -10, -10, -10])
     assert rec["trajectory"] == [40, 30, 20, 10, 0] and rec["end"] == "failure"
+
+
+def test_sage_clips_the_emotion_to_0_and_100():
+    """3 - 10 = -7 is kept as 0, 95 + 10 = 105 as 100 (from 40 in steps of 10 neither bound
+    is ever passed, only reached)."""
+    low = _sage([-10], start=3)
+    assert low["trajectory"] == [3, 0] and low["final_emotion"] == 0 and low["end"] == "failure"
+    high = _sage([10], start=95)
+    assert high["trajectory"] == [95, 100] and high["final_emotion"] == 100
+    assert high["end"] == "success"
 
 
 def test_sage_stops_at_a_goodbye_and_after_max_turns():
