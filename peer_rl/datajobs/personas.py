@@ -1,11 +1,12 @@
 """`peer-rl data personas ROOT --out DIR`: a DISC persona per seeker, clustered with K-Means.
 
-Each seeker of the SER train files (their rows grouped by dialogue, peer_rl.datajobs.seekers)
-gets DISC ratings and a description of how they talk from the writer party. The descriptions
-are embedded (the RUR embedding model by default) and clustered per language with
-scikit-learn's KMeans; k is `personas.k`, or the k in [2, k_max] with the best silhouette, and
-is recorded with every candidate's score. DIR holds `personas.jsonl` (seeker, language, DISC,
-description, cluster), `clusters.json`, the run store and the report; `data rewrite` reads it.
+Each seeker of the SER train files (their rows grouped by dialogue, peer_rl.datajobs.seekers;
+the rows of a shared opening are a seeker of their own, counted as `ambiguous_rows`) gets DISC
+ratings and a description of how they talk from the writer party. The descriptions are embedded
+(the RUR embedding model by default) and clustered per language with scikit-learn's KMeans; k
+is `personas.k`, or the k in [2, k_max] with the best silhouette, and is recorded with every
+candidate's score. DIR holds `personas.jsonl` (seeker, language, DISC, description, cluster),
+`clusters.json`, the run store and the report; `data rewrite` reads it.
 """
 from __future__ import annotations
 
@@ -83,8 +84,9 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
          "description": r["description"], "cluster": assignment[sid], "rows": r["rows"]}
         for sid, r in records.items() if r["disc"]))
     write_atomic(out / CLUSTERS_FILE, json.dumps(clusters, indent=1))   # `rewrite` reads it
+    ambiguous = sum(len(s.rows) for s in seekers if s.ambiguous)
     summary = summarise(records, assignment, clusters, len(loaded.rows), no_history,
-                        len(loaded.invalid))
+                        len(loaded.invalid), ambiguous)
     figures = [job.bar_figure(out / "persona_clusters.png", "seekers per persona cluster",
                               summary["cluster_sizes"], "seekers")] if assignment else []
     return job.write_report(out, "data personas", summary, manifest, _tables(summary), figures)
@@ -116,7 +118,7 @@ def cluster(vecs: np.ndarray, k: int, k_max: int, seed: int) -> tuple[np.ndarray
 
 
 def summarise(records: dict, assignment: dict, clusters: dict, rows: int, no_history: int,
-              invalid: int) -> dict:
+              invalid: int, ambiguous: int) -> dict:
     parsed = [r for r in records.values() if r["disc"]]
     sizes = Counter(assignment.values())
     by_cluster = {}
@@ -125,15 +127,16 @@ def summarise(records: dict, assignment: dict, clusters: dict, rows: int, no_his
         by_cluster[c] = {"seekers": len(members), **{
             d: float(np.mean([m["disc"][d] for m in members])) for d in DISC}}
     return {"rows": rows, "rows_without_history": no_history, "invalid_skipped": invalid,
-            "seekers": len(records), "personas": len(parsed),
+            "ambiguous_rows": ambiguous, "seekers": len(records), "personas": len(parsed),
             "unparsed": len(records) - len(parsed), "clusters": clusters,
             "cluster_sizes": dict(sorted(sizes.items())), "cluster_disc_means": by_cluster}
 
 
 def _tables(s: dict) -> list[str]:
-    head = job.table(["SER rows", "seekers", "personas", "unparsed", "rows without history"],
+    head = job.table(["SER rows", "seekers", "personas", "unparsed", "rows without history",
+                      "ambiguous rows"],
                      [[s["rows"], s["seekers"], s["personas"], s["unparsed"],
-                       s["rows_without_history"]]])
+                       s["rows_without_history"], s["ambiguous_rows"]]])
     ks = job.table(["language", "k", "chosen by", "silhouette per k"],
                    [[lang, c["k"], c["how"], ", ".join(f"{k}: {v:.3f}" for k, v in
                                                       c["silhouette"].items()) or "-"]

@@ -1,15 +1,15 @@
 """`peer-rl data rewrite ROOT --personas DIR --out OUT`: PEER's personality-based rewriting.
 
-For each seeker of the SER train files with a persona (`data personas`), `rewrite.copies`
-times: a persona is drawn (seeded) from the seeker's cluster, another seeker's where the
-cluster has one; the writer rewrites the seeker's messages in that persona's voice, keeping
-what they say; the rewritten dialogue goes through the filter judge (`data filter`'s three
-criteria). Every row of the dialogue whose rewrite the filter keeps gets a copy with the seeker
-messages of its history replaced, `source: augmented` and a new id; the reasoning steps, the
-candidate replies and all four labels stay as they were, so they still hold. OUT is ROOT with
-those copies appended to their train files; `OUT/_jobs/rewrite/` holds what was removed or
-unparsed, and the report: personas per cluster and how far the rewritten messages moved from
-the originals (embedding distance, distinct-1/2).
+For each seeker of the SER train files (one per dialogue, peer_rl.datajobs.seekers) with a
+persona (`data personas`), `rewrite.copies` times: a persona is drawn (seeded) from the
+seeker's cluster, another seeker's where the cluster has one; the writer rewrites the seeker's
+messages in that persona's voice, keeping what they say; the rewritten dialogue goes through
+the filter judge (`data filter`'s three criteria). Every row of the dialogue whose rewrite the
+filter keeps gets a copy with the seeker messages of its history replaced, `source: augmented`
+and a new id; the reasoning steps, the candidate replies and all four labels stay as they were,
+so they still hold. OUT is ROOT with those copies appended to their train files;
+`OUT/_jobs/rewrite/` holds what was removed or unparsed, and the report: personas per cluster
+and how far the rewritten messages moved from the originals (embedding distance, distinct-1/2).
 """
 from __future__ import annotations
 
@@ -222,7 +222,8 @@ def summarise(records, kept, added, skipped, seekers, personas, cfg, no_history)
     criteria = Counter(x for r in parsed if r.get("filter") == "remove" for x in r["criteria"])
     return {
         "seekers": len(seekers), "seekers_with_persona": sum(s.id in personas for s in seekers),
-        "rows_without_history": no_history, "cases": len(records),
+        "rows_without_history": no_history,
+        "ambiguous_rows": sum(len(s.rows) for s in seekers if s.ambiguous), "cases": len(records),
         "rewrites_unparsed": len(records) - len(parsed),
         "filter_kept": verdicts["keep"], "filter_removed": verdicts["remove"],
         "filter_unparsed": verdicts["None"],
@@ -237,11 +238,12 @@ def summarise(records, kept, added, skipped, seekers, personas, cfg, no_history)
 
 
 def _tables(s: dict) -> list[str]:
-    head = job.table(["seekers (with persona)", "copies tried", "rewrite unparsed",
-                      "filter kept", "filter removed", "filter unparsed", "rows added"],
-                     [[f"{s['seekers']} ({s['seekers_with_persona']})", s["cases"],
-                       s["rewrites_unparsed"], s["filter_kept"], s["filter_removed"],
-                       s["filter_unparsed"], s["rows_added"]]])
+    head = job.table(["seekers (with persona)", "ambiguous rows", "copies tried",
+                      "rewrite unparsed", "filter kept", "filter removed", "filter unparsed",
+                      "rows added"],
+                     [[f"{s['seekers']} ({s['seekers_with_persona']})", s["ambiguous_rows"],
+                       s["cases"], s["rewrites_unparsed"], s["filter_kept"],
+                       s["filter_removed"], s["filter_unparsed"], s["rows_added"]]])
     m = s["movement"]
     moved = job.table(["message pairs", "cosine distance (mean)", "(median)", "unchanged",
                        "distinct-1 orig -> new", "distinct-2 orig -> new"],

@@ -4,9 +4,11 @@ PEER keeps the informative middle rounds of each dialogue: rounds drawn from
 N(N_r / 2, (N_r / 4)^2) (peer_rl.data.round_sampling). Two inputs:
 - an ESConv-style JSON file (a list of dialogues with `dialog` turns): every kept round
   becomes a grpo row (history up to that supporter turn -> solution), as `data import-esconv`;
-- a PEER-layout root or a grpo JSONL file: rows are grouped into dialogues (same language,
-  source and opening seeker turn), a dialogue's rounds ordered by history length, and the kept
-  rows are written as they came in.
+- a PEER-layout root or a grpo JSONL file: each file's rows are grouped into dialogues
+  (peer_rl.data.dialogues.group_dialogues: by `dialogue` id where a row has one, else by
+  histories continuing each other, within a language and source), a dialogue's rounds ordered
+  by history length, and the kept rows are written as they came in. The rows of a shared
+  opening that no reply places are a dialogue of their own, counted as `ambiguous_rows`.
 No model is called; the same seed gives the same rows. OUT gets `grpo/<file>` (with the
 frames under grpo/ that visual rows point to) and
 `_jobs/rounds/` with the kept-round histogram (JSON, Markdown, PNG).
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from peer_rl.data.dialogues import DialogueRow, group_dialogues
 from peer_rl.data.esconv import import_esconv
 from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.datajobs import job
@@ -56,12 +59,13 @@ def run_rounds(src: str | Path, out: str | Path, rounds_per_dialogue: int = 3, s
     if fmt == "esconv":
         rows, rep = import_esconv(src, rounds_per_dialogue, seed, language)
         written = {"grpo/esconv.jsonl": job.write_lines(out / "grpo/esconv.jsonl", job.jsonl(rows))}
-        kept, dialogues = rep.kept_rounds, rep.dialogues
+        kept, dialogues, ambiguous = rep.kept_rounds, rep.dialogues, 0
         skipped = dict(rep.skipped)
     else:
-        written, kept, dialogues, skipped = _grpo(src, out, rounds_per_dialogue, seed,
-                                                  skip_invalid, force)
-    summary = {"format": fmt, "dialogues": dialogues, "rows_out": sum(written.values()),
+        written, kept, dialogues, ambiguous, skipped = _grpo(src, out, rounds_per_dialogue, seed,
+                                                             skip_invalid, force)
+    summary = {"format": fmt, "dialogues": dialogues, "ambiguous_rows": ambiguous,
+               "rows_out": sum(written.values()),
                "files": written, "skipped": skipped, **histogram(kept)}
     manifest = {"job": "rounds", "input": str(src), "format": fmt, "seed": seed,
                 "rounds_per_dialogue": rounds_per_dialogue,
@@ -89,15 +93,18 @@ def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool, force: bo
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
     rng = np.random.default_rng(seed)
-    written, kept, dialogues = {}, [], 0
+    written, kept, dialogues, ambiguous = {}, [], 0, 0
     for f in loaded.files:
-        groups: dict[tuple, list] = {}
-        for r in (r for r in loaded.rows if r.file == f):
-            first = next((t["content"] for t in r.data["history"] if t["role"] == "seeker"), "")
-            groups.setdefault((r.data["language"], r.data.get("source", ""), first), []).append(r)
+        mine = [r for r in loaded.rows if r.file == f]
+        groups = group_dialogues([DialogueRow(r.data["history"], r.data["solution"],
+                                              r.data.get("dialogue"),
+                                              (r.data["language"], r.data["source"]))
+                                  for r in mine])
         keep = []
-        for rows in groups.values():
-            rows.sort(key=lambda r: (len(r.data["history"]), r.line))
+        for g in groups:
+            rows = sorted((mine[i] for i in g.rows),
+                          key=lambda r: (len(r.data["history"]), r.line))
+            ambiguous += len(rows) if g.ambiguous else 0
             dialogues += 1
             for i in gaussian_round_sample(len(rows), k, rng):
                 keep.append(rows[i - 1])
@@ -105,7 +112,7 @@ def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool, force: bo
         keep.sort(key=lambda r: r.line)
         written[f] = job.write_lines(out / f, (r.raw for r in keep))
     skipped = {"invalid rows": len(loaded.invalid)} if loaded.invalid else {}
-    return written, kept, dialogues, skipped
+    return written, kept, dialogues, ambiguous, skipped
 
 
 def histogram(kept: list[tuple[int, int]]) -> dict:
@@ -126,8 +133,9 @@ def _figure(path: Path, s: dict) -> Path:
 
 
 def _tables(s: dict) -> list[str]:
-    head = job.table(["input format", "dialogues", "rows out", "mean position r/N_r"],
-                     [[s["format"], s["dialogues"], s["rows_out"],
+    head = job.table(["input format", "dialogues", "ambiguous rows", "rows out",
+                      "mean position r/N_r"],
+                     [[s["format"], s["dialogues"], s["ambiguous_rows"], s["rows_out"],
                        s["mean_relative_position"] if s["mean_relative_position"] is not None
                        else "-"]])
     hist = job.table(["round", "rows"], [[r, n] for r, n in s["round_histogram"].items()])

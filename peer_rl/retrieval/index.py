@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from peer_rl.data.dialogues import turn_keys
+
 INDEX_FILE, META_FILE, INFO_FILE = "index.faiss", "exemplars.jsonl", "index.json"
 INDEX_FILES = (INDEX_FILE, META_FILE, INFO_FILE)
 APPROX_THRESHOLD = 50_000
@@ -43,11 +45,6 @@ def exemplar_key(history: list[dict], reply: str) -> str:
     """The text embedded for an exemplar (and, with the initial reply, for a query)."""
     last = next((t["content"] for t in reversed(history) if t["role"] == "seeker"), "")
     return f"{last}\n{reply}".strip()
-
-
-def turn_keys(history: list[dict]) -> tuple[str, ...]:
-    """A history as comparable turns (role + whitespace-normalised text)."""
-    return tuple(f"{t['role']}\x00{' '.join(str(t['content']).split())}" for t in history)
 
 
 def same_dialogue(exemplar_turns: tuple[str, ...], exemplar_dialogue: str | None,

@@ -140,12 +140,17 @@ def test_killing_a_job_and_rerunning_finishes_every_row_once(server_url, tmp_pat
 
 
 def _assert_rounds_kept(src: Path, out: Path, per_dialogue: int) -> None:
-    """Every kept row is one of the input file's lines, unchanged and once; each dialogue (the
-    rows sharing language, source and opening seeker turn) keeps min(per_dialogue, its rounds)."""
-    def dialogue(line: str) -> tuple:
+    """Every kept row is one of the input file's lines, unchanged and once; each dialogue (as the
+    sample's source dialogues name it: peer_rl.data.bundled.targets, not the job's grouping)
+    keeps min(per_dialogue, its rounds)."""
+    from peer_rl.data.bundled import targets
+
+    named = {(t["text"], tuple(x["content"] for x in t["history"])): t["dialogue"]
+             for lang in ("en", "zh") for t in targets(lang)}
+
+    def dialogue(line: str) -> str:
         r = json.loads(line)
-        first = next((t["content"] for t in r["history"] if t["role"] == "seeker"), "")
-        return r["language"], r.get("source", ""), first
+        return named[r["solution"], tuple(t["content"] for t in r["history"])]
 
     files = sorted(p.name for p in src.glob("*.jsonl"))
     assert files and files == sorted(p.name for p in out.glob("*.jsonl"))
