@@ -375,7 +375,8 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
         return f"<think> stage {n}: exploration </think>\n  Reply number {n}. "
 
     parties = {"teacher": Scripted(teacher)}
-    cfg = _cfg("cold_start", "cold_start.count=8")
+    # pass 1 alone here; both passes: tests/datajobs/test_cold_start_passes.py
+    cfg = _cfg("cold_start", "cold_start.count=8", "cold_start.final_share=0")
     rep = run_cold_start(sample_root(), tmp_path / "out", cfg, parties)
     s = rep["summary"]
     # the sample's preference files: 438 pairs over 219 distinct contexts (two pairs a turn)
@@ -404,7 +405,8 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
     run_cold_start(sample_root(), tmp_path / "out", cfg, parties)
     assert len(asked) == 8
     bigger = run_cold_start(sample_root(), tmp_path / "out",
-                            _cfg("cold_start", "cold_start.count=10"), parties)
+                            _cfg("cold_start", "cold_start.count=10",
+                                 "cold_start.final_share=0"), parties)
     assert len(asked) == 10 and bigger["summary"]["asked"] == 10
 
 
