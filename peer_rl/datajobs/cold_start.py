@@ -2,8 +2,10 @@
 strong model (the paper: 500 GPT-4o demonstrations of structured reasoning and a final reply,
 the SFT that teaches the format before GRPO).
 
-From the distinct dialogue contexts of ROOT's `cold_start.subsets` files (rows whose history ends
-with the seeker turn to answer), `cold_start.count` are drawn (seeded, without replacement).
+From the distinct dialogue contexts of ROOT's `cold_start.subsets` files of the
+`cold_start.splits` (default train: the test contexts are the CCJ evaluation's; rows whose
+history ends with the seeker turn to answer), `cold_start.count` are drawn (seeded, without
+replacement).
 Each drawn context teaches one of the policy's two prompts (peer_rl.prompts.escrag), the ones
 GRPO asks:
 
@@ -33,6 +35,7 @@ from fractions import Fraction
 from functools import partial
 from pathlib import Path
 
+from peer_rl.data.layout import file_split
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import Row, load_rows, row_source
 from peer_rl.prompts.escrag import (final_messages, format_reasoned, initial_messages,
@@ -141,14 +144,22 @@ def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> di
               run_state="_jobs/cold_start/run.json")     # a rerun continues its run
     c = cfg.cold_start
     loaded = load_rows(root, tuple(c.subsets), skip_invalid=cfg.skip_invalid)
-    pool, skipped = contexts(loaded.rows)
+    rows = [r for r in loaded.rows if file_split(r.file) in c.splits]
+    left_out = Counter(file_split(r.file) for r in loaded.rows if file_split(r.file) not in
+                       c.splits)
+    pool, skipped = contexts(rows)
+    if not pool and left_out:
+        raise ValueError(f"{root}: no dialogue context in the {', '.join(c.splits)} split(s) of "
+                         f"{', '.join(c.subsets)} (left out: {dict(left_out)}); name the splits "
+                         "with cold_start.splits")
     chosen = draw(pool, cfg.limit or c.count, cfg.seed)
     cases = [ContextCase(r.key, r, p) for r, p in zip(chosen, passes(len(chosen),
                                                                      c.final_share))]
     directory = job.job_dir(out, "cold_start")
-    inputs = {"root": str(root), "files": {f: job.sha256(root / f) for f in loaded.files}}
+    inputs = {"root": str(root), "files": {f: job.sha256(root / f) for f in loaded.files
+                                           if file_split(f) in c.splits}}
     # the count is left out: a larger one extends the same seeded draw (as `limit` does)
-    settings = {"subsets": list(c.subsets)}
+    settings = {"subsets": list(c.subsets), "splits": list(c.splits)}
     index_dir = None
     if c.final_share > 0:        # (without pass 2, a run made before pass 2 existed continues)
         index_dir = pass_two_index(root, directory, cfg)
@@ -183,12 +194,13 @@ def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> di
     by_pass = {p: {"asked": sum(x.pass_ == p for x in cases),
                    "demonstrations": sum(x["pass"] == p for x in demos),
                    "unparsed": sum(u["pass"] == p for u in unparsed)} for p in PASSES}
-    summary = {"rows_in": len(loaded.rows), "contexts": len(pool), "asked": len(cases),
+    summary = {"rows_in": len(rows), "contexts": len(pool), "asked": len(cases),
                "demonstrations": len(demos), "unparsed": len(unparsed),
                "final_share": c.final_share, "passes": by_pass,
                "index": None if index_dir is None else str(index_dir),
                "short_of_count": max(0, (cfg.limit or c.count) - len(pool)),
                "invalid_skipped": len(loaded.invalid), "passed_over": dict(skipped),
+               "splits": list(c.splits), "left_out_splits": dict(left_out),
                "per_language": dict(Counter(x["language"] for x in demos))}
     table = job.table(["rows in", "distinct contexts", "asked", "demonstrations",
                        "unparsed (set aside)", "invalid (skipped)"],

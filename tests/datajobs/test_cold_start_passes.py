@@ -151,3 +151,28 @@ def test_a_share_of_zero_teaches_pass_1_only_and_needs_no_index(root, tmp_path):
     assert not (tmp_path / "out/_jobs/cold_start/index").exists()
     with pytest.raises(Exception, match=r"cold_start.final_share=1.5: expected a share in"):
         load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.final_share=1.5"])
+
+
+def test_contexts_come_from_the_train_split_unless_told(root, tmp_path):
+    """The test contexts are the ones the CCJ evaluation asks about: a demonstration written on
+    one would teach the policy an answer to its own test question."""
+    test_rows = [{"id": "t-1", "language": "en", "dialogue": "t1", "chosen": "Good.",
+                  "rejected": "Bad.", "history": [{"role": "seeker", "content": SEEKER["d1"]
+                                                   + " And my rent is due."}]}]
+    (root / "preference" / "test.jsonl").write_text(json.dumps(test_rows[0]) + "\n")
+    asked = []
+    cfg = load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.count=10",
+                                         "cold_start.final_share=0"])
+    s = run_cold_start(root, tmp_path / "a", cfg, {"teacher": Scripted(_teacher(asked))})[
+        "summary"]
+    # 4 train contexts drawn of 10 asked for; the test file's one row left out
+    assert (s["contexts"], s["asked"], s["short_of_count"]) == (4, 4, 6)
+    assert s["left_out_splits"] == {"test": 1}
+    assert all(d["context"].startswith("preference/train.jsonl:") for d in map(
+        json.loads, (tmp_path / "a/cold_start/train.jsonl").read_text().splitlines()))
+    cfg = load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.count=10",
+                                         "cold_start.final_share=0",
+                                         "cold_start.splits=[train,test]"])
+    s = run_cold_start(root, tmp_path / "b", cfg, {"teacher": Scripted(_teacher(asked))})[
+        "summary"]
+    assert (s["contexts"], s["asked"]) == (5, 5) and s["left_out_splits"] == {}
