@@ -109,6 +109,30 @@ def demo_messages(rec: dict, row: dict) -> list[dict]:
     return initial_messages(row["history"], row["language"])
 
 
+def pass_two_source(root: Path, cfg) -> dict:
+    """What identifies the exemplars pass 2 retrieves from, for the run's manifest:
+    `cold_start.index`'s index.json, else ROOT's train exemplar files (read, not yet indexed)."""
+    from peer_rl.data.out_paths import read_json
+    from peer_rl.retrieval.corpus import load_exemplars
+    from peer_rl.retrieval.index import INFO_FILE
+
+    c = cfg.cold_start
+    if c.index:
+        if not (Path(c.index) / INFO_FILE).is_file():
+            raise FileNotFoundError(f"cold_start.index={c.index!r}: no {INFO_FILE} there (build "
+                                    f"one with `peer-rl index build {root} --out DIR`)")
+        info = read_json(Path(c.index) / INFO_FILE, "index info")
+        return {k: info.get(k) for k in ("source_sha256", "embedding_model", "count")}
+    try:
+        rows, src = load_exemplars(root, cfg.skip_invalid)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"cold_start.final_share={c.final_share}: pass 2 retrieves "
+                                f"exemplars, and {exc}; set cold_start.index to a built index "
+                                "or cold_start.final_share=0") from None
+    return {"source_sha256": src["sha256"], "embedding_model": c.embedding_model,
+            "count": len(rows)}
+
+
 def pass_two_index(root: Path, directory: Path, cfg) -> Path:
     """The exemplar index pass 2 retrieves from: `cold_start.index`, else one built from ROOT's
     train exemplars into the job's directory (kept while those files are unchanged)."""
@@ -116,17 +140,9 @@ def pass_two_index(root: Path, directory: Path, cfg) -> Path:
 
     c = cfg.cold_start
     if c.index:
-        if not (Path(c.index) / "index.json").is_file():
-            raise FileNotFoundError(f"cold_start.index={c.index!r}: no index.json there (build "
-                                    f"one with `peer-rl index build {root} --out DIR`)")
         return Path(c.index)
-    try:
-        return index_from_root(root, directory / "index", c.embedding_model,
-                               skip_invalid=cfg.skip_invalid)
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"cold_start.final_share={c.final_share}: pass 2 retrieves "
-                                f"exemplars, and {exc}; set cold_start.index to a built index "
-                                "or cold_start.final_share=0") from None
+    return index_from_root(root, directory / "index", c.embedding_model,
+                           skip_invalid=cfg.skip_invalid)
 
 
 def open_retriever(index_dir: Path):
@@ -136,8 +152,7 @@ def open_retriever(index_dir: Path):
 
 
 def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
-    from peer_rl.data.out_paths import claim_dir, read_json
-    from peer_rl.retrieval.index import INFO_FILE
+    from peer_rl.data.out_paths import claim_dir
 
     root, out = Path(root), Path(out)
     claim_dir(out, "data cold-start", [root], resume=True,
@@ -160,19 +175,16 @@ def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> di
                                            if file_split(f) in c.splits}}
     # the count is left out: a larger one extends the same seeded draw (as `limit` does)
     settings = {"subsets": list(c.subsets), "splits": list(c.splits)}
-    index_dir = None
-    if c.final_share > 0:        # (without pass 2, a run made before pass 2 existed continues)
-        index_dir = pass_two_index(root, directory, cfg)
-        info = read_json(index_dir / INFO_FILE, "index info")
+    if c.final_share > 0:
         settings |= {"final_share": c.final_share, "k": c.k}
-        inputs["index"] = {k: info.get(k) for k in ("source_sha256", "embedding_model",
-                                                     "count")}
+        inputs["exemplars"] = pass_two_source(root, cfg)
     manifest = job.manifest("cold_start", cfg, inputs, settings)
     store = RunStore(directory, manifest)
     extra = {}
-    if index_dir is not None and (endpoints is None or "retrieval" not in endpoints) and any(
+    if c.final_share > 0 and (endpoints is None or "retrieval" not in endpoints) and any(
             x.pass_ == "final" and not store.done(x.id) for x in cases):
-        extra["retrieval"] = open_retriever(index_dir)
+        # built (or found unchanged) in the run's directory, which the store holds locked
+        extra["retrieval"] = open_retriever(pass_two_index(root, directory, cfg))
     job.run_job("cold_start", cfg, cases, partial(demo_case, k=c.k), store, endpoints, extra)
     demos, unparsed = [], []
     for case in cases:
@@ -197,7 +209,7 @@ def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> di
     summary = {"rows_in": len(rows), "contexts": len(pool), "asked": len(cases),
                "demonstrations": len(demos), "unparsed": len(unparsed),
                "final_share": c.final_share, "passes": by_pass,
-               "index": None if index_dir is None else str(index_dir),
+               "exemplars": manifest["inputs"].get("exemplars"),
                "short_of_count": max(0, (cfg.limit or c.count) - len(pool)),
                "invalid_skipped": len(loaded.invalid), "passed_over": dict(skipped),
                "splits": list(c.splits), "left_out_splits": dict(left_out),
