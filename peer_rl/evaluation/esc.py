@@ -2,12 +2,16 @@
 judge scores the supporter on seven dimensions, 0-4, one prompt per dimension.
 
 Reported per dimension: the mean over the dialogues whose score parsed, the count that did not,
-and the 0-100 scale the PEER paper quotes (mean / 4 x 100); the average is over the dimensions.
+and the mean mapped to 0-100 (mean / 4 x 100, the range of the ESC-Eval figures the PEER paper
+quotes; the rubric is this project's own wording, so the numbers compare only between runs with
+the same judge). The average is over the dialogues whose seven scores all parsed (the mean of
+their seven dimension means); the others are counted with the dimensions they lack.
 """
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import by_language, mean, parse_int, value_counts
+from peer_rl.evaluation.parse import (by_language, complete_cases, mean, parse_int,
+                                      value_counts)
 from peer_rl.evaluation.prompts import (DIMENSIONS, SCORE_SCHEMA, esc_judge_messages, esc_persona,
                                         seeker_messages)
 from peer_rl.evaluation.simulated import seeker_line
@@ -41,14 +45,15 @@ def summarise_esc(records: list[dict]) -> dict:
         m = mean(vals)
         dims[d] = {"mean": m, "scaled": None if m is None else m / 4 * 100,
                    "n": len(vals), "unparsed": len(ok) - len(vals)}
-    means = [v["mean"] for v in dims.values() if v["mean"] is not None]
-    avg = sum(means) / len(means) if len(means) == len(DIMENSIONS) else None
+    complete, incomplete = complete_cases(ok, DIMENSIONS)
+    avg = mean(r["scores"][d] for r in complete for d in DIMENSIONS)
     fmt = [t["format_ok"] for r in ok for t in r["turns"] if t["format_ok"] is not None]
     by_lang = by_language(ok, DIMENSIONS)
     return {"protocol": "esc", "cases": len(records), "errors": len(records) - len(ok),
             "error_ids": [r["id"] for r in records if "error" in r],
             "dimensions": dims, "average": avg,
             "average_scaled": None if avg is None else avg / 4 * 100,
+            "complete": len(complete), **incomplete,
             "judge_unparsed": sum(v["unparsed"] for v in dims.values()),
             "judge_scores": value_counts(r["scores"][d] for r in ok for d in DIMENSIONS),
             "format_rate": mean(fmt), "by_language": by_lang}

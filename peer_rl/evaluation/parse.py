@@ -137,3 +137,21 @@ def by_language(records: list[dict], dimensions) -> dict:
             d: mean([r["scores"][d] for r in sub if r["scores"][d] is not None])
             for d in dimensions}}
     return out
+
+
+def complete_cases(records: list[dict], dimensions) -> tuple[list[dict], dict]:
+    """The cases whose every dimension parsed, and what the others lack: {"missing": {dimension:
+    cases without it}, "incomplete_ids": [...]}. ESC-Eval's and CCJ's averages are taken over
+    the complete cases only, so an average always covers every dimension of the same cases
+    (averaging each dimension over whichever cases it parsed in mixes case sets, and a case
+    with one unparsed dimension would weigh the rest more)."""
+    complete, missing, ids = [], {}, []
+    for r in records:
+        absent = [d for d in dimensions if r["scores"][d] is None]
+        if not absent:
+            complete.append(r)
+            continue
+        ids.append(r["id"])
+        for d in absent:
+            missing[d] = missing.get(d, 0) + 1
+    return complete, {"missing": missing, "incomplete_ids": ids}

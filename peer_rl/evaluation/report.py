@@ -1,6 +1,7 @@
 """A run's report (report.json, report.md, PNG figures) and `eval compare` across runs, in the
 papers' layout: ESC-Eval dimensions on the 0-100 scale, SAGE sentient score / success rate /
-bands, safety pass rates per group, diversity figures, Client-Counselor-Judge scores 0-10."""
+bands, safety pass rates per group, diversity figures, Client-Counselor-Judge scores 0-10
+(headline: the mean of the three perspectives)."""
 from __future__ import annotations
 
 import json
@@ -37,7 +38,10 @@ def esc_table(named: dict[str, dict]) -> str:
     header = ["model"] + [DIMENSION_TITLES[d] for d in DIMENSIONS] + ["Average", "dialogues"]
     rows = [[name] + [_f(s["dimensions"][d]["scaled"]) for d in DIMENSIONS]
             + [_f(s["average_scaled"]), str(s["cases"] - s["errors"])] for name, s in named.items()]
-    return _table(header, rows) + "\n\nScores on the 0-100 scale (mean 0-4 score / 4 x 100)."
+    return _table(header, rows) + (
+        "\n\nScores on the 0-100 scale (mean 0-4 score / 4 x 100) with this project's rubric "
+        "wording: compare models scored by the same judge, not with the PEER paper's figures. "
+        "Average: over the dialogues whose seven scores all parsed.")
 
 
 def sage_table(named: dict[str, dict]) -> str:
@@ -69,13 +73,27 @@ def diversity_table(named: dict[str, dict]) -> str:
                                    "(cosine, clipped at 0): lower is more diverse.")
 
 
+def ccj_averages(s: dict) -> tuple[float | None, float | None]:
+    """(the mean of the three perspectives, the mean of the seven dimensions). A report written
+    before both were kept has one `average`: the seven dimensions' mean."""
+    if "dimension_average" not in s:
+        return None, s.get("average")
+    return s["average"], s["dimension_average"]
+
+
 def ccj_table(named: dict[str, dict]) -> str:
-    header = ["model"] + [CCJ_TITLES[d] for d in CCJ_DIMENSIONS] + ["Average", "contexts"]
+    header = ["model"] + [CCJ_TITLES[d] for d in CCJ_DIMENSIONS] \
+        + ["Average (perspectives)", "7-dimension mean", "contexts"]
     rows = [[name] + [_f(s["dimensions"][d]["mean"]) for d in CCJ_DIMENSIONS]
-            + [_f(s["average"]), str(s["cases"] - s["errors"])] for name, s in named.items()]
+            + [_f(v) for v in ccj_averages(s)] + [str(s["cases"] - s["errors"])]
+            for name, s in named.items()]
     groups = "; ".join(f"{p.capitalize()}: {', '.join(CCJ_TITLES[d] for d in ds)}"
                        for p, ds in CCJ_PERSPECTIVES.items())
-    return _table(header, rows) + f"\n\nScores 0-10. {groups}."
+    return _table(header, rows) + (
+        f"\n\nScores 0-10. {groups}. Average (perspectives): the mean of the three perspectives' "
+        "means, the paper's average; 7-dimension mean: the seven dimensions weighed alike. Both "
+        "over the contexts whose seven scores all parsed. The prompts are this project's "
+        "wording: compare models scored by the same judge, not with the paper's figures.")
 
 
 TABLES = {"esc": esc_table, "sage": sage_table, "safety": safety_table,
@@ -106,9 +124,9 @@ def _figure(protocol: str, named: dict[str, dict], out: Path, stem: str) -> list
         return paths
     if protocol == "ccj":
         return [figures.bars(out / f"{stem}_dimensions.png", "Client-Counselor-Judge (0-10)",
-                             [CCJ_TITLES[d] for d in CCJ_DIMENSIONS] + ["Average"],
+                             [CCJ_TITLES[d] for d in CCJ_DIMENSIONS] + ["Average (perspectives)"],
                              {n: [s["dimensions"][d]["mean"] for d in CCJ_DIMENSIONS]
-                              + [s["average"]] for n, s in named.items()}, 10)]
+                              + [ccj_averages(s)[0]] for n, s in named.items()}, 10)]
     if protocol == "safety":
         return [figures.bars(out / f"{stem}_groups.png", "Safety: pass rate (%)",
                              SAFETY_GROUPS_HEADER + ["overall"],
@@ -168,6 +186,7 @@ def _notes(s: dict) -> list[str]:
             f"{n} {lang}" for lang, n in sorted(s["left_out_languages"].items())))
     if s["protocol"] in ("esc", "ccj"):
         notes.append(f"- judge scores that did not parse: {s['judge_unparsed']}")
+        notes += _incomplete_note(s)
     if s["protocol"] == "sage":
         notes.append(f"- emotion changes that did not parse (counted as 0): "
                      f"{s['change_unparsed']} of {s['changes_asked']}; endings: {s['ends']}")
@@ -181,6 +200,20 @@ def _notes(s: dict) -> list[str]:
         notes.append(f"- answers in the prompt's format (peer: a Step 4; escrag: <think> then "
                      f"a reply): {_f(s['format_rate'], pct=True)}")
     return notes + [""]
+
+
+def _incomplete_note(s: dict) -> list[str]:
+    """Which cases the averages leave out, and the dimensions they lack."""
+    if "complete" not in s:            # reports written before the averages said so
+        return []
+    judged = s["cases"] - s["errors"]
+    line = f"- averages over {s['complete']} of {judged} cases (those with every dimension parsed)"
+    if s["incomplete_ids"]:
+        ids = ", ".join(map(str, s["incomplete_ids"][:10]))
+        more = f" and {len(s['incomplete_ids']) - 10} more" if len(s["incomplete_ids"]) > 10 else ""
+        line += (f"; left out: {ids}{more}; missing: "
+                 + ", ".join(f"{d} {n}" for d, n in s["missing"].items()))
+    return [line]
 
 
 _SPREAD = {"esc": ("judge_scores", "the judge gave", "score"),

@@ -35,7 +35,7 @@ class LocalRetriever:
             return []
         vecs = self.encoder.encode([exemplar_key(q.history, q.reply) for q in queries])
         res = self.index.search_vectors(vecs, max(q.k for q in queries),
-                                        [Query(q.history) for q in queries])
+                                        [Query(q.history, q.dialogue) for q in queries])
         self.excluded += sum(res.excluded)
         return [Reply(texts=[h.exemplar["response"] for h in row[:q.k]])
                 for q, row in zip(queries, res.hits)]

@@ -39,10 +39,12 @@ def as_supporter(style: "str | Supporter") -> Supporter:
 
 
 class Query(NamedTuple):
-    """A retrieval request: the exemplar index's key is (dialogue, initial reply)."""
+    """A retrieval request: the exemplar index's key is (dialogue, initial reply); `dialogue`,
+    where the case has one, is its dialogue id (exemplars carrying it are never returned)."""
     history: list[dict]
     reply: str
     k: int
+    dialogue: str | None = None
 
 
 class Turn(NamedTuple):

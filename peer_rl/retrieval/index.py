@@ -16,8 +16,9 @@ it is scored against, and learn to lean on hits it will not get at test time. Th
 fetches more neighbours until k remain and reports how many it excluded.
 
 A directory holds `index.faiss`, `exemplars.jsonl` (metadata, in vector order) and
-`index.json` (embedding model, dimension, count, kind, the source's sha256). Loading with
-another embedding model is refused: its vectors would live in a different space.
+`index.json` (embedding model, dimension, count, kind, the source's sha256 and its rows per
+split). Loading with another embedding model is refused: its vectors would live in a different
+space.
 """
 from __future__ import annotations
 
@@ -115,10 +116,12 @@ def check_replaceable(out_dir: str | Path) -> None:
 
 def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: str | Path,
                 approx_threshold: int = APPROX_THRESHOLD, source_sha256: str = "",
-                batch_size: int = 256, progress=None, marker: str = "") -> dict:
+                batch_size: int = 256, progress=None, marker: str = "",
+                source_splits: dict | None = None) -> dict:
     """Embed every exemplar (`encode(texts)` -> unit rows) and write the index directory
     atomically (a temporary directory renamed into place). `marker`: the command whose output
-    it is (peer_rl.data.out_paths). Returns index.json's content."""
+    it is (peer_rl.data.out_paths); `source_splits`: rows per split of the source files,
+    recorded in index.json. Returns index.json's content."""
     faiss = _faiss()
     if not exemplars:
         raise ValueError("no exemplars to index")
@@ -143,6 +146,7 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
     index.add(vecs)
     info = {"embedding_model": embedding_model, "dim": int(dim), "count": len(exemplars),
             "kind": kind, "key": "last seeker turn + reply", "source_sha256": source_sha256,
+            **({"splits": dict(source_splits)} if source_splits is not None else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():

@@ -70,33 +70,18 @@ def check_judges(cfg, judge: str) -> None:
 
 
 def resolve_index(cfg, out: Path) -> str:
-    """retrieval.index, or an index built from data.root's exemplars/ (else preference/) into
-    <output_dir>/index, rebuilt only when the source files or the embedding model change."""
+    """retrieval.index, or an index built from data.root's exemplars/ (else preference/) of
+    retrieval.splits into <output_dir>/index, rebuilt only when the source files or the
+    embedding model change."""
     from peer_rl.data.bundled import sample_root
-    from peer_rl.retrieval.corpus import load_exemplars
-    from peer_rl.retrieval.index import INFO_FILE, build_index
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.retrieval.corpus import index_from_root
 
     if cfg.retrieval.index:
         return cfg.retrieval.index
     root = Path(cfg.data.root) if cfg.data.root else sample_root()
-    rows, src = load_exemplars(root, cfg.data.skip_invalid)
-    target = out / "index"
-    info_path = target / INFO_FILE
-    if info_path.exists():
-        from peer_rl.data.out_paths import read_json
-
-        info = read_json(info_path, "index info")
-        if info.get("source_sha256") == src["sha256"] and \
-                info.get("embedding_model") == cfg.retrieval.embedding_model:
-            return str(target)
-    t0 = time.perf_counter()
-    encoder = load_embedding_model(cfg.retrieval.embedding_model)
-    info = build_index(rows, encoder.encode, cfg.retrieval.embedding_model, target,
-                       source_sha256=src["sha256"])
-    print(f"[peer-rl] exemplar index: {info['count']} exemplar(s) from {root} -> {target} "
-          f"({info['kind']}, {time.perf_counter() - t0:.1f} s)", flush=True)
-    return str(target)
+    return str(index_from_root(root, out / "index", cfg.retrieval.embedding_model,
+                               tuple(cfg.retrieval.splits), cfg.data.skip_invalid,
+                               log=lambda m: print(m, flush=True)))
 
 
 def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:

@@ -375,13 +375,16 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
         return f"<think> stage {n}: exploration </think>\n  Reply number {n}. "
 
     parties = {"teacher": Scripted(teacher)}
-    cfg = _cfg("cold_start", "cold_start.count=8")
+    # pass 1 alone here; both passes: tests/datajobs/test_cold_start_passes.py
+    cfg = _cfg("cold_start", "cold_start.count=8", "cold_start.final_share=0")
     rep = run_cold_start(sample_root(), tmp_path / "out", cfg, parties)
     s = rep["summary"]
-    # the sample's preference files: 438 pairs over 219 distinct contexts (two pairs a turn)
-    assert (s["rows_in"], s["contexts"], s["asked"]) == (438, 219, 8)
+    # the sample's preference train file: 304 pairs over 152 distinct contexts (two pairs a
+    # turn); the test file's 134 are left out (the CCJ evaluation's contexts)
+    assert (s["rows_in"], s["contexts"], s["asked"]) == (304, 152, 8)
     assert (s["demonstrations"], s["unparsed"]) == (6, 2)
-    assert s["passed_over"] == {"same context as an earlier row": 219}
+    assert s["passed_over"] == {"same context as an earlier row": 152}
+    assert s["left_out_splits"] == {"test": 134}
     demos = [json.loads(x) for x in _lines(tmp_path / "out/cold_start/train.jsonl")]
     assert len(demos) == 6 and _all_valid(tmp_path / "out") == 6
     histories = {}
@@ -404,7 +407,8 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
     run_cold_start(sample_root(), tmp_path / "out", cfg, parties)
     assert len(asked) == 8
     bigger = run_cold_start(sample_root(), tmp_path / "out",
-                            _cfg("cold_start", "cold_start.count=10"), parties)
+                            _cfg("cold_start", "cold_start.count=10",
+                                 "cold_start.final_share=0"), parties)
     assert len(asked) == 10 and bigger["summary"]["asked"] == 10
 
 

@@ -58,11 +58,14 @@ def test_ccj_summary_by_hand():
     assert dims["emotional_impact"]["mean"] == 7.0 and dims["non_lecturing_empathy"]["mean"] == 9.0
     assert dims["theoretical_application"] == {"mean": 6.0, "n": 1, "unparsed": 1}
     assert s["judge_unparsed"] == 1
-    # client (7 + 9 + 7.5) / 3, counselor (7 + 6) / 2, judge (5 + 3) / 2
-    assert s["perspectives"] == pytest.approx({"client": 23.5 / 3, "counselor": 6.5,
-                                               "judge": 4.0})
-    # the average is over the seven dimension means: (7 + 9 + 7.5 + 7 + 6 + 5 + 3) / 7
-    assert s["average"] == pytest.approx(44.5 / 7)
+    # the averages cover context 1 alone (context 2 lacks theoretical_application):
+    # client (8 + 8 + 8) / 3, counselor (6 + 6) / 2, judge (4 + 4) / 2
+    assert s["perspectives"] == pytest.approx({"client": 8.0, "counselor": 6.0, "judge": 4.0})
+    # the headline is the perspectives' mean (8 + 6 + 4) / 3; the seven dimensions' mean is
+    # (3 x 8 + 2 x 6 + 2 x 4) / 7 = 44 / 7
+    assert s["average"] == pytest.approx(6.0)
+    assert s["dimension_average"] == pytest.approx(44 / 7)
+    assert s["complete"] == 1 and s["missing"] == {"theoretical_application": 1}
     assert s["format_rate"] == 0.5 and s["rag"] is False
 
 
@@ -70,8 +73,9 @@ def test_ccj_average_is_missing_when_a_dimension_never_parsed():
     s = summarise_ccj([{"id": "1", "language": "zh", "format_ok": None,
                         "scores": {d: (None if d == "problem_targeting" else 5)
                                    for d in CCJ_DIMENSIONS}}])
-    assert s["average"] is None and s["perspectives"]["judge"] is None
-    assert s["perspectives"]["client"] == 5.0
+    assert s["average"] is None and s["dimension_average"] is None
+    assert s["perspectives"] == {"client": None, "counselor": None, "judge": None}
+    assert s["dimensions"]["emotional_impact"]["mean"] == 5.0 and s["complete"] == 0
 
 
 def test_contexts_shared_by_several_pairs_count_once():

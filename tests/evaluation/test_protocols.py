@@ -48,8 +48,8 @@ def test_esc_summary_means_unparsed_and_the_100_scale():
     s = summarise_esc(recs)
     assert s["dimensions"]["fluency"] == {"mean": 4.0, "scaled": 100.0, "n": 1, "unparsed": 1}
     assert s["dimensions"]["empathy"]["mean"] == 3.0 and s["dimensions"]["empathy"]["scaled"] == 75.0
-    # (4 + 6 x 3) / 7 = 22/7 on 0-4; x 25 on 0-100
-    assert s["average"] == pytest.approx(22 / 7) and s["average_scaled"] == pytest.approx(2200 / 28)
+    # the average covers dialogue a alone (b's fluency did not parse): 4 on 0-4, 100 on 0-100
+    assert s["average"] == pytest.approx(4.0) and s["average_scaled"] == pytest.approx(100.0)
     assert s["errors"] == 1 and s["error_ids"] == ["c"] and s["judge_unparsed"] == 1
     assert s["format_rate"] == pytest.approx(2 / 3)
     assert s["judge_scores"] == {"2": 6, "4": 7}           # the unparsed fluency left out
