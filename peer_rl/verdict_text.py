@@ -20,8 +20,9 @@ question or say two things. What counts:
 | no label                                   | parse failure       | "maybe", ""                     |
 
 Negations are counted between the label and the start of its clause (or the previous label):
-`not`, `n't`, `never`, `neither`, `nor`, `nothing`, `none`, `fails to`, ... anywhere there; in
-Chinese 不/没/没有/未/非/无/并非 stacked right before the label, each optionally with 是/算/太/够/很/会 and
+`not`, `n't`, `never`, `neither`, `nor`, `fails to`, ... anywhere there, and `nothing`, `none`
+unless a second predicate follows ("nothing is missing and it is correct" is True); in Chinese
+不/没/没有/未/非/无/并非 stacked right before the label, each optionally with 是/算/太/够/很/会 and
 什么/任何 (不是正确的, 并非不正确, 没有任何错误), and 不认为/不觉得/不能说 ... anywhere there
 ("I don't think"); and those inside a preference's own words (第一句并不比第二句好). An odd
 count negates, two cancel, three or more are more than a reader untangles. A clause ends at
@@ -62,8 +63,11 @@ _CLAUSE = re.compile(r"[,:，：、]|\b(?:but|however|although|though|because)\b
                      r"因为|尽管")
 _CONNECTOR = re.compile(r"[\s\"'“”‘’*`]*(?:\bor\b|/|\||或者?|还是|、)[\s\"'“”‘’*`]*(?:the\s+)?")
 _QUESTION_CUE = re.compile(r"(?:\bwhether\b[^,:，：]*|是否)$")
-_NEG_EN = re.compile(r"\b(?:not|never|hardly|neither|nor|cannot|nothing|nowhere|none)\b|n't\b|"
-                     r"\bfail(?:s|ed)?\s+to\b")
+_NEG_EN = re.compile(r"\b(?:not|never|hardly|neither|nor|cannot)\b|n't\b|\bfail(?:s|ed)?\s+to\b")
+# "nothing" negates the label it leads to ("nothing is wrong", "nothing in it is false"), not
+# one past a second predicate ("nothing is missing and the step is correct")
+_NEG_NOTHING = re.compile(r"\b(?:nothing|none|nowhere)\b(?!.*\b(?:and|so|thus|therefore|hence|"
+                          r"also|then|yet|plus)\b)", re.DOTALL)
 # "no" negates a noun ("no issues"), except right before a comparative ("no better than")
 _NO_COMPARATIVE = re.compile(r"\bno\s*$")
 # Chinese negations stacked right before a label, each optionally followed by 是/算/... and
@@ -135,6 +139,7 @@ def negations(before: str, gap: str) -> int:
     label), the Chinese ones stacked right before it, and those inside its own words."""
     zh = _NEG_ZH.search(before)
     return (len(_NEG_EN.findall(before)) + len(_NEG_EN.findall(gap))
+            + len(_NEG_NOTHING.findall(before))
             + bool(_NO_COMPARATIVE.search(gap))
             + (len(_NEG_ZH_WORD.findall(zh.group(0))) if zh else 0)
             + len(_NEG_ZH_OPINION.findall(before))

@@ -46,6 +46,7 @@ STEP_TABLE = [
     # "nothing"/"none" negate what follows ("There is nothing false" says the step is sound)
     ("There is nothing false in this step.", True), ("Nothing is wrong with this step.", True),
     ("None of it is incorrect.", True), ("I don't see anything wrong.", True),
+    ("Nothing is missing and the step is correct.", True),
     # negations stacked on a label: two cancel, three are nobody's reading
     ("I wouldn't say it's not correct.", True), ("I wouldn't say it's incorrect.", True),
     ("It is not untrue.", True), ("I don't think it isn't not true.", None),
