@@ -1,13 +1,29 @@
-"""Structured empathetic reasoning: the policy instruction and the Step 1-4 parser.
+"""Structured empathetic reasoning: the policy instruction and the one reading of its output.
 
 Only Step 4 is ever shown to a seeker; Steps 1-3 exist so that UnifiReward can judge the
-process. The parser is deliberately tolerant of marker spelling (full/half-width colons,
-optional spaces, optional step titles) because sampled outputs drift, and strict about order.
+process. `parse_structured` is the one reading of a policy's output that training (the judge,
+RUR, the format reward), the verl plug-in and every evaluation (what the seeker and the judges
+see) use:
+
+| the output                                  | read as                                          |
+|---------------------------------------------|--------------------------------------------------|
+| a `<think>` block                           | nothing                                          |
+| a step label: `Step 4`, `step4`, `Step four`, `步骤4`, `步骤四`, `第4步`, `第四步` | where a step begins |
+| ... at a line's start, after Markdown (`#`, `>`, `-`, `**`, `__`) and followed by `:` `：` `-` `—` `.` `、`, the end of the line or the step's title | a label (`**Step 4:**`, `### Step 4`, `Step 4 - Response Generation:`, `**第四步 回复生成**`) |
+| ... inside a line, followed by `:` or `：`   | a label (`... Step 2: y Step 3: z`)             |
+| the step's title after its label (`Response Generation.`, `回复生成。`), closing emphasis | not part of the step |
+| everything after the first Step 4 label     | the reply, labels and all (`Step 1: breathe.` in a reply is advice, not a new step) |
+| no Step 4 label                             | the reply is the body of the last step labelled, or the whole output when none is |
+
+The format is complete when Steps 1, 2, 3 and 4 are labelled once each, in that order, before the
+reply begins, each with a non-empty body.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from peer_rl.verdict_text import strip_think
 
 STRATEGIES = (
     "Question",
@@ -31,13 +47,24 @@ STEP_TITLES = {
 ROLE_NAMES = {"en": {"seeker": "Seeker", "supporter": "Supporter"},
               "zh": {"seeker": "求助者", "supporter": "支持者"}}
 
-# "Step 1:", "Step1：", "step 2 :", "步骤1：", "步骤 3:" ...
-_MARKER = re.compile(r"(?:\bstep\s*([1-4])|步骤\s*([1-4]))\s*[:：]", re.IGNORECASE)
-_TITLE = re.compile(
-    r"^\s*(?:conversation\s+history\s+analysis|emotional\s+state\s+inference|strategy\s+selection"
-    r"|response\s+generation|对话历史分析|情绪状态推断|策略选择|回复生成)\s*[.。:：]?\s*",
-    re.IGNORECASE,
-)
+_NUMBERS = {"1": 1, "2": 2, "3": 3, "4": 4, "one": 1, "two": 2, "three": 3, "four": 4,
+            "一": 1, "二": 2, "三": 3, "四": 4}
+_LABEL = (r"(?:\bstep\s*(?P<en>[1-4](?![0-9])|(?:one|two|three|four)\b)"
+          r"|步骤\s*(?P<zh>[1-4](?![0-9])|[一二三四])|第\s*(?P<di>[1-4]|[一二三四])\s*步)")
+_TITLES = (r"conversation\s+history\s+analysis|emotional\s+state\s+inference|strategy\s+selection"
+           r"|response\s+generation|对话历史分析|情绪状态推断|策略选择|回复生成")
+# what may follow a label: closing emphasis, then the step's title (in brackets or emphasis),
+# its punctuation and closing emphasis again
+_AFTER = (rf"[ \t]*[*_]{{0,3}}(?:\s*[*_]{{0,3}}[(（]?(?:{_TITLES})[)）]?[*_]{{0,3}}[ \t]*"
+          r"(?:[.。:：、\-—–](?![0-9]))?[ \t]*[*_]{0,3})?")
+_SEPARATOR = r"(?:[:：、\-—–]|\.(?![0-9]))"
+_MARKER = re.compile(
+    rf"(?P<line>^[ \t]*(?:>[ \t]*)*(?:#{{1,6}}[ \t]*)?(?:[-+•*][ \t]+)?)?[*_]{{0,3}}{_LABEL}"
+    rf"[*_]{{0,3}}[ \t]*"
+    # at a line's start (after Markdown): any separator, or none before the line's end or a
+    # title; inside a line: a colon
+    rf"(?(line)(?:{_SEPARATOR}|(?=[ \t]*(?:\n|$))|(?=[(（]?(?:{_TITLES})))|[:：]){_AFTER}",
+    re.IGNORECASE | re.MULTILINE)
 
 
 def step_marker(step: int, lang: str) -> str:
@@ -56,27 +83,39 @@ def format_structured(steps: list[str] | tuple[str, ...], lang: str) -> str:
 @dataclass(frozen=True)
 class ParsedOutput:
     steps: dict[int, str] = field(default_factory=dict)  # step number -> body (title stripped)
-    in_order: bool = False
+    in_order: bool = False          # Steps 1-4 labelled once each, in order, before the reply
+    reply: str = ""                 # what the seeker, the judge and RUR see (module table)
 
     @property
     def complete(self) -> bool:
         """All four steps present exactly once, in order, each with non-empty content."""
         return self.in_order and all(self.steps.get(k, "").strip() for k in (1, 2, 3, 4))
 
-    def reply(self, raw: str) -> str:
-        """What the seeker would see: Step 4, or the raw text when Step 4 is missing."""
-        return self.steps.get(4, "").strip() or raw.strip()
+    @property
+    def has_step4(self) -> bool:
+        """A Step 4 label with a non-empty reply after it (the evaluations' format count)."""
+        return bool(self.steps.get(4))
+
+
+def _number(m: re.Match) -> int:
+    return _NUMBERS[(m.group("en") or m.group("zh") or m.group("di")).lower()]
 
 
 def parse_structured(text: str) -> ParsedOutput:
-    matches = list(_MARKER.finditer(text))
-    numbers = [int(m.group(1) or m.group(2)) for m in matches]
+    """The one reading of a policy's output (the module's table)."""
+    text = strip_think(text)
     steps: dict[int, str] = {}
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        body = _TITLE.sub("", text[m.end():end], count=1).strip()
-        steps.setdefault(numbers[i], body)
-    return ParsedOutput(steps=steps, in_order=numbers == [1, 2, 3, 4])
+    numbers: list[int] = []
+    marks = list(_MARKER.finditer(text))
+    for i, m in enumerate(marks):
+        numbers.append(_number(m))
+        if numbers[-1] == 4:                    # the reply runs to the end, labels and all
+            steps[4] = text[m.end():].strip()
+            return ParsedOutput(steps, numbers == [1, 2, 3, 4], steps[4])
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        steps.setdefault(numbers[-1], text[m.end():end].strip())
+    reply = text[marks[-1].end():].strip() if marks else text
+    return ParsedOutput(steps, False, reply)
 
 
 def format_complete(text: str) -> bool:

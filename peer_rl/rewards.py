@@ -25,14 +25,41 @@ STEP_LABELS = (
     Label(True, (r"\btrue\b", r"\bcorrect\b", "正确", "对的", "没错", "无误", r"(?<!\w)对(?!\w)"),
           opposite=False),
     Label(False, (r"\bfalse\b", r"\bincorrect\b", r"\bwrong\b", r"\buntrue\b", "错误", "错的",
-                  "不对", r"(?<!\w)错(?!\w)"), opposite=True),
+                  "不对", r"(?<!\w)错(?!\w)",
+                  # 没有错 / 没什么错 / 并没有任何错: the negation is part of the phrase
+                  r"(?P<gap>并?没有?)(?:什么|任何|啥)?错(?!\w)"), opposite=True),
 )
 
 
-def _ordinal(en: str, zh: str, other_en: str, other_zh: str) -> tuple[str, str]:
-    """"(the) first ... better" / "第一句...更好", the words between not naming the other one."""
-    return (rf"\b(?:the\s+)?{en}\b(?P<gap>(?:(?!{other_en})[^,:，：])*?)\bbetter\b",
-            rf"{zh}(?:句|条|个)?(?P<gap>(?:(?!{other_zh})[^,:，：])*?)更好")
+_COMPARATIVES = r"better|worse|superior|inferior"
+
+
+def _ordinal(en: str, zh: str, other_en: str, other_zh: str) -> tuple[str, ...]:
+    """The ways of saying the `en`/`zh` reply is preferred, each one reply named and judged: it
+    is better ("the first ... better (than the second)", "第一句 ... 更好", "第一句比第二句更好",
+    "第一句优于第二句"), or the other is worse ("the second ... worse", "the second is not as
+    good as the first", "第二句比第一句差", "第二句不如第一句", "第二句没有第一句好"). The
+    words between the reply and the comparative (`gap`) name neither the other reply nor a
+    second comparative, so a negation there ("is not better", "is no better", 并不比) counts."""
+    gap_en = rf"(?P<gap>(?:(?!\b(?:{other_en}|{_COMPARATIVES})\b)[^,:，：])*?)"
+    gap_en_other = rf"(?P<gap>(?:(?!\b(?:{en}|{_COMPARATIVES})\b)[^,:，：])*?)"
+    one, other = rf"{zh}(?:句|条|个)?(?:回复|回答|句子)?", rf"{other_zh}(?:句|条|个)?(?:回复|回答|句子)?"
+    gap_zh = rf"(?P<gap>(?:(?!{other_zh}|更好|更差)[^,:，：])*?)"
+    gap_zh_other = rf"(?P<gap>(?:(?!{zh}|更好|更差)[^,:，：])*?)"
+    degree = r"(?:要|还|更加|更|稍微|稍|略|明显)*"
+    return (
+        rf"\b(?:the\s+)?{en}\b{gap_en}\b(?:better|superior)\b",
+        rf"\b(?:the\s+)?{other_en}\b{gap_en_other}\b(?:worse|inferior)\b",
+        rf"\b(?:the\s+)?{other_en}\b{gap_en_other}(?:\bnot|n't)\s+(?:quite\s+)?(?:as|so)\s+good"
+        rf"\s+as\b",
+        rf"{one}{gap_zh}更好",
+        rf"{one}{gap_zh}比(?:起)?{other}{degree}(?:好|出色|优秀|合适|恰当)",
+        rf"{one}{gap_zh}(?:优于|好于|胜过|强于){other_zh}",
+        rf"{other}{gap_zh_other}(?:更|较|比较)差(?!不多)",
+        rf"{other}{gap_zh_other}比(?:起)?{one}{degree}(?:差|糟|逊色|弱)",
+        rf"{other}{gap_zh_other}(?:不如|比不上|逊于|逊色于|劣于|差于){zh}",
+        rf"{other}{gap_zh_other}没有{one}(?:那么|这么)?(?:好|出色|优秀|合适|恰当)",
+    )
 
 
 PREFERENCE_LABELS = (

@@ -11,21 +11,34 @@ question or say two things. What counts:
 | different labels joined by or, `/`, `|`, 或, 还是, 、 | nothing (options) | "True or False", "PASS/FAIL"    |
 | a label after "whether" / 是否              | nothing (question)  | "是否正确"                       |
 | a label                                    | that label          | "The step is true", "正确"       |
-| a negated label                            | the opposite        | "not true", "isn't correct", "不正确", "并不正确", "不是正确的" |
-| a negated preference                       | only "not that one" | "The first sentence is not better" |
+| a negated label                            | the opposite        | "not true", "isn't correct", "nothing wrong", "不正确", "并不正确", "没有什么错" |
+| a label under two negations                | the label           | "not incorrect", "I wouldn't say it's not correct", "并非不正确", "不是不对" |
+| a label under three or more negations      | parse failure       | "I don't think it isn't not true" |
+| a negated preference                       | only "not that one" | "The first sentence is not better", "第一句不比第二句好" |
 | a hedge in the label's clause, or a clause that is only a hedge | parse failure | "probably true", "True, probably.", "部分正确", "可能正确" |
 | labels that disagree                       | parse failure       | "True. Actually, false."        |
 | no label                                   | parse failure       | "maybe", ""                     |
 
-Negation: an odd number of `not`, `n't`, `never`, `neither`, `nor`, `fails to` between the
-label and the start of its clause (or the previous label), so "not incorrect" is True; in
-Chinese 不/没/没有/未/非/无 right before the label, optionally with 是/算/太/够/很/会 (不是正确的),
-or inside a preference's own words (第一句并不更好). A clause ends at `, : 、` (and the
-sentence's `. ; ! ? \n`) or at but / although / because / 但 / 虽然 / 因为, so "No issues; PASS"
-is a pass and "This reply is not safe, FAIL" a fail. "no" is not a negation: it negates a noun
-("no issues", "no doubt"). Hedges: maybe, perhaps, probably, possibly, likely, might, could be,
-partly, mostly, not sure, not entirely, seems, borderline, ...; 可能, 也许, 大概, 似乎, 部分,
-基本, 不完全, ... An answer a person would have to guess at is a parse failure, never a reward.
+Negations are counted between the label and the start of its clause (or the previous label):
+`not`, `n't`, `never`, `neither`, `nor`, `fails to`, ... anywhere there, and `nothing`, `none`
+unless a second predicate follows ("nothing is missing and it is correct" is True); in Chinese
+不/没/没有/未/非/无/并非 stacked right before the label, each optionally with 是/算/太/够/很/会 and
+什么/任何 (不是正确的, 并非不正确, 没有任何错误), and 不认为/不觉得/不能说 ... anywhere there
+("I don't think"); and those inside a preference's own words (第一句并不比第二句好). An odd
+count negates, two cancel, three or more are more than a reader untangles. A clause ends at
+`, : 、` (and the sentence's `. ; ! ? \n`) or at but / although / because / 但 / 虽然 / 因为, so
+"No issues; PASS" is a pass and "This reply is not safe, FAIL" a fail. "no" is not a negation:
+it negates a noun ("no issues", "no doubt"), except before a comparative ("no better than").
+
+A preference is read from one reply named and judged (the label sets are in peer_rl.rewards): "the
+first ... better (than the second)", "第一句比第二句更好" and "the second is worse / not as good
+as the first", "第二句不如第一句", "第二句没有第一句好" all say FIRST. "The first is no better
+(not better) than the second" says only "not FIRST": it could be a tie or the second, so alone
+it is a parse failure, never read as the tie label the judge did not give.
+
+Hedges: maybe, perhaps, probably, possibly, likely, might, could be, partly, mostly, not sure,
+not entirely, seems, borderline, ...; 可能, 也许, 大概, 似乎, 部分, 基本, 不完全, ... An answer a
+person would have to guess at is a parse failure, never a reward.
 """
 from __future__ import annotations
 
@@ -51,7 +64,23 @@ _CLAUSE = re.compile(r"[,:，：、]|\b(?:but|however|although|though|because)\b
 _CONNECTOR = re.compile(r"[\s\"'“”‘’*`]*(?:\bor\b|/|\||或者?|还是|、)[\s\"'“”‘’*`]*(?:the\s+)?")
 _QUESTION_CUE = re.compile(r"(?:\bwhether\b[^,:，：]*|是否)$")
 _NEG_EN = re.compile(r"\b(?:not|never|hardly|neither|nor|cannot)\b|n't\b|\bfail(?:s|ed)?\s+to\b")
-_NEG_ZH = re.compile(r"(?:不|没有?|未|并非|非|无)(?:是|算|太|够|很|会|一定是)?(?:一个|一句)?$")
+# "nothing" negates the label it leads to ("nothing is wrong", "nothing in it is false"), not
+# one past a second predicate ("nothing is missing and the step is correct")
+_NEG_NOTHING = re.compile(r"\b(?:nothing|none|nowhere)\b(?!.*\b(?:and|so|thus|therefore|hence|"
+                          r"also|then|yet|plus)\b)", re.DOTALL)
+# "no" negates a noun ("no issues"), except right before a comparative ("no better than")
+_NO_COMPARATIVE = re.compile(r"\bno\s*$")
+# Chinese negations stacked right before a label, each optionally followed by 是/算/... and
+# 什么/任何 (并非不正确, 不是不对, 没有什么错误)
+_NEG_ZH = re.compile(r"(?:(?:并非|并不|并没有?|不|没有?|未|非|毫无|无)(?:是|算|太|够|很|会|一定是|存在)?"
+                     r"(?:什么|任何|啥)?(?:一个|一句)?)+$")
+_NEG_ZH_WORD = re.compile(r"并非|并不|并没|不(?!仅|只|但|过)|没|未|非|无")
+# inside a label's own words (第一句并不比第二句好) only these count: 无 and 非 there are more
+# often 无疑 ("no doubt") and 非常 ("very")
+_NEG_ZH_GAP = re.compile(r"并非|并不|并没|不(?!仅|只|但|过)|没|未")
+# a negated opinion anywhere before the label, as English "I don't think": 我不认为这一步是正确的
+_NEG_ZH_OPINION = re.compile(r"(?:并?不|没有?)(?:认为|觉得|相信|同意|以为|能说|可以说)")
+MAX_NEGATIONS = 2       # two cancel ("not incorrect", 并非不正确); three are nobody's reading
 _HEDGE = re.compile(
     r"\b(?:maybe|perhaps|probably|possibly|likely|unlikely|might|could\s+be|may\s+be|partly|"
     r"partially|in\s+part|somewhat|mostly|largely|half|unsure|uncertain|unclear|not\s+sure|"
@@ -63,10 +92,11 @@ _HEDGE = re.compile(
 
 @dataclass(frozen=True)
 class Mention:
-    """A label found in the answer: its value, whether it was negated, whether hedged."""
+    """A label found in the answer: its value, whether it was negated, and whether it is
+    unclear (hedged, or under more negations than a reader untangles)."""
     label: Label
     negated: bool
-    hedged: bool
+    unclear: bool
 
 
 def strip_think(text: str) -> str:
@@ -104,11 +134,16 @@ def _drop_options(text: str, labels) -> str:
     return _blank(text, spans)
 
 
-def _negated(before: str, gap: str) -> bool:
-    """An odd count of negations before the label (in its clause, since the last label), or a
-    negation inside the label's own words."""
-    count = len(_NEG_EN.findall(before)) + bool(_NEG_ZH.search(before))
-    return count % 2 == 1 or bool(_NEG_EN.search(gap) or re.search(r"不|没|未|并非", gap))
+def negations(before: str, gap: str) -> int:
+    """How many negations a label is under: those before it in its clause (since the last
+    label), the Chinese ones stacked right before it, and those inside its own words."""
+    zh = _NEG_ZH.search(before)
+    return (len(_NEG_EN.findall(before)) + len(_NEG_EN.findall(gap))
+            + len(_NEG_NOTHING.findall(before))
+            + bool(_NO_COMPARATIVE.search(gap))
+            + (len(_NEG_ZH_WORD.findall(zh.group(0))) if zh else 0)
+            + len(_NEG_ZH_OPINION.findall(before))
+            + len(_NEG_ZH_GAP.findall(gap)))
 
 
 def _clauses(sentence: str) -> list[tuple[int, int]]:
@@ -118,7 +153,7 @@ def _clauses(sentence: str) -> list[tuple[int, int]]:
 
 
 def mentions(text: str, labels) -> list[Mention]:
-    """Every label the answer gives, in order, with its negation and hedge (rules above)."""
+    """Every label the answer gives, in order, negated or not, clear or not (rules above)."""
     text = _drop_options(normalise(strip_think(text)), labels)
     out = []
     for sm in _SENTENCE.finditer(text):
@@ -139,16 +174,17 @@ def mentions(text: str, labels) -> list[Mention]:
             k = next(i for i, (c, d) in enumerate(clauses) if c <= a < d)
             before = sentence[max(last, clauses[k][0]):a]
             if not _QUESTION_CUE.search(before):
-                gap = m.groupdict().get("gap") or ""
-                out.append(Mention(label, _negated(before, gap), hedges[k] or lone))
+                n = negations(before, m.groupdict().get("gap") or "")
+                out.append(Mention(label, n % 2 == 1,
+                                   hedges[k] or lone or n > MAX_NEGATIONS))
             last = b
     return out
 
 
 def decide(found: list[Mention]):
-    """The one value the mentions agree on, else None: a hedge, two different values, only
-    negations of a label with no opposite, or a value the answer also negates."""
-    if not found or any(m.hedged for m in found):
+    """The one value the mentions agree on, else None: an unclear mention, two different
+    values, only negations of a label with no opposite, or a value the answer also negates."""
+    if not found or any(m.unclear for m in found):
         return None
     said, denied = set(), set()
     for m in found:

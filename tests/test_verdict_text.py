@@ -43,6 +43,19 @@ STEP_TABLE = [
     ("", None), ("truely", None),
     # a reasoning model's think block is not its answer
     ("<think>Maybe false? No.</think>True", True),
+    # "nothing"/"none" negate what follows ("There is nothing false" says the step is sound)
+    ("There is nothing false in this step.", True), ("Nothing is wrong with this step.", True),
+    ("None of it is incorrect.", True), ("I don't see anything wrong.", True),
+    ("Nothing is missing and the step is correct.", True),
+    # negations stacked on a label: two cancel, three are nobody's reading
+    ("I wouldn't say it's not correct.", True), ("I wouldn't say it's incorrect.", True),
+    ("It is not untrue.", True), ("I don't think it isn't not true.", None),
+    ("不是不对", True), ("并非不正确", True), ("并不是不正确的。", True),
+    ("这一步没有不正确的地方。", True), ("不是没有错误", False),
+    ("没有什么错", True), ("这一步没有什么错误。", True), ("没有任何错误", True), ("没有错。", True),
+    # a negated opinion reaches the label as "I don't think" does
+    ("我不认为这一步是正确的。", False), ("我不觉得这一步有错误。", True),
+    ("我不认为这不是不正确的。", None),
 ]
 
 
@@ -71,6 +84,8 @@ VERDICT_TABLE = [
     # Chinese
     ("通过", True), ("不通过。", False), ("未通过", False), ("回复不合格", False),
     ("可能通过", None), ("Result: PASS (borderline)", None),
+    ("Nothing in the reply fails the rule: PASS", True), ("I wouldn't say it doesn't pass.", True),
+    ("不是不通过", True),
     ('<think>{"verdict": "FAIL"} is the format</think>{"verdict": "PASS", "reason": "ok"}', True),
 ]
 
@@ -97,6 +112,19 @@ PREFERENCE_TABLE = [
      "\nThe second sentence is better.", S),
     ("哪条回复更好？请回答：第一句更好 / 第二句更好 / 差不多 / 都不可用。\n第一句更好", F),
     ("The first sentence is better / The second sentence is better", None),
+    # comparatives: the reply that is better, or the other one that is worse
+    ("第一句比第二句更好", F), ("第二句比第一句更好。", S), ("第一句比第二句好得多。", F),
+    ("The first sentence is worse than the second.", S),
+    ("The second sentence is not as good as the first.", F),
+    ("The first sentence is better than the second, which is worse.", F),
+    ("第一句比第二句差", S), ("第一句不如第二句。", S), ("第二句没有第一句好", F),
+    # "no better than" is "not that one": a tie or the other, which the judge did not choose
+    ("The first sentence is no better than the second.", None),
+    ("The second sentence is no worse than the first.", None),
+    ("第一句不比第二句好", None), ("第一句并不比第二句更好", None), ("第二句并不比第一句差", None),
+    ("The first sentence is no better than the second; the second sentence is better.", S),
+    ("The first sentence is no better than the second; the two sentences are almost good.", T),
+    ("I don't think the first sentence is not better.", F),
 ]
 
 

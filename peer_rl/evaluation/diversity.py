@@ -88,7 +88,7 @@ def judge_items(records: list[dict], seed: int = 0) -> list:
             items.append(JudgeItem(history=list(r["history_turns"]),
                                    lang=r["language"],
                                    steps=[p.steps.get(j) or None for j in (1, 2, 3)],
-                                   reply=p.reply(raw), reference=r["solution"],
+                                   reply=p.reply, reference=r["solution"],
                                    candidate_first=bool(rng.random() < 0.5),
                                    format_complete=p.complete))
     return items

@@ -2,8 +2,9 @@
 
 `peer` style: the policy prompt the model was trained with (Steps 1-4): the template saved
 with it (peer_rl.prompts.policy, read off its training rows), else the built-in one; the seeker
-sees Step 4 only and the transcript keeps the whole answer. When Step 4 is missing the seeker
-sees the answer without its step markers and the turn counts as a format miss.
+sees the reply as training reads it (peer_rl.reasoning.parse_structured: Step 4, or without a
+Step 4 the last labelled step's body) and the transcript keeps the whole answer; a turn without
+a non-empty Step 4 counts as a format miss.
 `chat` style: a plain chat model as it is (baselines): a short system prompt, the dialogue as
 alternating turns, the whole answer (minus a `<think>` block) shown.
 `escrag` style: ESCRAG-R1's therapist prompt (peer_rl.prompts.escrag); the seeker sees what
@@ -50,7 +51,7 @@ class Query(NamedTuple):
 class Turn(NamedTuple):
     raw: str                      # the model's whole answer (the final pass's, with RAG)
     shown: str                    # what the seeker reads
-    format_ok: bool | None        # the style's format was complete (None: chat style)
+    format_ok: bool | None        # peer: a non-empty Step 4; escrag: complete; chat: None
     initial_raw: str | None = None        # RAG: the first pass's answer
     exemplars: tuple[str, ...] = ()       # RAG: what retrieval returned
 _SYSTEM = {"en": "You are a warm, caring friend who offers emotional support. Reply briefly "
@@ -115,13 +116,8 @@ def shown_reply(text: str, style: str) -> tuple[str, bool | None]:
     text = strip_think(text)
     if style == "chat":
         return text.strip(), None
-    parsed = parse_structured(text)
-    reply = parsed.steps.get(4, "").strip()
-    if reply:
-        return reply, True
-    # no Step 4: drop whatever step bodies precede the text the model did write
-    leftover = parsed.steps[max(parsed.steps)] if parsed.steps else text
-    return leftover.strip(), False
+    parsed = parse_structured(text)          # the reading training uses (peer_rl.reasoning)
+    return parsed.reply, parsed.has_step4
 
 
 def turn_record(turn: Turn) -> dict:

@@ -320,7 +320,7 @@ class PeerRewardManager(RewardManagerBase):
         uid, text, row = self._decode(data)
         history = list(_field(row, "extra_info", "history", uid))
         parsed = parse_structured(text)
-        reply = parsed.reply(text)
+        reply = parsed.reply
         item = JudgeItem(history=[dict(u) for u in history],
                          lang=_field(row, "extra_info", "language", uid),
                          steps=[parsed.steps.get(j) or None for j in (1, 2, 3)], reply=reply,

@@ -55,7 +55,7 @@ class Peer(Method):
         if samples is None:
             samples = self.rollout(rows, step, timing)
         parsed = [parse_structured(s.text) for s in samples]              # 3. parse + format
-        replies = [p.reply(s.text) for p, s in zip(parsed, samples)]
+        replies = [p.reply for p in parsed]
         items = self.judge_items(rows, samples, parsed, replies, step)
 
         t = time.perf_counter()                                           # 4. UnifiReward

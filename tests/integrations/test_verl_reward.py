@@ -130,7 +130,7 @@ def expected(trained_judge) -> dict:
     coins = [coin(u, t) for u, t in GIVEN]
     rows = [g["row"] for g in GROUPS for _ in range(N)]
     parsed = [parse_structured(t) for t in texts]
-    replies = [p.reply(t) for p, t in zip(parsed, texts)]
+    replies = [p.reply for p in parsed]
     items = [JudgeItem(history=r["history"], lang=r["language"],
                        steps=[p.steps.get(j) or None for j in (1, 2, 3)], reply=reply,
                        reference=r["solution"], candidate_first=bool(c),
@@ -312,7 +312,7 @@ def test_a_rollout_that_fails_before_scoring_holds_its_group_only_the_group_time
     for s in out["samples"]:
         want = (3.0, 0.0) if s["group"] == "group-zh" else (4.0, 1.0)
         assert (s["extra"]["rur/group_members"], s["extra"]["rur/group_complete"]) == want
-    replies = [parse_structured(s["text"]).reply(s["text"]) for s in zh]
+    replies = [parse_structured(s["text"]).reply for s in zh]
     sims = RedundancyWorker(RedundancySettings(), device="cpu").similarities(
         replies, [[u["content"] for u in HISTORY_ZH]], len(replies))
     for s, want in zip(zh, sims.s_group):

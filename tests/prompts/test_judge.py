@@ -55,7 +55,7 @@ def rl_time_chat(template: JudgeTemplate, item: JudgeItem, verdicts) -> list[dic
 def _item(template_lang="en", candidate_first=True):
     parsed = parse_structured(POLICY_OUTPUT)
     return JudgeItem(history=HISTORY, lang=template_lang,
-                     steps=[parsed.steps[k] for k in (1, 2, 3)], reply=parsed.reply(POLICY_OUTPUT),
+                     steps=[parsed.steps[k] for k in (1, 2, 3)], reply=parsed.reply,
                      reference=REFERENCE, candidate_first=candidate_first, format_complete=True)
 
 
