@@ -52,14 +52,13 @@ def test_final_is_the_merged_model_and_its_adapter_loads_in_peft(lora_run, grpo_
     assert (want - plain).abs().max() > 1e-5              # three steps moved the adapters
 
 
-def test_cpu_engines_get_merged_weights_and_adapters_on_request(lora_run, grpo_models,
-                                                                 tmp_path):
+def test_cpu_engines_get_merged_weights_by_default(lora_run):
     """model.lora.merge=auto on CPU engines sends merged weights: every step's sync/bytes is
     the size, in the engines' dtype (memory.json records it: 4 bytes a value in float32, 2 in
     bfloat16), of what the engines receive, worked out from the merged export: every tensor
     but the frozen vision tower's (its patch merger, the aligner, is sent), the tied output
-    layer once. With merge=false a sync is the tensors PEFT saved in final/adapter, in the same
-    dtype."""
+    layer once. (With merge=false a sync is the adapter alone:
+    test_a_run_from_a_saved_adapter_syncs_it_before_the_first_rollout.)"""
     import json
 
     from safetensors import safe_open
@@ -74,19 +73,18 @@ def test_cpu_engines_get_merged_weights_and_adapters_on_request(lora_run, grpo_m
         text = sum(math.prod(fh.get_slice(k).get_shape()) * value_bytes(out) for k in fh.keys()
                    if "visual" not in k or ".merger." in k)
     assert [m["sync/bytes"] for m in _metrics(out)] == [text] * 3
-    run = tmp_path / "adapters"
-    _train(run, grpo_models, "model.lora.rank=8", "model.lora.merge=false",
-           "trainer.total_steps=2", "trainer.save_freq=0")
-    with safe_open(str(run / "final" / "adapter" / "adapter_model.safetensors"), "pt") as fh:
-        adapter = sum(fh.get_tensor(k).numel() * value_bytes(run) for k in fh.keys())
-    assert [m["sync/bytes"] for m in _metrics(run)] == [adapter] * 2
 
 
 def test_a_run_from_a_saved_adapter_syncs_it_before_the_first_rollout(tmp_path, grpo_models):
     """model.lora.lora_adapter_path: the engines start on the base model, so the adapter is
     synced before step 1. With staleness 1 the step's behaviour log-probs (the engine's) meet
-    the policy's own log-probs of the same tokens: measured 0.0012 with the sync, 0.21 with
-    the engines left on the base model (B = 0.3 x noise, far from it)."""
+    the policy's own log-probs of the same tokens: measured 0.0012 with the sync (merged
+    weights), 0.21 with the engines left on the base model (B = 0.3 x noise, far from it).
+    Here with model.lora.merge=false, so the engines serve base + adapter and a sync is the
+    tensors PEFT saved in final/adapter, in the engines' dtype."""
+    import json
+
+    from safetensors import safe_open
     from peft import LoraConfig, get_peft_model
 
     from workers.fsdp import load_pretrained
@@ -104,6 +102,12 @@ def test_a_run_from_a_saved_adapter_syncs_it_before_the_first_rollout(tmp_path, 
     _train(out, grpo_models, "model.lora.rank=4", "model.lora.lora_alpha=8",
            "model.lora.target_modules=[q_proj,v_proj]",
            f"model.lora.lora_adapter_path={tmp_path / 'adapter'}",
-           "trainer.async_training.staleness=1", "trainer.total_steps=1")
+           "model.lora.merge=false", "trainer.async_training.staleness=1",
+           "trainer.total_steps=1", "trainer.save_freq=0")
     (m,) = _metrics(out)
     assert m["async/behavior_abs_log_ratio"] < 0.02
+    value = {"float32": 4, "bfloat16": 2}[
+        json.loads((out / "memory.json").read_text())["dtype"]["rollout"]]
+    with safe_open(str(out / "final" / "adapter" / "adapter_model.safetensors"), "pt") as fh:
+        adapter = sum(fh.get_tensor(k).numel() * value for k in fh.keys())
+    assert m["sync/bytes"] == adapter

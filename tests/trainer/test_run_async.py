@@ -1,8 +1,8 @@
 """`peer-rl train` with trainer.async_training.staleness=1 and dynamic sampling, in a fresh
 process: the next step's rollout, judging, redundancy and refills run inside this step's update,
 every trained sample is one update old (checked by the policy against the engines' stamps).
-SIGTERM during step 3 (checkpoints only at the end) stops the run after step 3 with that step
-checkpointed (exit 143); `resume=auto` then trains step 4. Dynamic sampling filters on the
+SIGTERM during step 2 (checkpoints only at the end) stops the run after step 2 with that step
+checkpointed (exit 143); `resume=auto` then trains step 3. Dynamic sampling filters on the
 judge's reward, which for the tiny random policy is mostly 0, so whole groups often tie; at most
 2 draws a step. Which groups come out of each draw is up to the models: every step is checked
 against a replay of the data order (its prompts come from the batches it drew, in order, right
@@ -30,14 +30,14 @@ RUN = ["trainer.async_training.staleness=1", "algorithm.filter_groups.enable=tru
 def runs(tmp_path_factory, grpo_models) -> dict:
     """Both runs, and what the first left behind before the second touched it."""
     out = tmp_path_factory.mktemp("train_async")
-    # checkpoints only at the end (save_freq=0): step_3 exists only if the signal wrote it
-    code, stdout, stderr = train_and_signal_after(out, grpo_models, 2, "trainer.total_steps=4",
+    # checkpoints only at the end (save_freq=0): step_2 exists only if the signal wrote it
+    code, stdout, stderr = train_and_signal_after(out, grpo_models, 1, "trainer.total_steps=3",
                                                   "trainer.save_freq=0", *RUN)
     first = {"code": code, "stderr": stderr, "recs": metrics(out),
              "spans": _spans(out), "checkpoints": sorted(p.name for p in
                                                          (out / "checkpoints").iterdir()),
              "final": (out / "final").exists()}
-    resumed = train(out, grpo_models, "trainer.total_steps=4", "resume=auto", *RUN)
+    resumed = train(out, grpo_models, "trainer.total_steps=3", "resume=auto", *RUN)
     return {"out": out, "first": first, "resumed": resumed}
 
 
@@ -54,17 +54,17 @@ def test_sigterm_finishes_the_step_checkpoints_it_and_exits_143(runs):
     first, out = runs["first"], runs["out"]
     assert first["code"] == 143, first["stderr"][-4000:]
     assert "[peer-rl] SIGTERM: finishing the current step" in first["stderr"]
-    assert (f"stopped by SIGTERM after step 3 of 4; checkpoint {out / 'checkpoints' / 'step_3'}"
+    assert (f"stopped by SIGTERM after step 2 of 3; checkpoint {out / 'checkpoints' / 'step_2'}"
             "; rerun with resume=auto") in first["stderr"], first["stderr"][-3000:]
     assert "Traceback" not in first["stderr"]
-    assert [r["step"] for r in first["recs"]] == [1, 2, 3]
-    assert first["checkpoints"] == ["step_3"] and not first["final"]
+    assert [r["step"] for r in first["recs"]] == [1, 2]
+    assert first["checkpoints"] == ["step_2"] and not first["final"]
 
 
 def test_samples_are_one_update_old_and_were_drawn_during_the_previous_update(runs):
     recs, spans = runs["first"]["recs"], runs["first"]["spans"]
-    # step 1 was sampled by the initial policy; steps 2 and 3 during the update before, by
-    # the same weights
+    # step 1 was sampled by the initial policy; step 2 during the update before, by the same
+    # weights
     assert recs[0]["async/staleness_max"] == 0.0
     for r in recs[1:]:
         assert r["async/staleness_max"] == r["async/staleness_mean"] == 1.0
@@ -73,18 +73,18 @@ def test_samples_are_one_update_old_and_were_drawn_during_the_previous_update(ru
     update, ahead = spans[(1, "update")], spans[(2, "rollout")]
     assert update["start"] <= ahead["start"] < update["end"]
     assert ahead["end"] <= spans[(1, "sync")]["start"]
-    assert (4, "rollout") not in spans         # step 4 never completed: its spans are not kept
+    assert (3, "rollout") not in spans         # step 3 never completed: its spans are not kept
     assert recs[0]["timing/overlap"] > 0.0 and recs[1]["timing/overlap"] > 0.0
     assert recs[0]["timing/overlap"] <= recs[0]["timing/update"] + 1e-6
 
 
 def test_resume_trains_each_step_once_in_the_uninterrupted_data_order(runs):
     out, proc = runs["out"], runs["resumed"]
-    assert "resuming from" in proc.stdout and "step_3" in proc.stdout
+    assert "resuming from" in proc.stdout and "step_2" in proc.stdout
     recs = metrics(out)
-    assert [r["step"] for r in recs] == [1, 2, 3, 4]
-    # step 4 was drawn again and sampled by the resumed step-3 policy: nothing stale survives
-    assert recs[3]["async/staleness_max"] == 0.0 and recs[3]["timing/overlap"] == 0.0
+    assert [r["step"] for r in recs] == [1, 2, 3]
+    # step 3 was drawn again and sampled by the resumed step-2 policy: nothing stale survives
+    assert recs[2]["async/staleness_max"] == 0.0 and recs[2]["timing/overlap"] == 0.0
     assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "final" / "config.json").exists()
     cfg = load_config([f"trainer.output_dir={out}"])
