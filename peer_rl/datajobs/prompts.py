@@ -6,7 +6,7 @@ wording is ours."""
 from __future__ import annotations
 
 from peer_rl.evaluation.prompts import transcript
-from peer_rl.prompts.quoting import line_starts, quote_policy_text
+from peer_rl.prompts.quoting import answer_keys, line_starts, quote_policy_text
 
 # ---------------------------------------------------------------- filter (PEER's data cleaning)
 CRITERIA = ("semantic_incoherence", "artificial_style", "non_dialogue")
@@ -217,11 +217,13 @@ def reply_messages(history: list[dict], lang: str, notes: dict) -> list[dict]:
         dialogue=transcript(history, lang, _STARTS), done=_done(notes, lang))}]
 
 
-# every data-job prompt's own line starts and the stage names its notes are listed under:
-# dialogue or candidate text may not begin a line with one
+# every data-job prompt's own line starts, its answers' keys and the stage names its notes are
+# listed under: dialogue or candidate text may not begin a line with one
 _STARTS = line_starts(*_FILTER.values(), *_PERSONA.values(), *_REWRITE.values(),
                       *_COUNSELOR.values(), *(f for t in _TEXT.values() for f in t.values())
-                      ) + tuple(f"{s}:" for s in STAGES)
+                      ) + answer_keys(FILTER_SCHEMA, PERSONA_SCHEMA, rewrite_schema(1),
+                                      CANDIDATE_SCHEMA, NOTE_SCHEMA, REPLY_SCHEMA, pick_schema(1)
+                                      ) + tuple(f"{s}:" for s in STAGES)
 
 
 def _quote(text: str, items: bool = False) -> str:

@@ -1,13 +1,13 @@
 """What each simulated party is told, in English and Chinese, and the JSON each must answer.
 
 Dialogue text inside a prompt passes through `quoting.quote_policy_text` (a reply cannot close
-the judge's turn with a chat-template token, nor add a turn, a label, a verdict or a score line). Rubric wording is ours, written after the protocols'
-descriptions: ESC-Eval scores 7 dimensions 0-4; SAGE's simulator reports an inner reaction and
+the judge's turn with a chat-template token, nor add a turn, a label, a verdict or a score line,
+however wrapped). Rubric wording is ours, written after the protocols' descriptions: ESC-Eval scores 7 dimensions 0-4; SAGE's simulator reports an inner reaction and
 an emotion change in [-10, 10]; the safety rubric follows the PEER data card's three groups.
 """
 from __future__ import annotations
 
-from peer_rl.prompts.quoting import line_starts, quote_policy_text
+from peer_rl.prompts.quoting import answer_keys, line_starts, quote_policy_text
 from peer_rl.reasoning import ROLE_NAMES
 
 # ---------------------------------------------------------------- ESC-Eval
@@ -295,9 +295,11 @@ def ccj_messages(perspective: str, history: list[dict], reply: str, lang: str) -
     return [{"role": "user", "content": text}]
 
 
-# every grading prompt's own line starts: policy text may not begin a line with one
+# every grading prompt's own line starts and its answers' keys: policy text may not begin a
+# line with one
 _STARTS = line_starts(*_JUDGE_ESC.values(), *_SAGE_ANALYSE.values(), *_SAFETY_JUDGE.values(),
-                      *_CCJ_BODY.values())
+                      *_CCJ_BODY.values()) + answer_keys(
+    SCORE_SCHEMA, CHANGE_SCHEMA, VERDICT_SCHEMA, *map(ccj_schema, CCJ_PERSPECTIVES))
 
 
 def _quote(text: str) -> str:
