@@ -116,10 +116,10 @@ class MlflowTracker:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        from peer_rl.credentials import redact_url
+        from peer_rl.credentials import redact_text
 
         uri = mlflow_uri(trainer.mlflow.tracking_uri, out)
-        shown = redact_url(uri)
+        shown = redact_text(uri)
         with _quiet_store_setup():          # a new store's tables are created here
             try:
                 self.client = MlflowClient(tracking_uri=uri)
