@@ -207,8 +207,14 @@ class MlflowConfig:
     """MLflow (trainer.loggers: mlflow): the experiment is trainer.project_name, the run is
     named experiment_name."""
     # "" = $MLFLOW_TRACKING_URI when set, else a SQLite store in the run directory
-    # (sqlite:///<output_dir>/mlflow.db); any URI MLflow takes (http://host:5000, databricks)
+    # (sqlite:///<output_dir>/mlflow.db); any URI MLflow takes (http://host:5000, databricks);
+    # a local store (a path, file://, sqlite:///) may not lie inside an input
     tracking_uri: str = ""
+    # the variable holding tracking_uri's token; "" = MLFLOW_TRACKING_TOKEN for the server
+    # $MLFLOW_TRACKING_URI names only, no token for any other server
+    token_env: str = ""
+    # a token or password is never sent over plain http:// to another host unless this says so
+    allow_insecure_http: bool = False
 
 
 @dataclass

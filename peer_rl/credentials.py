@@ -3,8 +3,11 @@ of the files a run writes and the lines it prints.
 
 A key goes only to the server named for it. An evaluation party's or judge's key: the variable
 its `api_key_env` names, else OPENAI_API_KEY to OpenAI's own API over https; any other URL (a
-lab's vLLM server, a colleague's gateway) gets no key. A credential never crosses plain http://
-to another host unless the setting's `allow_insecure_http` says so (`check_key_transport`).
+lab's vLLM server, a colleague's gateway) gets no key. The MLflow tracker's token: the variable
+`trainer.mlflow.token_env` names, else MLFLOW_TRACKING_TOKEN (with MLFLOW_TRACKING_USERNAME and
+_PASSWORD) to the server $MLFLOW_TRACKING_URI names, the one it was set beside; a tracking URI a
+recipe names elsewhere gets none. Either way a credential never crosses plain http:// to another
+host unless the setting's `allow_insecure_http` says so (`check_key_transport`, for both).
 
 Every line printed and every file written passes `redact_text` (a URL's user:password as ***);
 a config passes `peer_rl.config.public_config`, which resolves it first and writes a value that
