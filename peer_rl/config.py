@@ -6,6 +6,7 @@ where verl has one (rollout.n, algorithm.adv_estimator, actor.clip_ratio, actor.
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 from dataclasses import dataclass, field
@@ -206,8 +207,14 @@ class MlflowConfig:
     """MLflow (trainer.loggers: mlflow): the experiment is trainer.project_name, the run is
     named experiment_name."""
     # "" = $MLFLOW_TRACKING_URI when set, else a SQLite store in the run directory
-    # (sqlite:///<output_dir>/mlflow.db); any URI MLflow takes (http://host:5000, databricks)
+    # (sqlite:///<output_dir>/mlflow.db); any URI MLflow takes (http://host:5000, databricks);
+    # a local store (a path, file://, sqlite:///) may not lie inside an input
     tracking_uri: str = ""
+    # the variable holding tracking_uri's token; "" = MLFLOW_TRACKING_TOKEN for the server
+    # $MLFLOW_TRACKING_URI names only, no token for any other server
+    token_env: str = ""
+    # a token or password is never sent over plain http:// to another host unless this says so
+    allow_insecure_http: bool = False
 
 
 @dataclass
@@ -505,30 +512,31 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
 
 
 def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
-    """The resolved config, except values read from the environment (`${oc.env:...}`: keys,
-    tokens), which are written as the interpolation, never as the secret: a value that holds one
-    through another interpolation (`${eval.judge_url}` of a URL with a token in it) is written
-    as its interpolation too. Credentials in URLs (https://user:token@host) are written ***."""
+    """The config as public_config gives it (secrets as their interpolation, URL credentials
+    as ***), written whole."""
     from peer_rl.data.out_paths import write_atomic    # whole or absent: a resume reads it
 
     write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(public_config(cfg))))
 
 
 def public_config(cfg: DictConfig) -> dict:
-    """The resolved config as save_config writes it: secrets as their interpolation, URL
-    credentials as *** (also what the trackers log as the run's parameters)."""
+    """The config as it may be saved, logged or printed (config.yaml, the trackers' parameters,
+    the parties and settings of a run's manifest). It is resolved first, each `${oc.env:...}`
+    call included, so a value that holds what the environment gave (a key, a token), through
+    that call or through another key (`eval.judge_model=${eval.judge_url}`), is found by its
+    value and written as its interpolation; then every string passes redact_text (a URL's
+    user:password as ***)."""
     from peer_rl.credentials import redact_text
 
     data = OmegaConf.to_container(cfg, resolve=True)
     raws = _RAW.get(id(cfg), {})
-    secrets = {os.environ[name] for raw in raws.values() for name in _ENV_REF.findall(raw)
-               if os.environ.get(name)}
+    secrets = _environment_values(data, raws)
     for keys, raw in raws.items():
         node = data
         for k in keys[:-1]:
             node = node[k]
         value = node[keys[-1]]
-        if "${oc.env:" in raw or (isinstance(value, str) and any(s in value for s in secrets)):
+        if _ENV_CALL.search(raw) or any(s in text for s in secrets for text in _strings(value)):
             node[keys[-1]] = raw
     return _redacted(data, redact_text)
 
@@ -541,8 +549,67 @@ def _redacted(node, redact):
     return redact(node) if isinstance(node, str) else node
 
 
+def _strings(node):
+    if isinstance(node, dict):
+        node = list(node.values())
+    if isinstance(node, list):
+        for v in node:
+            yield from _strings(v)
+    elif isinstance(node, str):
+        yield node
+
+
+def _environment_values(data: dict, raws: dict[tuple, str]) -> set[str]:
+    """What each `${oc.env:...}` call of the config gave, resolved by OmegaConf itself (a quoted
+    name, a default, a name built by another interpolation) in the config as it was loaded."""
+    calls = [c for raw in raws.values() for c in _env_calls(raw)]
+    if not calls:
+        return set()
+    tree = copy.deepcopy(data)
+    for keys, raw in raws.items():
+        node = tree
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = raw
+    probe = OmegaConf.create({**tree, _PROBE: calls})
+    found = set()
+    for i in range(len(calls)):
+        try:
+            value = probe[_PROBE][i]
+        except OmegaConfBaseException:     # resolved at load; cannot fail here, but say nothing
+            continue
+        if isinstance(value, str) and value:
+            found.add(value)
+    return found
+
+
+def _env_calls(raw: str) -> list[str]:
+    """Each `${oc.env:...}` of a raw value, whole (its braces balanced)."""
+    calls = []
+    for m in _ENV_CALL.finditer(raw):
+        depth = 0
+        for j in range(m.start() + 1, len(raw)):
+            depth += {"{": 1, "}": -1}.get(raw[j], 0)
+            if depth == 0:
+                calls.append(raw[m.start():j + 1])
+                break
+    return calls
+
+
+def env_kept(node):
+    """A raw config (dicts, lists, strings) whose `${oc.env:...}` calls are escaped: resolving
+    it fills in every other interpolation and leaves these as text, for the command that is
+    handed them to read the environment itself, and to save the reference, not the value."""
+    if isinstance(node, dict):
+        return {k: env_kept(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [env_kept(v) for v in node]
+    return _ENV_CALL.sub(lambda m: "\\" + m[0], node) if isinstance(node, str) else node
+
+
 _RAW: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: its value before resolution}
-_ENV_REF = re.compile(r"\$\{oc\.env:([^,}]+)")
+_ENV_CALL = re.compile(r"(?<!\\)\$\{\s*oc\.env\s*:")
+_PROBE = "__peer_rl_environment_probe__"
 
 
 def _interpolations(node, path: tuple = ()) -> dict[tuple, str]:

@@ -5,6 +5,8 @@ config as save_config writes it (secrets as their interpolation, URL credentials
 run's parameters. The tracker runs' ids are kept in <output_dir>/trackers.json, so a resumed run
 continues the same W&B and MLflow runs. A tracker that fails mid-run (a tracking server gone) is
 reported once and dropped: metrics.jsonl stays the run's record and training goes on.
+MLflow is sent only the credentials named for its server (peer_rl.credentials), and a local
+MLflow store is an output like any other: never inside an input (check_mlflow_store).
 """
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
+from peer_rl.credentials import check_key_transport, key_variable, redact_text
 from peer_rl.errors import ConfigError
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
@@ -116,17 +119,20 @@ class MlflowTracker:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        from peer_rl.credentials import redact_url
-
         uri = mlflow_uri(trainer.mlflow.tracking_uri, out)
-        shown = redact_url(uri)
+        # as config.yaml writes it (an `${oc.env:...}` kept), else without its user:password
+        shown = (trainer.mlflow.tracking_uri and
+                 config.get("trainer", {}).get("mlflow", {}).get("tracking_uri")) or \
+            redact_text(uri)
+        send_mlflow_credentials(uri, shown, trainer.mlflow)
         with _quiet_store_setup():          # a new store's tables are created here
             try:
                 self.client = MlflowClient(tracking_uri=uri)
                 experiment = self.client.get_experiment_by_name(trainer.project_name)
             except Exception as exc:        # noqa: BLE001 - any store's error, named
-                raise ConfigError(f"trainer.mlflow.tracking_uri: no MLflow store at {shown} "
-                                  f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                raise ConfigError(redact_text(f"trainer.mlflow.tracking_uri: no MLflow store "
+                                              f"at {shown} ({why.replace(uri, shown)})")) from None
         exp_id = (experiment.experiment_id if experiment is not None
                   else self.client.create_experiment(trainer.project_name))
         if run_id and self._exists(run_id):
@@ -193,6 +199,69 @@ def mlflow_uri(setting: str, out: Path) -> str:
         f"sqlite:///{(out / 'mlflow.db').resolve()}"
 
 
+MLFLOW_TOKEN_ENV = "MLFLOW_TRACKING_TOKEN"
+_MLFLOW_LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+def send_mlflow_credentials(uri: str, shown: str, settings) -> None:
+    """Leave in this process's environment, where MLflow reads them for every request, only the
+    credentials named for `uri` (peer_rl.credentials): the token of trainer.mlflow.token_env,
+    else $MLFLOW_TRACKING_TOKEN and the login of $MLFLOW_TRACKING_USERNAME/_PASSWORD when `uri`
+    is on the server $MLFLOW_TRACKING_URI names; none over plain http to another host unless
+    trainer.mlflow.allow_insecure_http. Only an http(s) server is sent any."""
+    if urlsplit(uri).scheme not in ("http", "https"):
+        return
+    home = os.environ.get("MLFLOW_TRACKING_URI", "")
+    var = key_variable(uri, settings.token_env, MLFLOW_TOKEN_ENV, home)
+    token = os.environ.get(var, "") if var else ""
+    at_home = bool(key_variable(uri, "", MLFLOW_TOKEN_ENV, home))
+    login = [v for v in _MLFLOW_LOGIN if os.environ.get(v)] if at_home else []
+    sent = var if token else ("MLFLOW_TRACKING_PASSWORD" if "MLFLOW_TRACKING_PASSWORD" in login
+                              else "")
+    check_key_transport("trainer.mlflow.tracking_uri", uri, sent,
+                        "trainer.mlflow.allow_insecure_http", settings.allow_insecure_http,
+                        ConfigError)
+    withheld = [v for v in (MLFLOW_TOKEN_ENV, *_MLFLOW_LOGIN) if os.environ.get(v)
+                and v not in login and not (v == MLFLOW_TOKEN_ENV and token)]
+    for v in withheld:
+        del os.environ[v]
+    if token:                           # MLflow reads the token from this variable only
+        os.environ[MLFLOW_TOKEN_ENV] = token
+    if withheld:
+        print(f"[peer-rl] mlflow: {', '.join('$' + v for v in withheld)} not sent to {shown}: "
+              "not the server $MLFLOW_TRACKING_URI names (trainer.mlflow.token_env="
+              f"{MLFLOW_TOKEN_ENV} sends it the token)", file=sys.stderr, flush=True)
+
+
+def mlflow_store(uri: str) -> Path | None:
+    """The local path a tracking URI writes (a directory for a path or file:// URI, the database
+    file for sqlite:///); None for a server or an in-memory store."""
+    parts = urlsplit(uri)
+    if parts.scheme == "":
+        return Path(uri)
+    if parts.scheme == "file":
+        return Path(unquote(parts.path))
+    if parts.scheme == "sqlite":
+        path = uri[len("sqlite:///"):].split("?", 1)[0] if uri.startswith("sqlite:///") else ""
+        return Path(unquote(path)) if path and path != ":memory:" else None
+    return None
+
+
+def check_mlflow_store(cfg, out: Path, inputs) -> None:
+    """A local MLflow store follows the rule every output follows (peer_rl.data.out_paths): not
+    an input, not inside an input directory, holding none; checked before anything is written."""
+    from peer_rl.data.out_paths import refuse_inside
+
+    if "mlflow" not in cfg.trainer.loggers:
+        return
+    setting = cfg.trainer.mlflow.tracking_uri
+    store = mlflow_store(mlflow_uri(setting, out))
+    if store is not None:
+        refuse_inside(store, inputs, "trainer.mlflow.tracking_uri" if setting else
+                      "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else
+                      "trainer.output_dir")
+
+
 _TRACKERS = {"wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
@@ -216,9 +285,10 @@ class Trackers:
             try:
                 tracker.log(step, metrics)
             except Exception as exc:   # noqa: BLE001 - a tracker is never worth the run
-                print(f"[peer-rl] {kind}: logging step {step} failed ({type(exc).__name__}: "
-                      f"{exc}); {kind} is off for the rest of this run, metrics.jsonl has every "
-                      "step", file=sys.stderr, flush=True)
+                print(redact_text(f"[peer-rl] {kind}: logging step {step} failed "
+                                  f"({type(exc).__name__}: {exc}); {kind} is off for the rest "
+                                  "of this run, metrics.jsonl has every step"),
+                      file=sys.stderr, flush=True)
                 del self.active[kind]
 
     def close(self, ok: bool = True) -> None:
@@ -226,8 +296,8 @@ class Trackers:
             try:
                 tracker.close(ok)
             except Exception as exc:   # noqa: BLE001
-                print(f"[peer-rl] {kind}: closing failed ({type(exc).__name__}: {exc})",
-                      file=sys.stderr, flush=True)
+                print(redact_text(f"[peer-rl] {kind}: closing failed ({type(exc).__name__}: "
+                                  f"{exc})"), file=sys.stderr, flush=True)
         self.active = {}
 
 

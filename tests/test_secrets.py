@@ -6,8 +6,8 @@ import stat
 import pytest
 
 from peer_rl.config import load_config, save_config
-from peer_rl.credentials import key_variable, redact_text, redact_url
-from peer_rl.evaluation.endpoints import EndpointError, check_key_transport, party_record
+from peer_rl.credentials import check_key_transport, key_variable, redact_text
+from peer_rl.evaluation.endpoints import EndpointError
 from peer_rl.evaluation.store import RunStore
 
 
@@ -22,18 +22,32 @@ from peer_rl.evaluation.store import RunStore
     ("http://10.0.0.5:8000/v1", True, False, True),
 ])
 def test_a_key_never_goes_in_the_clear_to_another_host(url, has_key, allowed, refused):
+    args = ("judge.url", url, "JUDGE_KEY" if has_key else "", "judge.allow_insecure_http",
+            allowed, EndpointError)
     if refused:
         with pytest.raises(EndpointError, match="sent in the clear.*allow_insecure_http"):
-            check_key_transport("judge", url, has_key, allowed)
+            check_key_transport(*args)
     else:
-        check_key_transport("judge", url, has_key, allowed)
+        check_key_transport(*args)
 
 
-def test_credentials_in_urls_are_not_recorded():
-    assert redact_url("https://alice:s3cr3t@api.example.com/v1") == "https://***@api.example.com/v1"
-    assert redact_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
-    party = {"url": "https://bob:pw@h/v1", "model": "m", "path": ""}
-    assert party_record(party, ("url", "model")) == {"url": "https://***@h/v1", "model": "m"}
+def test_a_urls_own_password_is_a_credential_too():
+    with pytest.raises(ValueError, match=r"^judge\.url=http://\*\*\*@10\.0\.0\.5/v1: the "
+                                         r"URL's user:password would be sent in the clear to "
+                                         r"10\.0\.0\.5"):
+        check_key_transport("judge.url", "http://bob:pw@10.0.0.5/v1", "",
+                            "judge.allow_insecure_http", False)
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("https://alice:s3cr3t@api.example.com/v1", "https://***@api.example.com/v1"),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+    ("https://bob:p@ss@host", "https://***@host"),                 # a password holding @
+    ("see https://bob:p?w@host/v1 and http://h/x", "see https://***@host/v1 and http://h/x"),
+    ("sqlite:////data/m@x.db", "sqlite:////data/m@x.db"),          # no authority: no userinfo
+])
+def test_credentials_in_urls_are_not_recorded(text, shown):
+    assert redact_text(text) == shown
 
 
 def test_saved_configs_keep_environment_values_as_interpolations(tmp_path, monkeypatch):
@@ -113,3 +127,53 @@ def test_the_verl_judges_messages_carry_no_url_credentials():
         asyncio.run(judge.answer([{"role": "user", "content": "hi"}], 4))
     assert "pw-5555" not in str(err.value) and "alice" not in str(err.value)
     assert f"judge at http://***@127.0.0.1:{port}/v1/chat/completions" in str(err.value)
+
+
+def test_a_quoted_environment_name_reached_through_another_key_is_not_saved(tmp_path,
+                                                                            monkeypatch):
+    """Issue 58.8: `${oc.env:"NAME"}` (quoted) read through eval.judge_model, in config.yaml."""
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-58-quoted")
+    cfg = load_config(['eval.judge_url=https://judge.example.com/${oc.env:"PEER_RL_TEST_TOKEN"}'
+                       "/v1", "eval.judge_model=${eval.judge_url}"])
+    assert cfg.eval.judge_model == "https://judge.example.com/tok-58-quoted/v1"
+    save_config(cfg, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    assert "tok-58" not in text
+    assert "judge_model: ${eval.judge_url}" in text
+    assert """judge_url: https://judge.example.com/${oc.env:"PEER_RL_TEST_TOKEN"}/v1""" in text
+
+
+def test_an_evaluations_run_file_keeps_the_judge_urls_interpolation(tmp_path, monkeypatch):
+    """Issue 58.8: run.json (the manifest a rerun compares) holds no key from a judge URL."""
+    import json
+
+    from peer_rl.evaluation.config import load_eval_config
+    from peer_rl.evaluation.run import manifest_of
+
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-58-runjson")
+    cfg = load_eval_config("ccj", ["model.url=https://carol:pw-58@model.example.com/v1",
+                                   "judge.url=https://judge.example.com/v1?key="
+                                   "${oc.env:PEER_RL_TEST_TOKEN}"])
+    RunStore(tmp_path / "run", manifest_of("ccj", cfg, {})).close()
+    text = (tmp_path / "run" / "run.json").read_text()
+    assert "tok-58" not in text and "pw-58" not in text
+    parties = json.loads(text)["parties"]
+    assert parties["judge"]["url"] == ("https://judge.example.com/v1?key="
+                                       "${oc.env:PEER_RL_TEST_TOKEN}")
+    assert parties["model"]["url"] == "https://***@model.example.com/v1"
+
+
+def test_a_ladder_hands_its_rungs_the_environment_reference(tmp_path, monkeypatch):
+    """As a chain does: each rung's evaluation reads the environment itself, so its run.json
+    keeps `${oc.env:...}`; the ladder's own interpolations are filled in."""
+    from peer_rl.evaluation.ladder import load_ladder
+
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-58-ladder")
+    path = tmp_path / "l.yaml"
+    path.write_text("protocol: ccj\npaths: {a: /ckpt/a}\n"
+                    "common: ['judge.url=https://judge.example.com/"
+                    "${oc.env:PEER_RL_TEST_TOKEN}/v1']\n"
+                    "rungs:\n  - {name: r1, overrides: ['model.path=${paths.a}']}\n")
+    _, runs = load_ladder(str(path), [])
+    assert runs == [["judge.url=https://judge.example.com/${oc.env:PEER_RL_TEST_TOKEN}/v1",
+                     "model.path=/ckpt/a"]]

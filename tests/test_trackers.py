@@ -160,3 +160,149 @@ def test_a_run_with_a_bad_tracking_uri_stops_before_its_pools_start(tmp_path):
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "trainer.mlflow.tracking_uri: no MLflow store at sqlite:///" in proc.stderr
     assert "pools ready" not in proc.stdout and "engine dtype" in proc.stdout, proc.stdout
+
+
+def test_a_quoted_environment_name_reached_through_another_key_is_not_a_parameter(
+        tmp_path, monkeypatch):
+    """Issue 58.8: MLflow's parameters are config.yaml's values, `${oc.env:"NAME"}` included."""
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-58-param")
+    cfg = load_config([f"trainer.output_dir={tmp_path}", "trainer.loggers=[mlflow]",
+                       'eval.judge_url=https://judge.example/${oc.env:"PEER_RL_TEST_TOKEN"}/v1',
+                       "eval.judge_model=${eval.judge_url}"])
+    trackers = open_trackers(cfg, tmp_path, False, public_config(cfg))
+    run_id = trackers.active["mlflow"].run_id
+    trackers.close()
+    from mlflow.tracking import MlflowClient
+
+    params = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(
+        run_id).data.params
+    assert params["eval.judge_model"] == "${eval.judge_url}"
+    assert params["eval.judge_url"] == 'https://judge.example/${oc.env:"PEER_RL_TEST_TOKEN"}/v1'
+    assert "tok-58" not in json.dumps(params)
+
+
+def _no_retries(monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+
+
+def test_an_unreachable_stores_error_line_carries_no_password(tmp_path, monkeypatch):
+    """Issue 58.8: MLflow's own message repeats the URI; the line shows it as *** too."""
+    _no_retries(monkeypatch)
+    with socket.socket() as s:                 # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = load_config([f"trainer.output_dir={tmp_path}", "trainer.loggers=[mlflow]",
+                       f"trainer.mlflow.tracking_uri=http://bob:pw-5858@127.0.0.1:{port}/x"])
+    with pytest.raises(ConfigError) as err:
+        open_trackers(cfg, tmp_path, False, public_config(cfg))
+    line = str(err.value)
+    assert "pw-5858" not in line and "bob" not in line
+    assert line.startswith(f"trainer.mlflow.tracking_uri: no MLflow store at "
+                           f"http://***@127.0.0.1:{port}/x (MlflowException: API request to "
+                           f"http://***@127.0.0.1:{port}/x/api/2.0/mlflow/experiments/")
+
+
+class _Recorder:
+    """An HTTP server on this machine that answers 401 and keeps each request's Authorization."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"error_code": "UNAUTHENTICATED", "message": "no"}')
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("home, token_env, sent", [
+    ("", "", None),                                    # a recipe's URI: not the token's server
+    ("http://localhost:{port}", "", None),             # another server (by name) than this one
+    ("http://127.0.0.1:{port}", "", "Bearer tok-59-env"),          # the server it was set for
+    ("", "PEER_RL_TEST_MLFLOW_TOKEN", "Bearer tok-59-named"),      # named for this URI
+])
+def test_the_tracking_token_goes_only_to_the_server_named_for_it(tmp_path, monkeypatch, capsys,
+                                                                  home, token_env, sent):
+    """Issue 58.9: $MLFLOW_TRACKING_TOKEN goes to $MLFLOW_TRACKING_URI's server, or where
+    trainer.mlflow.token_env names a variable; a server that records the header says which
+    reached it (its 401 then ends the tracker, as a refusing store does)."""
+    _no_retries(monkeypatch)
+    server = _Recorder()
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-59-env")
+        monkeypatch.setenv("PEER_RL_TEST_MLFLOW_TOKEN", "tok-59-named")
+        if home:
+            monkeypatch.setenv("MLFLOW_TRACKING_URI", home.format(port=server.port))
+        else:
+            monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        cfg = load_config([f"trainer.output_dir={tmp_path}", "trainer.loggers=[mlflow]",
+                           f"trainer.mlflow.tracking_uri=http://127.0.0.1:{server.port}"]
+                          + [f"trainer.mlflow.token_env={token_env}"] * bool(token_env))
+        with pytest.raises(ConfigError, match="no MLflow store"):
+            open_trackers(cfg, tmp_path, False, public_config(cfg))
+    finally:
+        server.close()
+    assert server.seen and set(server.seen) == {sent}
+    if sent is None:
+        assert ("[peer-rl] mlflow: $MLFLOW_TRACKING_TOKEN not sent to "
+                f"http://127.0.0.1:{server.port}") in capsys.readouterr().err
+
+
+def test_the_tracking_token_is_not_sent_in_the_clear_to_another_host(tmp_path, monkeypatch):
+    """Issue 58.9: the judge's transport rule holds for the tracker's token: refused before any
+    request, naming the key that allows it."""
+    _no_retries(monkeypatch)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-59-clear")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://192.0.2.1:5000")   # TEST-NET: no host
+    cfg = load_config([f"trainer.output_dir={tmp_path}", "trainer.loggers=[mlflow]"])
+    with pytest.raises(ConfigError) as err:
+        open_trackers(cfg, tmp_path, False, public_config(cfg))
+    assert str(err.value) == (
+        "trainer.mlflow.tracking_uri=http://192.0.2.1:5000: the key in $MLFLOW_TRACKING_TOKEN "
+        "would be sent in the clear to 192.0.2.1; use https, unset it, or set "
+        "trainer.mlflow.allow_insecure_http=true")
+
+
+@pytest.mark.parametrize("uri, store", [("file://{root}/mlruns", "{root}/mlruns"),
+                                        ("{root}/mlruns", "{root}/mlruns"),
+                                        ("sqlite:///{root}/mlflow.db", "{root}/mlflow.db")])
+def test_a_local_store_inside_the_data_root_is_refused_naming_the_key(tmp_path, monkeypatch,
+                                                                      capsys, uri, store):
+    """Issue 58.11: a local tracking store is held to the rule every output follows; `peer-rl
+    train` ends in one error line before it writes anything (the run itself never starts)."""
+    import peer_rl.trainer.run as train_run
+    from peer_rl.cli import main
+
+    def started(*args):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(train_run, "_train", started)
+    root = tmp_path / "data"
+    (root / "grpo").mkdir(parents=True)
+    code = main(["train", f"trainer.output_dir={tmp_path / 'run'}", f"data.root={root}",
+                 "trainer.loggers=[jsonl,mlflow]",
+                 f"trainer.mlflow.tracking_uri={uri.format(root=root)}", "logging.verbose=true"])
+    assert (code, capsys.readouterr().err) == (
+        2, f"error: trainer.mlflow.tracking_uri {store.format(root=root)}: is inside the input "
+           f"{root}; write to a path outside it (the input stays as it is)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]     # no run directory
+    assert [p.name for p in root.iterdir()] == ["grpo"]               # no store

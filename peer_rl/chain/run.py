@@ -25,7 +25,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from peer_rl.config import RECIPES_DIR, ConfigError, load_yaml, yaml_by_name
+from peer_rl.config import RECIPES_DIR, ConfigError, env_kept, load_yaml, yaml_by_name
+from peer_rl.credentials import redact_text
 
 CHAINS_DIR = RECIPES_DIR / "chains"
 
@@ -46,15 +47,20 @@ def load_chain(name: str, overrides=()) -> tuple[dict, list[Stage]]:
             raise ConfigError(f"{path}: no `{key}:` (a chain needs out and stages)")
     try:
         cfg = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(overrides)))
-        OmegaConf.resolve(cfg)
+        values = OmegaConf.to_container(cfg, resolve=True)
+        # the stages' arguments keep `${oc.env:...}`: each stage reads the environment itself
+        # and saves the reference, and no secret is printed or put on a command line
+        handed = OmegaConf.to_container(OmegaConf.create(env_kept(OmegaConf.to_container(
+            cfg, resolve=False))), resolve=True)["stages"]
     except Exception as exc:   # omegaconf's errors name the key
         raise ConfigError(f"{path}: {exc}") from None
-    values = OmegaConf.to_container(cfg)
     for i, s in enumerate(values["stages"]):
         missing = [k for k in ("name", "run", "done") if k not in s]
         if missing:
             raise ConfigError(f"{path}: stages[{i}] lacks {missing} (each stage needs a name, "
                               "the peer-rl arguments to run and the path that marks it done)")
+    for s, h in zip(values["stages"], handed):
+        s["run"] = h["run"]           # the rest (name, done, per_seed) as the chain reads them
     stages: list[Stage] = []
     for block in _blocks(values["stages"]):
         seeds = values.get("seeds", [0]) if block[0].get("per_seed") else [None]
@@ -145,7 +151,7 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
             print(f"{head}: done ({stage.done})", flush=True)
             continue
         cmd = [sys.executable, "-m", "peer_rl.cli", *stage.run]
-        print(f"{head}: peer-rl {shlex.join(stage.run)}", flush=True)
+        print(redact_text(f"{head}: peer-rl {shlex.join(stage.run)}"), flush=True)
         if dry_run:
             continue
         log = logs / f"{stage.name}.log"

@@ -12,14 +12,11 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from peer_rl.data.out_paths import LOCK_FILE, MARKER
 from peer_rl.datajobs.config import ROLES
 from peer_rl.evaluation.endpoints import close_all, open_endpoints
 from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.store import RunStore
-from peer_rl.evaluation.endpoints import party_record
 
 JOBS_DIR = "_jobs"
 # what identifies a party's answers (concurrency and rate limits may change on rerun)
@@ -35,12 +32,19 @@ def sha256(path: str | Path) -> str:
 
 
 def manifest(job: str, cfg, inputs: dict, settings: dict) -> dict:
+    """The job's run.json; its parties as public_config gives them (no key or secret)."""
+    from peer_rl.config import public_config
+
+    public = public_config(cfg)
     return {"job": job, "inputs": inputs, "settings": settings, "seed": cfg.seed,
-            "parties": {r: party_record(cfg[r], _PARTY_KEYS) for r in ROLES[job]}}
+            "parties": {r: {k: public[r][k] for k in _PARTY_KEYS} for r in ROLES[job]}}
 
 
 def section(cfg, name: str) -> dict:
-    return OmegaConf.to_container(cfg[name])
+    """A job's settings for its manifest, as public_config gives them."""
+    from peer_rl.config import public_config
+
+    return public_config(cfg)[name]
 
 
 def run_job(job: str, cfg, cases: list, program, store: RunStore,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from peer_rl.worker_settings import EngineSettings
-from peer_rl.credentials import OPENAI_KEY_ENV, key_variable, redact_url
+from peer_rl.credentials import OPENAI_KEY_ENV, check_key_transport, key_variable, redact_text
 
 
 class EndpointError(RuntimeError):
@@ -115,33 +115,6 @@ def _openai_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
-def party_record(party, keys) -> dict:
-    """What a run's manifest keeps of a party: `keys`, with credentials cut out of the URL."""
-    out = {k: party[k] for k in keys}
-    if out.get("url"):
-        out["url"] = redact_url(out["url"])
-    return out
-
-
-def check_key_transport(role: str, url: str, has_key: bool, allowed: bool) -> None:
-    """An API key goes over https, or plain http to this machine only, unless allowed."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not has_key or allowed:
-        return
-    host = parts.hostname or ""
-    try:
-        local = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        local = host == "localhost"
-    if not local:
-        raise EndpointError(f"{role}.url={redact_url(url)}: the API key would be sent in the "
-                            f"clear to {host}; use https, unset the key variable, or set "
-                            f"{role}.allow_insecure_http=true")
-
-
 class HttpEndpoint(Endpoint):
     def __init__(self, role: str, cfg: EndpointConfig):
         import openai
@@ -150,17 +123,18 @@ class HttpEndpoint(Endpoint):
         self._openai = openai
         var = key_variable(cfg.url, cfg.api_key_env)
         key = os.environ.get(var, "") if var else ""
-        check_key_transport(role, cfg.url, bool(key), cfg.allow_insecure_http)
+        check_key_transport(f"{role}.url", cfg.url, var if key else "",
+                            f"{role}.allow_insecure_http", cfg.allow_insecure_http, EndpointError)
         if key and cfg.url.startswith("http://"):
             print(f"[peer-rl] warning: {role}: the key in ${var} goes over plain "
-                  f"http to {redact_url(cfg.url)}", file=sys.stderr)
+                  f"http to {redact_text(cfg.url)}", file=sys.stderr)
         if not var and os.environ.get(OPENAI_KEY_ENV):
-            print(f"[peer-rl] {role}: ${OPENAI_KEY_ENV} is not sent to {redact_url(cfg.url)} "
+            print(f"[peer-rl] {role}: ${OPENAI_KEY_ENV} is not sent to {redact_text(cfg.url)} "
                   f"(not OpenAI's API); set {role}.api_key_env={OPENAI_KEY_ENV} if this server "
                   "should have it", file=sys.stderr)
         self._key = key or "EMPTY"
         self.model = cfg.model or self._only_model()
-        self.name = f"{role} ({redact_url(cfg.url)}, model {self.model})"
+        self.name = f"{role} ({redact_text(cfg.url)}, model {self.model})"
         self._next_start = 0.0      # monotonic time the next request may start (rate limit)
 
     def _client(self):
@@ -175,12 +149,13 @@ class HttpEndpoint(Endpoint):
         try:
             models = asyncio.run(ask())
         except self._openai.APIError as exc:
-            raise EndpointError(f"{self.role} ({redact_url(self.cfg.url)}): cannot list models "
-                                f"({type(exc).__name__}: {exc}); is the server up, and is the "
-                                f"URL the /v1 base?") from None
+            raise EndpointError(redact_text(
+                f"{self.role} ({self.cfg.url}): cannot list models ({type(exc).__name__}: "
+                f"{exc}); is the server up, and is the URL the /v1 base?")) from None
         if len(models) != 1:
-            raise EndpointError(f"{self.role} ({redact_url(self.cfg.url)}) serves {len(models)} models "
-                                f"({', '.join(models[:8])}): set {self.role}.model")
+            raise EndpointError(f"{self.role} ({redact_text(self.cfg.url)}) serves "
+                                f"{len(models)} models ({', '.join(models[:8])}): set "
+                                f"{self.role}.model")
         return models[0]
 
     async def _one(self, client, sem, r: Request) -> Reply:

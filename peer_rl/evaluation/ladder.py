@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from peer_rl.config import RECIPES_DIR, ConfigError, yaml_by_name
+from peer_rl.config import RECIPES_DIR, ConfigError, env_kept, yaml_by_name
 
 LADDERS_DIR = RECIPES_DIR / "ladders"
 
@@ -62,7 +62,10 @@ def load_ladder(name: str, args: list[str]) -> tuple[Ladder, list[list[str]]]:
                                             for n in names):
         raise ConfigError(f"{path}: rung names must be unique plain names (non-empty, no '/', "
                           f"'\\' or '..'): {names}")
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    # the rungs' overrides keep `${oc.env:...}`: each evaluation reads the environment itself
+    # and its run.json keeps the reference, not the secret
+    resolved = OmegaConf.to_container(OmegaConf.create(env_kept(OmegaConf.to_container(
+        cfg, resolve=False))), resolve=True)
     runs = []
     for rung in resolved["rungs"]:
         over = list(resolved["common"]) + list(rung["overrides"]) + extra

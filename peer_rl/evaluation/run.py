@@ -6,8 +6,6 @@ import hashlib
 from functools import partial
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from peer_rl.errors import ConfigError
 from peer_rl.evaluation import cases as case_files
 from peer_rl.evaluation.ccj import ccj_case, summarise_ccj
@@ -20,7 +18,6 @@ from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.evaluation.sage import sage_case, summarise_sage
 from peer_rl.evaluation.store import MANIFEST_FILE, RunStore
-from peer_rl.evaluation.endpoints import party_record
 
 # what identifies a party's answers (operational knobs such as concurrency may change on rerun)
 _PARTY_KEYS = ("url", "path", "model", "prompt", "template", "temperature", "top_p",
@@ -75,9 +72,13 @@ def _rag(cfg) -> dict | None:
 
 
 def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
-    section = OmegaConf.to_container(cfg[protocol]) if protocol in cfg else {}
-    manifest = {"protocol": protocol, "settings": section, "inputs": inputs,
-                "parties": {r: party_record(cfg[r], _PARTY_KEYS) for r in ROLES[protocol]}}
+    """The run's run.json; its settings and parties as public_config gives them (no key or
+    secret: a value read from the environment stays `${oc.env:...}`)."""
+    from peer_rl.config import public_config
+
+    public = public_config(cfg)
+    manifest = {"protocol": protocol, "settings": public.get(protocol, {}), "inputs": inputs,
+                "parties": {r: {k: public[r][k] for k in _PARTY_KEYS} for r in ROLES[protocol]}}
     rag = _rag(cfg)
     if rag:
         manifest["rag"] = rag

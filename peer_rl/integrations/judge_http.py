@@ -62,10 +62,10 @@ class HttpJudge:
 
     def __init__(self, url: str, model: str | None, timeout_s: float, retries: int,
                  backoff_s: float = 1.0):
-        from peer_rl.credentials import redact_url
+        from peer_rl.credentials import redact_text
 
         self.url, self.model = url.rstrip("/"), model
-        self.shown = redact_url(self.url)      # messages never carry the URL's credentials
+        self.shown = redact_text(self.url)      # messages never carry the URL's credentials
         self.timeout_s, self.retries, self.backoff_s = timeout_s, max(1, retries), backoff_s
 
     async def _request(self, method: str, path: str, body: dict | None, parse):

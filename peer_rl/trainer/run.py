@@ -219,14 +219,19 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
 
 
 def run(overrides: list[str]) -> Path:
+    from peer_rl.data.bundled import SAMPLE_ROOT
+    from peer_rl.trackers import check_mlflow_store
+
     cfg = load_config(overrides)
     if not cfg.logging.verbose:
         quiet_driver()
     out = Path(cfg.trainer.output_dir).resolve()
     check_fresh_output(cfg, out)
     # check_fresh_output has refused a run there to replace; locked while this run writes it
-    inputs = [cfg.data.root, cfg.model.path, cfg.reward_model.path, cfg.reward_model.outcome_path,
-              cfg.reward_model.lora_path, cfg.model.lora.lora_adapter_path]
+    inputs = [cfg.data.root or SAMPLE_ROOT, cfg.model.path, cfg.reward_model.path,
+              cfg.reward_model.outcome_path, cfg.reward_model.lora_path,
+              cfg.model.lora.lora_adapter_path]
+    check_mlflow_store(cfg, out, inputs)        # a local store is an output too
     lock = claim_run_dir(out, "train", inputs)
     try:
         return _train(cfg, out)

@@ -166,3 +166,37 @@ def test_a_second_chain_on_the_same_out_is_refused_naming_the_first(tmp_path, ca
         holder.kill()
         holder.wait()
     assert main(["chain", _chain(tmp_path, "  []\n")]) == 0     # the lock went with it
+
+
+def test_a_dry_run_prints_no_secret_and_the_stage_saves_the_interpolation(tmp_path, capsys,
+                                                                            monkeypatch):
+    """Issue 58.8: a chain value read from the environment reaches its stage as `${oc.env:...}`
+    (each stage reads the environment itself), so neither the printed command line nor the
+    stage's config.yaml holds the secret; the chain's own paths are still resolved."""
+    from peer_rl.config import load_config, save_config
+
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-58-chain")
+    monkeypatch.setenv("PEER_RL_TEST_OUT", str(tmp_path / "from-env"))
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "out: ${oc.env:PEER_RL_TEST_OUT}/out\n"
+        "judge_url: https://judge.example.com/${oc.env:\"PEER_RL_TEST_TOKEN\"}/v1\n"
+        "stages:\n"
+        "  - {name: grpo, run: \"train eval.judge_url=${judge_url}\", done: \"${out}/grpo\"}\n")
+    values, stages = load_chain(str(path))
+    assert values["out"] == f"{tmp_path}/from-env/out"
+    assert stages[0].done == f"{tmp_path}/from-env/out/grpo"
+    # (the run string is split as a shell would: the name's quotes go)
+    assert stages[0].run == (
+        "train", "eval.judge_url=https://judge.example.com/${oc.env:PEER_RL_TEST_TOKEN}/v1")
+    assert run_chain(str(path), dry_run=True) == 0
+    printed = capsys.readouterr()
+    assert "tok-58" not in printed.out + printed.err
+    assert ("1/1 grpo: peer-rl train 'eval.judge_url=https://judge.example.com/"
+            "${oc.env:PEER_RL_TEST_TOKEN}/v1'") in printed.out
+    cfg = load_config(list(stages[0].run[1:]))               # what the stage runs with
+    assert cfg.eval.judge_url == "https://judge.example.com/tok-58-chain/v1"
+    save_config(cfg, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    assert "tok-58" not in text
+    assert "judge_url: https://judge.example.com/${oc.env:PEER_RL_TEST_TOKEN}/v1" in text
