@@ -269,8 +269,8 @@ class AdaptersOff:
 
 def check_settings(settings: LoRASettings, model_path: str) -> None:
     """model.lora against the model at `model_path` as the policy will wrap it, on its module
-    tree alone (fsdp.build_empty: config.json on the meta device, no weight read, about a
-    second): a target that names no layer, names a layer that is not linear or one tied to the
+    tree alone (fsdp.build_empty: config.json on the meta device, no weight read; seconds,
+    mostly PEFT's imports): a target that names no layer, names a layer that is not linear or one tied to the
     embeddings, or a saved adapter of another rank fails here, naming the key, rather than in a
     policy rank after the pools have started. `peer-rl train` calls it before Ray starts."""
     adapters = Adapters(settings, model_path)
