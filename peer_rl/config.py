@@ -354,6 +354,7 @@ def _load_recipe(name: str, seen: tuple = ()) -> DictConfig:
     return cfg
 
 
+MAX_WORKERS = 4096      # of one pool: each a placement bundle, listed before any starts
 _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_size",
              "actor.ppo_micro_batch_size", "actor.ppo_epochs", "rollout.num_workers", "rollout.n",
              "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
@@ -406,6 +407,7 @@ def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) ->
 
 def _check_values(cfg: DictConfig) -> None:
     from peer_rl.activation_memory import SETTINGS
+    from peer_rl.planning.cluster import MAX_CPUS_PER_NODE, MAX_GPUS_PER_NODE
 
     # a YAML or command-line true/false arrives in this str field as "True"/"False"
     cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
@@ -464,8 +466,17 @@ def _check_values(cfg: DictConfig) -> None:
                           "judges PEER's Steps 1-4)")
     for pool in ("rollout", "reward_model", "redundancy", "retrieval", "actor"):
         res = cfg.resources[pool]
-        if res.cpus_per_worker < 0 or res.gpus_per_worker < 0:
-            raise ConfigError(f"resources.{pool}: cpus_per_worker and gpus_per_worker must be >= 0")
+        # one node's at most (nan fails too): a worker's bundle is placed on one node
+        if not (0 <= res.cpus_per_worker <= MAX_CPUS_PER_NODE
+                and 0 <= res.gpus_per_worker <= MAX_GPUS_PER_NODE):
+            raise ConfigError(f"resources.{pool}: cpus_per_worker={res.cpus_per_worker} and "
+                              f"gpus_per_worker={res.gpus_per_worker}: expected 0 to "
+                              f"{MAX_CPUS_PER_NODE} and 0 to {MAX_GPUS_PER_NODE}")
+    for key in ("actor.world_size", "rollout.num_workers", "reward_model.num_workers",
+                "retrieval.num_workers"):
+        if OmegaConf.select(cfg, key) > MAX_WORKERS:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected at most "
+                              f"{MAX_WORKERS} workers")
     if cfg.actor.ppo_mini_batch_size * cfg.rollout.n % cfg.actor.ppo_micro_batch_size:
         raise ConfigError(f"actor.ppo_mini_batch_size={cfg.actor.ppo_mini_batch_size} prompts x "
                           f"rollout.n={cfg.rollout.n} sequences must be a "

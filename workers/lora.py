@@ -112,13 +112,13 @@ class Adapters(FullWeights):
         except NoMatchingPeftModuleError as exc:
             raise ValueError(f"{KEY}.target_modules={targets}: no layer of {self.model_path} to "
                              f"adapt with {KEY}.rank={s.rank} (PEFT: "
-                             f"{str(exc).splitlines()[0]})") from None
+                             f"{str(exc).splitlines()[0].split('. ')[0]})") from None
         self._index(model)
         return model
 
-    def _load_adapter(self, model):
-        """model.lora.lora_adapter_path: a PEFT adapter directory, trained further."""
-        from peft import PeftConfig, PeftModel
+    def check_saved(self) -> None:
+        """model.lora.lora_adapter_path holds a PEFT adapter of model.lora.rank."""
+        from peft import PeftConfig
 
         s, path = self.settings, Path(self.settings.lora_adapter_path)
         if not (path / "adapter_config.json").is_file():
@@ -128,7 +128,14 @@ class Adapters(FullWeights):
         if saved.r != s.rank:
             raise ValueError(f"{KEY}.lora_adapter_path={str(path)!r} holds an adapter of rank "
                              f"{saved.r}, but {KEY}.rank={s.rank}: set {KEY}.rank={saved.r}")
-        return PeftModel.from_pretrained(model, str(path), is_trainable=True)
+
+    def _load_adapter(self, model):
+        """model.lora.lora_adapter_path: a PEFT adapter directory, trained further."""
+        from peft import PeftModel
+
+        self.check_saved()
+        return PeftModel.from_pretrained(model, str(self.settings.lora_adapter_path),
+                                         is_trainable=True)
 
     def _index(self, model) -> None:
         """The adapted layers by the HF name of their weight; only plain linear layers (their
@@ -258,6 +265,19 @@ class AdaptersOff:
 
     def __getattr__(self, name):
         return getattr(self._model, name)
+
+
+def check_settings(settings: LoRASettings, model_path: str) -> None:
+    """model.lora against the model at `model_path` as the policy will wrap it, on its module
+    tree alone (fsdp.build_empty: config.json on the meta device, no weight read; seconds,
+    mostly PEFT's imports): a target that names no layer, names a layer that is not linear or one tied to the
+    embeddings, or a saved adapter of another rank fails here, naming the key, rather than in a
+    policy rank after the pools have started. `peer-rl train` calls it before Ray starts."""
+    adapters = Adapters(settings, model_path)
+    if settings.lora_adapter_path:           # the saved adapter names its own targets
+        adapters.check_saved()
+        return
+    adapters.wrap(fsdp.build_empty(model_path))
 
 
 def policy_weights(settings: LoRASettings | None, model_path: str) -> FullWeights:

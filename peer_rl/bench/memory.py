@@ -57,6 +57,42 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
     return out, (f"glibc mmap threshold {mib:g} MiB" if mib else "glibc's own mmap threshold")
 
 
+def measured(path: Path) -> tuple[dict[str, float], dict[str, str]]:
+    """A run's memory.json (peer_rl.trainer.controller writes it) as (pool -> its largest
+    worker's peak GiB, pool -> the dtype it computed in); one that is not the controller's shape
+    is named with the key that is wrong (DamagedFile)."""
+    import math
+
+    from peer_rl.data.out_paths import DamagedFile, read_json
+    from peer_rl.precision import BYTES
+
+    report = read_json(path, "memory report")
+
+    def damaged(key: str, expected: str, found) -> DamagedFile:
+        return DamagedFile(f"{path}: {key}: expected {expected}, found {found!r}; rerun the "
+                           "training run that writes it")
+
+    if not isinstance(report, dict):
+        raise damaged("the top level", "an object with peak_rss_gib", report)
+    if "peak_rss_gib" not in report:
+        raise DamagedFile(f"{path}: no peak_rss_gib; rerun the training run that writes it")
+    peaks, dtypes = report["peak_rss_gib"], report.get("dtype", {})
+    if not isinstance(peaks, dict) or not peaks:
+        raise damaged("peak_rss_gib", "an object of pool -> GiB per worker", peaks)
+    for pool, values in peaks.items():
+        if not isinstance(values, list) or not values or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and v > 0 for v in values):
+            raise damaged(f"peak_rss_gib.{pool}", "a list of positive GiB, one per worker",
+                          values)
+    if not isinstance(dtypes, dict):
+        raise damaged("dtype", "an object of pool -> the dtype it computed in", dtypes)
+    for pool, name in dtypes.items():
+        if name not in BYTES:
+            raise damaged(f"dtype.{pool}", f"one of {', '.join(BYTES)}", name)
+    return {pool: float(max(v)) for pool, v in peaks.items()}, dtypes
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="peer-rl bench memory", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="output directories of finished runs (memory.json)")
@@ -65,21 +101,18 @@ def main(argv: list[str]) -> int:
                          "pool's process footprint is its measured peak less its estimate")
     args = ap.parse_args(argv)
     from peer_rl.activation_memory import GiB
-    from peer_rl.data.out_paths import read_json
     from peer_rl.errors import ConfigError
-
-    def measured(run: Path) -> tuple[dict[str, float], dict[str, str]]:
-        report = read_json(run / "memory.json", "memory report")
-        return ({pool: max(v) for pool, v in report["peak_rss_gib"].items()},
-                report.get("dtype", {}))
 
     for run in [args.baseline, *args.runs]:
         missing = [f for f in ("config.yaml", "memory.json") if not (Path(run) / f).is_file()]
         if missing:
             raise ConfigError(f"{run}: not a finished `peer-rl train` output directory (no "
                               f"{' and no '.join(missing)})")
+    # every report read before the first line is printed: a damaged one is named, alone
+    reports = {Path(run): measured(Path(run) / "memory.json")
+               for run in [args.baseline, *args.runs]}
     base_dir = Path(args.baseline)
-    base_peak, base_dtypes = measured(base_dir)
+    base_peak, base_dtypes = reports[base_dir]
     base_parts, _ = model_parts(base_dir, base_dtypes)
     footprint = {pool: base_peak[pool] - sum(base_parts[pool].values()) / GiB
                  for pool in base_parts if pool in base_peak}
@@ -89,7 +122,7 @@ def main(argv: list[str]) -> int:
           f"{'measured':>9s} {'ratio':>6s}  parts")
     worst = 0.0
     for run in [base_dir, *map(Path, args.runs)]:
-        peak, dtypes = measured(run)
+        peak, dtypes = reports[run]
         parts, allocator = model_parts(run, dtypes)
         for pool in (p for p in POOLS if p in parts and p in peak and p in footprint):
             model = sum(parts[pool].values()) / GiB

@@ -11,6 +11,8 @@ damaged one is moved aside to `<name>.damaged` and its stage runs again. The cha
 on `out` while it runs: a second chain there is refused, naming the first's pid. `{seed}` in a
 stage with `per_seed: true` expands it once per seed. Each stage's output goes to
 <out>/logs/<stage>.log; a failing stage stops the chain with its exit status and the log named.
+A chain file whose values are not of those types (a `run` that is not arguments, a `name` that
+is not a plain name, `seeds` not a list of integers, ...) is refused in one line naming the key.
 """
 from __future__ import annotations
 
@@ -48,17 +50,16 @@ def load_chain(name: str, overrides=()) -> tuple[dict, list[Stage]]:
     try:
         cfg = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(overrides)))
         values = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as exc:   # omegaconf's errors name the key, on lines of their own
+        raise _config_error(path, exc) from None
+    _check_shape(path, values)
+    try:
         # the stages' arguments keep `${oc.env:...}`: each stage reads the environment itself
         # and saves the reference, and no secret is printed or put on a command line
         handed = OmegaConf.to_container(OmegaConf.create(env_kept(OmegaConf.to_container(
             cfg, resolve=False))), resolve=True)["stages"]
-    except Exception as exc:   # omegaconf's errors name the key
-        raise ConfigError(f"{path}: {exc}") from None
-    for i, s in enumerate(values["stages"]):
-        missing = [k for k in ("name", "run", "done") if k not in s]
-        if missing:
-            raise ConfigError(f"{path}: stages[{i}] lacks {missing} (each stage needs a name, "
-                              "the peer-rl arguments to run and the path that marks it done)")
+    except Exception as exc:
+        raise _config_error(path, exc) from None
     for s, h in zip(values["stages"], handed):
         s["run"] = h["run"]           # the rest (name, done, per_seed) as the chain reads them
     stages: list[Stage] = []
@@ -66,12 +67,57 @@ def load_chain(name: str, overrides=()) -> tuple[dict, list[Stage]]:
         seeds = values.get("seeds", [0]) if block[0].get("per_seed") else [None]
         for seed in seeds:            # seed-major: every recipe of seed 0, then of seed 1
             for s in block:
-                stages.append(_stage(s, seed))
+                stages.append(_stage(path, s, seed))
     names = [s.name for s in stages]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"{path}: stage names repeat: {dup}")
     return values, stages
+
+
+def _config_error(path: Path, exc: Exception) -> ConfigError:
+    """OmegaConf's message (it names the key) on one line."""
+    lines = (ln.strip() for ln in str(exc).splitlines())
+    return ConfigError(f"{path}: {'; '.join(ln for ln in lines if ln)}")
+
+
+def _check_shape(path: Path, values: dict) -> None:
+    """Each value of the types the chain reads it as, the key named where one is not."""
+    def wrong(key: str, expected: str, found) -> ConfigError:
+        return ConfigError(f"{path}: {key}: expected {expected}, found {found!r}")
+
+    if not isinstance(values["out"], str) or not values["out"]:
+        raise wrong("out", "the directory every stage writes into", values["out"])
+    seeds = values.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+        raise wrong("seeds", "a list of integers", seeds)
+    if not isinstance(values["stages"], list):       # [] runs no stage, only the report
+        raise wrong("stages", "a list of stages, each {name, run, done}", values["stages"])
+    for i, s in enumerate(values["stages"]):
+        if not isinstance(s, dict):
+            raise wrong(f"stages[{i}]", "a stage {name, run, done}", s)
+        missing = [k for k in ("name", "run", "done") if k not in s]
+        if missing:
+            raise ConfigError(f"{path}: stages[{i}] lacks {missing} (each stage needs a name, "
+                              "the peer-rl arguments to run and the path that marks it done)")
+        if not isinstance(s["name"], str) or not _NAME.fullmatch(s["name"]):
+            raise wrong(f"stages[{i}].name", "a plain name (letters, digits, _ . - and {seed}; "
+                        "its log is logs/<name>.log)", s["name"])
+        run = s["run"]
+        if not (isinstance(run, str) and run.strip() or isinstance(run, list) and run and all(
+                isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in run)):
+            raise wrong(f"stages[{i}].run", "the peer-rl arguments (a string or a list of "
+                        "strings)", run)
+        if not isinstance(s["done"], str) or not s["done"]:
+            raise wrong(f"stages[{i}].done", "the path that exists once the stage has finished",
+                        s["done"])
+        if not isinstance(s.get("per_seed", False), bool):
+            raise wrong(f"stages[{i}].per_seed", "true or false", s["per_seed"])
+
+
+# a stage's name, which names its log file: no path separator, no climbing
+_NAME = re.compile(r"(?!\.+$)[\w.{}-]+")
 
 
 def _blocks(stages: list[dict]) -> list[list[dict]]:
@@ -85,13 +131,16 @@ def _blocks(stages: list[dict]) -> list[list[dict]]:
     return out
 
 
-def _stage(s: dict, seed) -> Stage:
+def _stage(path: Path, s: dict, seed) -> Stage:
     """{seed} filled in; a `key=` argument with nothing after `=` (an unset chain value)
     is left out, so the command keeps its own default."""
     def fill(text: str) -> str:
         return text if seed is None else text.replace("{seed}", str(seed))
 
-    run = s["run"] if isinstance(s["run"], list) else shlex.split(s["run"])
+    try:
+        run = s["run"] if isinstance(s["run"], list) else shlex.split(s["run"])
+    except ValueError as exc:             # shlex: an unclosed quote
+        raise ConfigError(f"{path}: stage {s['name']}: run: {exc} in {s['run']!r}") from None
     args = [fill(str(a)) for a in run]
     args = [a for a in args if not re.fullmatch(r"[\w.]+=", a)]
     return Stage(fill(s["name"]), tuple(args), fill(str(s["done"])))

@@ -69,8 +69,9 @@ def _plan(args) -> int:
     if args.table:
         from peer_rl.planning.report import sizing_table
 
-        print(sizing_table(overrides, int(mine.get("gpus_per_node", 8)),
-                           float(mine.get("cpus_per_node", 64))))
+        node = cluster.from_overrides({k: v for k, v in mine.items()
+                                       if k in ("gpus_per_node", "cpus_per_node")})[0]
+        print(sizing_table(overrides, node.gpus, node.cpus))
         return 0
     cfg = load_config(overrides)
     if args.from_ray:

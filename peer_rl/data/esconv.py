@@ -3,6 +3,9 @@
 Accepts the main ESConv file's seeker/supporter speakers and FailedESConv's speaker/listener.
 Consecutive turns by one speaker are merged into one utterance, so a "round" is one supporter
 reply, and the strategy of a merged supporter turn is that of its first annotated part.
+A turn's `content` is a string and its `annotation`, where present, an object whose `strategy`
+is a string: anything else stops the import naming the turn (`FILE[dialogue].dialog[turn]`),
+never read as the text "None" or "['a', 'b']".
 """
 from __future__ import annotations
 
@@ -47,6 +50,14 @@ class ImportReport:
     kept_rounds: list = field(default_factory=list)     # (round, rounds in its dialogue) per row
 
 
+def _json_type(value) -> str:
+    """A value's JSON type, as an error names what it found."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
 def _merge_turns(dialog: list[dict], where: str) -> list[dict]:
     merged: list[dict] = []
     for j, turn in enumerate(dialog):
@@ -56,10 +67,21 @@ def _merge_turns(dialog: list[dict], where: str) -> list[dict]:
         if role is None:
             raise ValueError(f"{where}.dialog[{j}].speaker: expected one of "
                              f"{sorted(SPEAKERS)}, found {turn.get('speaker')!r}")
-        text = str(turn.get("content", "")).strip()
+        content = turn.get("content", "")
+        if not isinstance(content, str):
+            raise ValueError(f"{where}.dialog[{j}].content: expected a string, found "
+                             f"{_json_type(content)}")
+        text = content.strip()
         if not text:
             continue
-        strategy = (turn.get("annotation") or {}).get("strategy")
+        annotation = turn.get("annotation") or {}
+        if not isinstance(annotation, dict):
+            raise ValueError(f"{where}.dialog[{j}].annotation: expected an object (e.g. "
+                             f"{{\"strategy\": \"Question\"}}), found {_json_type(annotation)}")
+        strategy = annotation.get("strategy")
+        if strategy is not None and not isinstance(strategy, str):
+            raise ValueError(f"{where}.dialog[{j}].annotation.strategy: expected a string, "
+                             f"found {_json_type(strategy)}")
         if merged and merged[-1]["role"] == role:
             merged[-1]["content"] += " " + text
             merged[-1]["strategy"] = merged[-1]["strategy"] or strategy

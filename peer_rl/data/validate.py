@@ -62,7 +62,7 @@ class FileReport:
 ALLOW_OUTSIDE_ENV = "PEER_RL_ALLOW_IMAGES_OUTSIDE_ROOT"
 
 
-def _images_may_leave_root() -> bool:
+def images_may_leave_root() -> bool:
     return os.environ.get(ALLOW_OUTSIDE_ENV) == "1"
 
 
@@ -194,7 +194,7 @@ class _Row:
                 continue
             path = self.df.subset_dir / rel
             root = self.df.subset_dir.parent
-            if not _images_may_leave_root() and (
+            if not images_may_leave_root() and (
                     Path(rel).is_absolute() or not path.resolve().is_relative_to(root.resolve())):
                 self.bad(f"images[{i}]", f"a path inside the data root {root}; {rel!r} leaves it "
                          f"(set {ALLOW_OUTSIDE_ENV}=1 to allow)", "image outside root")

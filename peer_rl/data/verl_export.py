@@ -10,7 +10,9 @@ judge is text-only.
 
 `to-verl.json` beside the parquet files lists what the run wrote; a later run into the same
 directory (--force) removes the files of that list it does not write again, and refuses a
-same-named file no run wrote, so no split of an earlier run is left beside the new ones.
+same-named file no run wrote, so no split of an earlier run is left beside the new ones. Every
+file is written whole (beside, fsync, rename), the manifest last; a manifest that does not
+parse is named, and a later --force is refused until it is moved aside.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.data.out_paths import OutputError
+from peer_rl.data.out_paths import DamagedFile, OutputError, write_atomic, write_whole
 
 SPLITS = ("train", "val", "test")
 MANIFEST = "to-verl.json"
@@ -61,11 +63,28 @@ def _splits(train: list[dict], test: list[dict], val_fraction: float,
             "test": [verl_row(r, i, "test") for i, r in enumerate(test)]}
 
 
+def _listed(manifest: Path) -> set[str]:
+    """The files an earlier run's manifest lists (none when there is no manifest). One that
+    is not {"files": [names]} is named: which splits are ours to remove is then unknown."""
+    if not manifest.is_file():
+        return set()
+    try:
+        found = json.loads(manifest.read_text(encoding="utf-8"))
+        why = 'expected {"files": [...]}'
+    except (ValueError, UnicodeDecodeError) as exc:
+        found, why = None, f"not JSON: {exc}"
+    files = found.get("files") if isinstance(found, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise DamagedFile(f"{manifest}: damaged ({why}); it lists the splits an earlier run "
+                          "wrote, which --force replaces: move it aside and rerun (a split this "
+                          "run does not write is then refused by name)")
+    return set(files)
+
+
 def _stale(out: Path, writing: set[str]) -> list[Path]:
     """Files of an earlier run this one will not write again; refuses a same-named file that
     no run's manifest lists (not ours to delete, and stale beside the new splits)."""
-    manifest = out / MANIFEST
-    ours = set(json.loads(manifest.read_text()).get("files", [])) if manifest.is_file() else set()
+    ours = _listed(out / MANIFEST)
     stale = []
     for name in (f"{s}.parquet" for s in SPLITS):
         path = out / name
@@ -102,12 +121,13 @@ def export_verl(rows: list[dict], out: str | Path, val_fraction: float = 0.05, s
     out.mkdir(parents=True, exist_ok=True)
     stale = _stale(out, {f"{s}.parquet" for s in splits})
     for split, data in splits.items():
-        datasets.Dataset.from_list(data).to_parquet(str(out / f"{split}.parquet"))
+        table = datasets.Dataset.from_list(data)
+        write_whole(out / f"{split}.parquet", table.to_parquet)
         rep.written[split] = len(data)
     for path in stale:
         path.unlink()
         rep.removed.append(path.name)
-    (out / MANIFEST).write_text(json.dumps({
+    write_atomic(out / MANIFEST, json.dumps({
         "files": [f"{s}.parquet" for s in splits], "rows": rep.written, "skipped": rep.skipped,
         "val_fraction": val_fraction, "seed": seed}, indent=1) + "\n")
     return rep

@@ -10,7 +10,7 @@ N(N_r / 2, (N_r / 4)^2) (peer_rl.data.round_sampling). Two inputs:
   by history length, and the kept rows are written as they came in. The rows of a shared
   opening that no reply places are a dialogue of their own, counted as `ambiguous_rows`.
 No model is called; the same seed gives the same rows. OUT gets `grpo/<file>` (with the
-frames under grpo/ that visual rows point to) and
+frames under grpo/ that visual rows point to; a link to a file outside the root is refused) and
 `_jobs/rounds/` with the kept-round histogram (JSON, Markdown, PNG).
 """
 from __future__ import annotations
@@ -26,7 +26,8 @@ from peer_rl.data.dialogues import DialogueRow, group_dialogues
 from peer_rl.data.esconv import import_esconv
 from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.datajobs import job
-from peer_rl.datajobs.rows import load_rows
+from peer_rl.data.validate import ALLOW_OUTSIDE_ENV, images_may_leave_root
+from peer_rl.datajobs.rows import InvalidInput, load_rows
 from peer_rl.data.out_paths import LOCK_FILE, MARKER, claim_dir
 
 BINS = 10        # the histogram of relative positions r / N_r
@@ -87,11 +88,10 @@ def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool, force: bo
                              "(or pass the PEER-layout root)")
         loaded = load_rows(root, ("grpo",), pattern=f"grpo/{src.name}", skip_invalid=skip_invalid)
     root = src if src.is_dir() else src.parent.parent
-    for path in sorted((root / "grpo").rglob("*")):     # the frames visual rows point to
-        if path.is_file() and path.suffix != ".jsonl" and path.name not in (MARKER, LOCK_FILE):
-            target = out / path.relative_to(root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
+    for path in _frames(root):
+        target = out / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
     rng = np.random.default_rng(seed)
     written, kept, dialogues, ambiguous = {}, [], 0, 0
     for f in loaded.files:
@@ -113,6 +113,23 @@ def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool, force: bo
         written[f] = job.write_lines(out / f, (r.raw for r in keep))
     skipped = {"invalid rows": len(loaded.invalid)} if loaded.invalid else {}
     return written, kept, dialogues, ambiguous, skipped
+
+
+def _frames(root: Path) -> list[Path]:
+    """The files under <root>/grpo/ besides its JSONL files (the frames visual rows point to),
+    which OUT gets copies of. A link to a file outside the root is refused, as `data check`
+    refuses a row's image that leaves it (the same PEER_RL_ALLOW_IMAGES_OUTSIDE_ROOT=1 allows
+    it): the copy would carry a file from anywhere into OUT. Checked before any is copied."""
+    frames = [p for p in sorted((root / "grpo").rglob("*"))
+              if p.is_file() and p.suffix != ".jsonl" and p.name not in (MARKER, LOCK_FILE)]
+    if not images_may_leave_root():
+        for path in frames:
+            if not path.resolve().is_relative_to(root.resolve()):
+                raise InvalidInput(f"{path}: a link to {path.resolve()}, outside the data root "
+                                   f"{root}; `data rounds` copies the files under grpo/ and "
+                                   "none from outside the root: put the file itself there (or "
+                                   f"set {ALLOW_OUTSIDE_ENV}=1 to allow)")
+    return frames
 
 
 def histogram(kept: list[tuple[int, int]]) -> dict:

@@ -2,10 +2,14 @@
 `nodes=... gpus_per_node=...` overrides, or from a running Ray cluster (`--from-ray`)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 KEYS = ("nodes", "gpus_per_node", "gpu_memory_gib", "cpus_per_node")
+# what a plan is made for, checked before a node is listed: the planner holds a list of the
+# nodes and one entry per GPU, so `nodes=1000000000` would fill the memory before it refused
+MAX_NODES, MAX_GPUS_PER_NODE, MAX_GPU_MEMORY_GIB, MAX_CPUS_PER_NODE = 4096, 64, 1024, 4096
 
 
 @dataclass(frozen=True)
@@ -13,6 +17,23 @@ class Node:
     cpus: float
     gpus: int
     gpu_memory_gib: float
+
+
+def _within(key: str, value: float, high: float, zero: bool = False) -> None:
+    """`value` finite, above 0 (or 0 where `zero`) and at most `high`, else ValueError naming
+    `key`."""
+    if not (math.isfinite(value) and (value >= 0 if zero else value > 0) and value <= high):
+        raise ValueError(f"{key}={value}: expected {'0' if zero else 'a number above 0'} to "
+                         f"{high}")
+
+
+def check_node(node: Node, where: str = "") -> Node:
+    """A node's numbers within what a machine has (CPUs and GPU memory above 0, GPUs 0 or
+    more, none above the MAX_ bounds); `where` prefixes the keys an error names."""
+    _within(f"{where}cpus", node.cpus, MAX_CPUS_PER_NODE)
+    _within(f"{where}gpus", node.gpus, MAX_GPUS_PER_NODE, zero=True)
+    _within(f"{where}gpu_memory_gib", node.gpu_memory_gib, MAX_GPU_MEMORY_GIB)
+    return node
 
 
 def from_overrides(values: dict) -> list[Node]:
@@ -27,9 +48,10 @@ def from_overrides(values: dict) -> list[Node]:
                     gpu_memory_gib=float(values.get("gpu_memory_gib", 80)))
     except ValueError as exc:
         raise ValueError(f"cluster: expected numbers for {', '.join(KEYS)} ({exc})") from None
-    if n < 1 or node.gpus < 0 or node.cpus <= 0 or node.gpu_memory_gib <= 0:
-        raise ValueError("cluster: expected nodes >= 1, cpus_per_node > 0, gpus_per_node >= 0 "
-                         "and gpu_memory_gib > 0")
+    _within("nodes", n, MAX_NODES)          # before the list of them is made
+    _within("cpus_per_node", node.cpus, MAX_CPUS_PER_NODE)
+    _within("gpus_per_node", node.gpus, MAX_GPUS_PER_NODE, zero=True)
+    _within("gpu_memory_gib", node.gpu_memory_gib, MAX_GPU_MEMORY_GIB)
     return [node] * n
 
 
@@ -48,11 +70,19 @@ def from_file(path: str | Path) -> list[Node]:
     nodes = []
     for k, g in enumerate(groups):
         try:
-            nodes += [Node(float(g["cpus"]), int(g.get("gpus", 0)),
-                           float(g.get("gpu_memory_gib", 80)))] * int(g.get("count", 1))
-        except (KeyError, TypeError, ValueError) as exc:
+            node = Node(float(g["cpus"]), int(g.get("gpus", 0)),
+                        float(g.get("gpu_memory_gib", 80)))
+            count = int(g.get("count", 1))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ValueError(f"cluster={path}: nodes[{k}]: expected cpus, gpus, gpu_memory_gib "
                              f"and count ({exc!r})") from None
+        check_node(node, f"cluster={path}: nodes[{k}].")
+        if not 0 <= count <= MAX_NODES - len(nodes):
+            raise ValueError(f"cluster={path}: nodes[{k}].count={count}: expected 0 to "
+                             f"{MAX_NODES - len(nodes)} (at most {MAX_NODES} nodes in all)")
+        nodes += [node] * count
+    if not nodes:
+        raise ValueError(f"cluster={path}: no nodes (every count is 0)")
     return nodes
 
 
@@ -60,6 +90,8 @@ def from_ray(gpu_memory_gib: float = 80.0) -> list[Node]:
     """The alive nodes of the Ray cluster this process is connected to, in ray.nodes()' order;
     Ray does not know a GPU's memory, so `gpu_memory_gib` says it."""
     import ray
+
+    _within("gpu_memory_gib", gpu_memory_gib, MAX_GPU_MEMORY_GIB)
 
     return [Node(n["Resources"].get("CPU", 0.0), int(n["Resources"].get("GPU", 0)),
                  gpu_memory_gib) for n in ray.nodes() if n.get("Alive")]

@@ -95,34 +95,51 @@ class TemplateError(ValueError):
     """A template file that is not a usable judge template (names the file and the key)."""
 
 
-def _fields(fmt: str) -> list[str]:
-    return [f for _, f, _, _ in string.Formatter().parse(fmt) if f is not None]
+def _fields(fmt: str, where: str = "") -> list[str]:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(fmt) if f is not None]
+    except ValueError as exc:            # a lone brace
+        raise TemplateError(f"{where}: not a format string ({exc}; a literal brace is "
+                            "written {{ or }})") from None
 
 
 def validate_text(text: dict, where: str = "judge template") -> None:
-    """Every language has every key, each format exactly the fields it may hold."""
+    """Every language has every key, each a text (a string) and each format exactly the fields
+    it may hold."""
     if not isinstance(text, dict) or not text:
         raise TemplateError(f"{where}: expected an object of languages (en, zh, ...)")
     for lang, t in text.items():
+        if not isinstance(t, dict):
+            raise TemplateError(f"{where}: {lang}: expected an object of system, steps, "
+                                f"preference, roles, turn_separator; found {t!r}")
         for key in ("system", "steps", "preference", "roles", "turn_separator"):
             if key not in t:
                 raise TemplateError(f"{where}: {lang}.{key}: missing")
+        texts = {"system": t["system"], "preference": t["preference"],
+                 "turn_separator": t["turn_separator"], "outcome": t.get("outcome", "")}
+        if isinstance(t["steps"], list):
+            texts |= {f"steps[{k}]": fmt for k, fmt in enumerate(t["steps"])}
+        if isinstance(t["roles"], dict):
+            texts |= {f"roles.{role}": prefix for role, prefix in t["roles"].items()}
+        for key, value in texts.items():
+            if not isinstance(value, str):
+                raise TemplateError(f"{where}: {lang}.{key}: expected a string, found {value!r}")
         if not isinstance(t["steps"], list) or len(t["steps"]) != 3:
             raise TemplateError(f"{where}: {lang}.steps: expected 3 formats (rounds 1-3)")
         for k, fmt in enumerate(t["steps"], start=1):
-            got = _fields(fmt)
+            got = _fields(fmt, f"{where}: {lang}.steps[{k - 1}]")
             if got.count("step") != 1 or got.count("history") > 1 or set(got) - set(STEP_FIELDS):
                 raise TemplateError(f"{where}: {lang}.steps[{k - 1}]: expected {{step}} once and "
                                     f"{{history}} at most once, found fields {got}")
-        got = _fields(t["preference"])
+        got = _fields(t["preference"], f"{where}: {lang}.preference")
         if sorted(got) != sorted(PREFERENCE_FIELDS):
             raise TemplateError(f"{where}: {lang}.preference: expected {{first}} and {{second}} "
                                 f"once each, found fields {got}")
         if not t["turn_separator"]:
             raise TemplateError(f"{where}: {lang}.turn_separator: expected a non-empty string")
-        if set(t["roles"]) != {"seeker", "supporter"}:
+        if not isinstance(t["roles"], dict) or set(t["roles"]) != {"seeker", "supporter"}:
             raise TemplateError(f"{where}: {lang}.roles: expected seeker and supporter prefixes, "
-                                f"found {sorted(t['roles'])}")
+                                f"found {t['roles']!r}")
 
 
 def _pattern(fmt: str) -> re.Pattern:

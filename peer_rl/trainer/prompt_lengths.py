@@ -7,21 +7,34 @@ from __future__ import annotations
 from peer_rl.config import ConfigError
 
 
+def load_processors(policy_path: str):
+    """The policy's tokenizer and, for a vision-language policy, its image processor
+    (workers.vision.VisionInputs), as the rollout and the policy ranks will load them: a model
+    directory without them is named (ConfigError) before any pool starts."""
+    from transformers import AutoTokenizer
+
+    from peer_rl.multimodal import is_vision_language
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(policy_path)
+        if not is_vision_language(policy_path):
+            return tokenizer, None
+        from workers.vision import VisionInputs
+
+        return tokenizer, VisionInputs(policy_path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"model.path={policy_path!r}: its tokenizer or image processor does "
+                          f"not load ({str(exc).splitlines()[0]})") from None
+
+
 def prompt_lengths(rows: list[dict], policy_path: str) -> list[int]:
     """Tokens of each row's chat with the generation prompt; a vision-language policy's images
     count as the tokens its processor expands them into (each image's placeholder pad becomes
     grid_t x grid_h x grid_w / merge_size^2 pads), a text-only policy's as nothing (it reads
     the words alone)."""
-    from transformers import AutoTokenizer
+    from peer_rl.multimodal import attach_images, strip_tags
 
-    from peer_rl.multimodal import attach_images, is_vision_language, strip_tags
-
-    tokenizer = AutoTokenizer.from_pretrained(policy_path)
-    vision = None
-    if is_vision_language(policy_path) and any(r.get("images") for r in rows):
-        from workers.vision import VisionInputs
-
-        vision = VisionInputs(policy_path)
+    tokenizer, vision = load_processors(policy_path)
     out = []
     for row in rows:
         images = list(row.get("images") or []) if vision is not None else []

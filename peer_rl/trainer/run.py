@@ -154,6 +154,22 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
               "their text (the policy is text-only)", flush=True)
 
 
+def check_policy_lora(cfg, policy: str) -> None:
+    """model.lora against the policy's module tree (workers.lora.check_settings: built from its
+    config.json on the meta device, no weight read), before Ray starts: a target that adapts
+    nothing fails in seconds, naming the key, not in a policy rank once the pools are up."""
+    if not cfg.model.lora.rank:
+        return
+    from peer_rl.config import ConfigError
+    from peer_rl.worker_settings import LoRASettings, narrow
+    from workers.lora import check_settings
+
+    try:
+        check_settings(narrow(LoRASettings, cfg.model.lora), policy)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_fresh_output(cfg, out: Path) -> None:
     """resume=disable starts a new run: into a directory that holds another run's metrics,
     checkpoints or final policy it would replace some of them and leave the rest for a later
@@ -208,10 +224,13 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
 
 def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
     """The longest PEER prompt in the policy's tokens, each checked to leave room for its reply
-    (peer_rl.trainer.prompt_lengths); 0 for ESCRAG-R1, whose prompts the method builds."""
+    (peer_rl.trainer.prompt_lengths); 0 for ESCRAG-R1, whose prompts the method builds. Either
+    way the policy's tokenizer and image processor are loaded here first, before any pool."""
+    from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
+
     if cfg.reward_model.kind == "scalar":
+        load_processors(policy)
         return 0
-    from peer_rl.trainer.prompt_lengths import check_prompt_room, prompt_lengths
 
     lengths = prompt_lengths(rows, policy)
     check_prompt_room(rows, lengths, cfg.rollout.max_model_len, cfg.rollout.response_length)
@@ -264,6 +283,7 @@ def _train(cfg, out: Path) -> Path:
     check_judges(cfg, judge)
     check_modalities(cfg, rows, policy)
     check_languages(Counter(row_language(r) for r in rows), policy, "model.path")
+    check_policy_lora(cfg, policy)
     t0 = time.perf_counter()
     # the prompts' token lengths (seconds of imports) while the local cluster starts
     lengths = ThreadPoolExecutor(1).submit(measured_prompts, cfg, rows, policy)
