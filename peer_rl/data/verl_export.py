@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.data.out_paths import OutputError
+from peer_rl.data.out_paths import OutputError, write_atomic, write_whole
 
 SPLITS = ("train", "val", "test")
 MANIFEST = "to-verl.json"
@@ -102,12 +102,13 @@ def export_verl(rows: list[dict], out: str | Path, val_fraction: float = 0.05, s
     out.mkdir(parents=True, exist_ok=True)
     stale = _stale(out, {f"{s}.parquet" for s in splits})
     for split, data in splits.items():
-        datasets.Dataset.from_list(data).to_parquet(str(out / f"{split}.parquet"))
+        table = datasets.Dataset.from_list(data)
+        write_whole(out / f"{split}.parquet", lambda fh, t=table: t.to_parquet(fh))
         rep.written[split] = len(data)
     for path in stale:
         path.unlink()
         rep.removed.append(path.name)
-    (out / MANIFEST).write_text(json.dumps({
+    write_atomic(out / MANIFEST, json.dumps({
         "files": [f"{s}.parquet" for s in splits], "rows": rep.written, "skipped": rep.skipped,
         "val_fraction": val_fraction, "seed": seed}, indent=1) + "\n")
     return rep
