@@ -74,7 +74,9 @@ class MetricsSink:
     def log(self, step: int, metrics: dict) -> None:
         record = {"step": step, **{k: v for k, v in metrics.items()}}
         if "jsonl" in self.loggers:
-            with open(self.path, "a", encoding="utf-8") as fh:
+            from peer_rl.data.out_paths import open_append
+
+            with open_append(self.path) as fh:
                 fh.write(json.dumps(record) + "\n")
         if self.tb is not None:
             for k, v in metrics.items():

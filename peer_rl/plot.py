@@ -42,6 +42,8 @@ def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
+    from peer_rl.data.out_paths import save_figure
+
+    save_figure(fig, out_path)
     plt.close(fig)
     return Path(out_path)

@@ -136,6 +136,77 @@ def test_a_new_run_into_a_directory_holding_another_is_refused(tmp_path, capsys)
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl"]
 
 
+def _run_with_checkpoints(run, steps):
+    """A run directory as training leaves it: its marker, metrics for steps 1..max, complete
+    checkpoints."""
+    import json
+
+    run.mkdir()
+    (run / ".peer-rl-out.json").write_text('{"command": "train"}')
+    (run / "metrics.jsonl").write_text("".join(f'{{"step": {k}}}\n'
+                                               for k in range(1, max(steps) + 1)))
+    for step in steps:
+        d = run / "checkpoints" / f"step_{step}"
+        d.mkdir(parents=True)
+        (d / "trainer_state.json").write_text(json.dumps({"step": step}))
+    return run
+
+
+class _Started(Exception):
+    """The run got past its output checks (the training itself is not wanted here)."""
+
+
+def _refused_or_started(monkeypatch, capsys, argv):
+    from peer_rl.cli import main
+
+    def started(*a, **k):
+        raise _Started
+
+    monkeypatch.setattr("peer_rl.trainer.run._train", started)
+    try:
+        code = main(argv)
+    except _Started:
+        return "started", ""
+    return code, capsys.readouterr().err.strip()
+
+
+def test_resume_from_another_runs_checkpoint_only_into_a_fresh_directory(tmp_path, monkeypatch,
+                                                                         capsys):
+    """Issue 58.7: resume=PATH into another run's directory cut that run's metrics back to the
+    checkpoint's step. Refused in one line, that run untouched; a new directory is a branch."""
+    a = _run_with_checkpoints(tmp_path / "a", [2, 4])
+    b = _run_with_checkpoints(tmp_path / "b", [6])
+    before = (b / "metrics.jsonl").read_bytes()
+    code, err = _refused_or_started(monkeypatch, capsys, [
+        "train", f"trainer.output_dir={b}", f"resume={a}/checkpoints/step_4"])
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "a checkpoint of another run" in err and str(b) in err
+    assert (b / "metrics.jsonl").read_bytes() == before
+    assert sorted(p.name for p in b.iterdir()) == [".peer-rl-out.json", "checkpoints",
+                                                   "metrics.jsonl"]
+    assert _refused_or_started(monkeypatch, capsys, [
+        "train", f"trainer.output_dir={tmp_path / 'branch'}",
+        f"resume={a}/checkpoints/step_4"])[0] == "started"
+    assert _refused_or_started(monkeypatch, capsys, [
+        "train", f"trainer.output_dir={a}", f"resume={a}/checkpoints/step_4"])[0] == "started"
+
+
+def test_resume_from_an_earlier_checkpoint_of_the_run_is_refused_while_later_ones_exist(
+        tmp_path, monkeypatch, capsys):
+    """Issue 58.7: resuming from step 4 of a run that went on to step 8 cut its metrics back and
+    saved a new timeline's checkpoints among the old one's, where pruning took either. One
+    directory holds one timeline: a branch goes to a new directory."""
+    a = _run_with_checkpoints(tmp_path / "a", [4, 6, 8])
+    before = (a / "metrics.jsonl").read_bytes()
+    code, err = _refused_or_started(monkeypatch, capsys, [
+        "train", f"trainer.output_dir={a}", f"resume={a}/checkpoints/step_4"])
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "went on past it (step_6, step_8)" in err and "new directory" in err
+    assert (a / "metrics.jsonl").read_bytes() == before
+    assert _refused_or_started(monkeypatch, capsys, [
+        "train", f"trainer.output_dir={a}", f"resume={a}/checkpoints/step_8"])[0] == "started"
+
+
 @pytest.mark.parametrize("given, on_gpu, merged", [
     ("auto", False, True), ("auto", True, False),     # CPU engines merged, GPU ones adapters
     ("true", True, True), ("false", False, False), ("True", True, True),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.data.out_paths import read_json, read_jsonl, write_atomic
+from peer_rl.data.out_paths import read_json, read_jsonl, save_figure, write_atomic
 from peer_rl.evaluation.report import constant_judge
 
 RUN = re.compile(r"^(?P<method>.+)_s(?P<seed>\d+)(?:_step(?P<step>\d+))?$")
@@ -141,7 +141,7 @@ def plot_runs(runs: dict[str, list[dict]], path: Path) -> Path | None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 

@@ -7,7 +7,8 @@ values the stages interpolate, and `stages`: each a `name`, the `run` arguments 
 command and `done`, a path that exists once the stage has finished. A stage whose `done` exists
 is skipped, so rerunning the command continues an interrupted chain (the GRPO stages also pass
 resume=auto and continue from their last checkpoint); a `done` file that is JSON must parse, a
-damaged one is moved aside to `<name>.damaged` and its stage runs again. The chain holds a lock
+damaged one is moved aside to `<name>.damaged` (`.damaged.1`, ... beside an earlier copy) and its
+stage runs again; `--dry-run` writes nothing, a damaged mark included. The chain holds a lock
 on `out` while it runs: a second chain there is refused, naming the first's pid. `{seed}` in a
 stage with `per_seed: true` expands it once per seed. Each stage's output goes to
 <out>/logs/<stage>.log; a failing stage stops the chain with its exit status and the log named.
@@ -16,7 +17,6 @@ is not a plain name, `seeds` not a list of integers, ...) is refused in one line
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -146,11 +146,12 @@ def _stage(path: Path, s: dict, seed) -> Stage:
     return Stage(fill(s["name"]), tuple(args), fill(str(s["done"])))
 
 
-def stage_done(done: str | Path) -> bool:
+def stage_done(done: str | Path, dry_run: bool = False) -> bool:
     """Whether a stage's `done` path marks it finished. Every stage writes its mark whole
     (peer_rl.data.out_paths.write_atomic), so a JSON mark that does not parse was written by
-    something else or damaged later: it is moved aside (kept, named) and the stage redone."""
-    from peer_rl.data.out_paths import DamagedFile, read_json
+    something else or damaged later: it is moved aside (kept under `<name>.damaged`, or
+    `.damaged.1`, ... beside an earlier copy) and the stage redone. `dry_run`: only said."""
+    from peer_rl.data.out_paths import DamagedFile, move_aside, read_json
 
     path = Path(done)
     if not path.exists():
@@ -159,8 +160,11 @@ def stage_done(done: str | Path) -> bool:
         try:
             read_json(path)
         except DamagedFile as exc:
-            aside = path.with_name(path.name + ".damaged")
-            os.replace(path, aside)
+            if dry_run:
+                print(f"[peer-rl] {exc}; a run would move it aside and run its stage again",
+                      flush=True)
+                return False
+            aside = move_aside(path, ".damaged")
             print(f"[peer-rl] {exc}; moved to {aside}, running its stage again", flush=True)
             return False
     return True
@@ -196,7 +200,7 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
         head = f"[peer-rl] chain {name} {k}/{len(stages)} {stage.name}"
         if wanted and stage.name not in wanted:
             continue
-        if stage_done(stage.done):
+        if stage_done(stage.done, dry_run):
             print(f"{head}: done ({stage.done})", flush=True)
             continue
         cmd = [sys.executable, "-m", "peer_rl.cli", *stage.run]
@@ -205,7 +209,9 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
             continue
         log = logs / f"{stage.name}.log"
         t0 = time.perf_counter()
-        with open(log, "ab") as f:
+        from peer_rl.data.out_paths import open_append
+
+        with open_append(log, binary=True) as f:
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
         took = time.perf_counter() - t0
         if rc or not stage_done(stage.done):

@@ -210,7 +210,9 @@ def build_sample(out: str | Path) -> dict[str, int]:
         emit(f"preference/{split}.jsonl", preference_rows(both, split))
     emit("exemplars/exemplars.jsonl", exemplar_rows(both))
     emit("cold_start/train.jsonl", cold_start_rows(both, counselling_stages))
-    (out / "README.md").write_text(_CARD, encoding="utf-8")
+    from peer_rl.data.out_paths import write_atomic
+
+    write_atomic(out / "README.md", _CARD)
     return counts
 
 

@@ -5,6 +5,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from peer_rl.data.out_paths import write_whole
+
 EXPRESSIONS = ("sad", "anxious", "angry", "afraid", "happy", "neutral")
 SIZE = 64
 
@@ -65,6 +67,8 @@ def write_faces(directory: Path) -> dict[tuple[str, int], str]:
     for expr in EXPRESSIONS:
         for frame in (1, 2):
             name = f"face_{expr}_{frame}.png"
-            draw_face(expr, frame).save(directory / name, optimize=False)
+            image = draw_face(expr, frame)
+            write_whole(directory / name,
+                        lambda fh, im=image: im.save(fh, format="PNG", optimize=False))
             names[(expr, frame)] = name
     return names

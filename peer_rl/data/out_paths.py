@@ -8,22 +8,35 @@ the MARKER of the file's directory. A command that continues its own run on a re
 with resume=auto, the evaluations, the data jobs, a chain) claims its directory with
 `resume=True` instead of `--force`.
 
-Files that a resume, a chain or a later stage reads are written by `write_atomic` (beside, fsync,
-rename) and read back by `read_json`, whose error names a damaged file. Append-only logs are read
+How a file is opened for writing, everywhere: never through a link peer-rl did not make, never
+a name it did not create, never removing a path it cannot show it wrote. A new file or directory
+is made under a unique name beside its target (`O_CREAT | O_EXCL | O_NOFOLLOW`: `new_file`,
+`new_dir`) and renamed in (`write_whole`, `write_atomic`, `replace_dir`); an append-only log is
+opened without following a link (`open_append`); a file is set aside under a name no other file
+holds (`move_aside`); the `.lock` of `lock_dir` is made by it or refused; and what `replace_dir`
+drops of an earlier output is only what that output's marker says the command wrote: anything
+else found in it is carried into the new one.
+
+Files that a resume, a chain or a later stage reads are written whole (beside, fsync, rename)
+and read back by `read_json`, whose error names a damaged file. Append-only logs are read
 by `read_jsonl`, which drops a torn last line (a crash mid-append) and names a damaged one
-elsewhere. `lock_dir` holds a directory for one process at a time.
+elsewhere. `lock_dir` holds a directory for one process at a time; a directory's marker is
+updated under a lock of its own, so processes claiming files in one directory lose no claim.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
+import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
 
 MARKER = ".peer-rl-out.json"
 LOCK_FILE = ".lock"
-_OWN = (MARKER, LOCK_FILE)          # what a directory may hold and still count as empty
 
 
 class OutputError(ConfigError):
@@ -73,21 +86,45 @@ def read_marker(directory: str | Path) -> dict:
     return found if isinstance(found, dict) else {}
 
 
-def mark_dir(directory: str | Path, command: str) -> None:
-    """`directory` is `command`'s output (its files may be replaced by `command --force`)."""
+@contextmanager
+def _marker_held(directory: Path):
+    """The directory's marker for one read-modify-write at a time: an flock on the directory
+    itself (no file is made for it). Where the file system cannot lock a directory (some NFS
+    mounts) the update goes on unlocked, as it did before this lock existed."""
+    import fcntl
+
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)                    # releases the flock
+
+
+def mark_dir(directory: str | Path, command: str, wrote: list[str] | None = None) -> None:
+    """`directory` is `command`'s output (its files may be replaced by `command --force`).
+    `wrote`: the names `command` put there (a directory `replace_dir` swaps in: what a later
+    replacement may drop)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    write_atomic(d / MARKER, json.dumps(read_marker(d) | {"command": command}, indent=1))
-
-
-def _mark_file(path: Path, command: str) -> None:
-    marker = read_marker(path.parent)
-    files = dict(marker.get("files") or {}) | {path.name: command}
-    write_atomic(path.parent / MARKER, json.dumps(marker | {"files": files}, indent=1))
+    with _marker_held(d):
+        old = read_marker(d)
+        found = old | {"command": command}
+        if wrote is not None:
+            found["wrote"] = sorted(wrote)
+        if found != old or not (d / MARKER).is_file() or (d / MARKER).is_symlink():
+            write_atomic(d / MARKER, json.dumps(found, indent=1))
 
 
 def _foreign(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name not in _OWN)
+    """What `directory` holds besides its marker (and the `.lock` beside a marker: a lone
+    `.lock` is someone else's file, not ours)."""
+    names = {p.name for p in directory.iterdir()}
+    own = {MARKER, LOCK_FILE} if MARKER in names else set()
+    return sorted(names - own)
 
 
 # ------------------------------------------------------------------------- claims
@@ -128,21 +165,26 @@ def claim_file(out: str | Path, command: str, inputs=(), force: bool = False,
                flag: str = "--out") -> Path:
     """`out` as a file `command` writes: not an input nor inside an input directory; an
     existing file only with `force` and only if `command` wrote it (its directory's MARKER
-    says so). Records the claim, creating the directory."""
+    says so). Records the claim, creating the directory; the check and the record are one step
+    under the marker's lock, so claims from several processes in one directory all land."""
     out = Path(out)
     refuse_inside(out, inputs, flag)
     if out.is_dir():
         raise OutputError(f"{flag} {out}: is a directory; expected a file path")
-    if out.exists():
-        owner = (read_marker(out.parent).get("files") or {}).get(out.name)
-        if owner != command:
-            raise OutputError(f"{flag} {out}: exists and was not written by `peer-rl "
-                              f"{command}`; it is left as it is: choose another path")
-        if not force:
-            raise OutputError(f"{flag} {out}: exists (an earlier `peer-rl {command}` output); "
-                              "pass --force to replace it, or choose another path")
     out.parent.mkdir(parents=True, exist_ok=True)
-    _mark_file(out, command)
+    with _marker_held(out.parent):
+        marker = read_marker(out.parent)
+        files = dict(marker.get("files") or {})
+        if out.exists() or out.is_symlink():
+            if files.get(out.name) != command:
+                raise OutputError(f"{flag} {out}: exists and was not written by `peer-rl "
+                                  f"{command}`; it is left as it is: choose another path")
+            if not force:
+                raise OutputError(f"{flag} {out}: exists (an earlier `peer-rl {command}` "
+                                  "output); pass --force to replace it, or choose another path")
+        if files.get(out.name) != command:
+            files[out.name] = command
+            write_atomic(out.parent / MARKER, json.dumps(marker | {"files": files}, indent=1))
     return out
 
 
@@ -169,12 +211,17 @@ def claim_run_dir(out: str | Path, command: str, inputs=()):
 
 def release_unwritten(out: str | Path) -> None:
     """Remove a directory this process claimed (it did not exist before) when it still holds
-    nothing but the marker and the lock: a run refused before writing leaves nothing behind."""
-    import shutil
-
+    nothing but the marker and the lock: a run refused before writing leaves nothing behind.
+    Only those two names are removed; the directory goes only once it is empty."""
     d = Path(out)
-    if d.is_dir() and {p.name for p in d.iterdir()} <= {MARKER, LOCK_FILE}:
-        shutil.rmtree(d)
+    if not d.is_dir() or d.is_symlink() or {p.name for p in d.iterdir()} - {MARKER, LOCK_FILE}:
+        return
+    for name in (MARKER, LOCK_FILE):
+        (d / name).unlink(missing_ok=True)
+    try:
+        d.rmdir()
+    except OSError:                     # something arrived meanwhile: it stays
+        pass
 
 
 def plain_name(name: str, what: str) -> str:
@@ -185,15 +232,41 @@ def plain_name(name: str, what: str) -> str:
 
 
 # ------------------------------------------------------------------------- one process
+def _is_our_lock(fd: int) -> bool:
+    """A `.lock` that `lock_dir` made: a plain file with one name, holding a pid or nothing."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > 32:
+        return False
+    return os.pread(fd, 33, 0).strip().isdigit() or st.st_size == 0
+
+
 def lock_dir(directory: str | Path, what: str = "directory"):
     """An exclusive flock on <directory>/.lock holding this process's pid, released when the
     returned file is closed or the process ends (a kill included). A second process is
-    refused (DirLocked) naming the holder's pid."""
+    refused (DirLocked) naming the holder's pid. The `.lock` is made here, or is one made
+    here before (a plain file holding a pid); a link or any other file of that name is
+    refused (OutputError) and left as it is."""
     import fcntl
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    fh = open(d / LOCK_FILE, "a+", encoding="utf-8")
+    path = d / LOCK_FILE
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:          # ELOOP: a link; ENXIO, EACCES, ...: not ours either
+            raise OutputError(f"{path}: not a lock peer-rl made ({os.strerror(exc.errno)}); "
+                              "it is left as it is: remove it or choose another "
+                              "directory") from None
+        if not _is_our_lock(fd):
+            os.close(fd)
+            raise OutputError(f"{path}: not a lock peer-rl made (a link, a directory or a file "
+                              "holding more than a pid); it is left as it is: remove it or "
+                              "choose another directory")
+    fh = open(fd, "r+", encoding="utf-8")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -209,6 +282,75 @@ def lock_dir(directory: str | Path, what: str = "directory"):
     return fh
 
 
+# ------------------------------------------------------------------------- new names
+def _unique(directory: Path, name: str, suffix: str, make):
+    """`make(path)` on `.<name>.<random><suffix>` in `directory` until it creates a new one
+    (it must fail with FileExistsError on a name that exists)."""
+    stem = name[:180]                   # room for the rest within a file name's 255 bytes
+    for _ in range(100):
+        path = directory / f".{stem}.{secrets.token_hex(4)}{suffix}"
+        try:
+            return make(path), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no unused name for .{stem}.*{suffix}", str(directory))
+
+
+def new_file(directory: str | Path, name: str, suffix: str = ".tmp", mode: int = 0o666
+             ) -> tuple[int, Path]:
+    """(fd, path) of a file made now beside `name` in `directory` (O_EXCL | O_NOFOLLOW: never
+    one that existed, never through a link); `mode` before the umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return _unique(Path(directory), name, suffix, lambda p: os.open(p, flags, mode))
+
+
+def new_dir(directory: str | Path, name: str, suffix: str = ".tmp") -> Path:
+    """A directory made now beside `name` in `directory` (a staging directory for
+    `replace_dir` or a rename); its permissions are the umask's, as any new directory's."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    return _unique(d, name, suffix, lambda p: os.mkdir(p, 0o777))[1]
+
+
+def open_append(path: str | Path, mode: int = 0o666, binary: bool = False):
+    """An append-only log opened for appending, made if absent: never through a link
+    (O_NOFOLLOW), and only a plain file (a FIFO or device is refused, not written)."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OutputError(f"{path}: is a link; peer-rl appends only to a file it made there "
+                          "(it is left as it is: remove the link to go on)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError(f"{path}: not a plain file; it is left as it is: remove it to go on")
+    os.set_blocking(fd, True)
+    return open(fd, "ab") if binary else open(fd, "a", encoding="utf-8")
+
+
+def move_aside(path: str | Path, suffix: str) -> Path:
+    """`path` renamed to `<name><suffix>`, or `<name><suffix>.1`, `.2`, ... : never over a
+    file that is there already (an earlier copy set aside stays)."""
+    path = Path(path)
+    for k in range(1000):
+        aside = path.with_name(path.name + suffix + (f".{k}" if k else ""))
+        try:
+            os.link(path, aside, follow_symlinks=False)   # fails if `aside` exists
+        except FileExistsError:
+            continue
+        except OSError:                 # no hard links here: the name checked, then renamed
+            if aside.exists() or aside.is_symlink():
+                continue
+            os.rename(path, aside)
+            return aside
+        os.unlink(path)
+        return aside
+    raise FileExistsError(errno.EEXIST, f"no free name for {path.name}{suffix}", str(path))
+
+
 # ------------------------------------------------------------------------- files read later
 def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
     """`data` into `path` whole or not at all: written beside, fsynced, renamed in, the
@@ -218,12 +360,12 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -
 
 
 def write_whole(path: str | Path, fill, mode: int | None = None) -> Path:
-    """`fill(binary file)` writes `path`'s content beside it; then fsync, rename in, fsync the
-    directory. A failure (a full disk, a signal) leaves no half file beside it."""
+    """`fill(binary file)` writes `path`'s content into a file made now beside it (`new_file`);
+    then fsync, rename in, fsync the directory. A link at `path` is replaced, its target never
+    written. A failure (a full disk, a signal) leaves no half file beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    fd, tmp = new_file(path.parent, path.name, mode=0o666 if mode is None else mode)
     try:
         with open(fd, "wb") as fh:
             fill(fh)
@@ -237,6 +379,71 @@ def write_whole(path: str | Path, fill, mode: int | None = None) -> Path:
 
     fsync_dir(path.parent)
     return path
+
+
+def copy_file(src: str | Path, dst: str | Path) -> Path:
+    """`src`'s bytes and times into `dst`, written whole as `write_whole` writes."""
+    import shutil
+
+    with open(src, "rb") as fh_in:
+        write_whole(dst, lambda fh: shutil.copyfileobj(fh_in, fh, 1 << 20))
+    shutil.copystat(src, dst, follow_symlinks=False)
+    return Path(dst)
+
+
+def save_figure(fig, path: str | Path, dpi: int = 100) -> Path:
+    """A matplotlib figure as a PNG, written whole as `write_whole` writes."""
+    return write_whole(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+
+
+def replace_dir(staging: str | Path, out: str | Path, command: str = "") -> Path:
+    """`staging` (made by this process beside `out`: `new_dir`) becomes `out`, so a reader
+    meets the old whole or the new whole. `command`: the staging directory is marked as its
+    output, naming what it wrote. Of an earlier `out` only the names its marker lists as
+    written (or, where it lists none, the names the new one writes) are dropped; anything else
+    in it (a user's notes) is carried into the new `out`. An earlier `out` marked by another
+    command is refused. Returns `out`."""
+    import shutil
+
+    from peer_rl.runtime import fsync_dir, fsync_tree
+
+    staging, out = Path(staging), Path(out)
+    wrote = [p.name for p in staging.iterdir() if p.name != MARKER]
+    if command:
+        mark_dir(staging, command, wrote)
+    fsync_tree(staging)                  # on disk before it replaces the old one
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputError(f"{out}: exists and is not a directory; it is left as it is")
+    if not out.exists():
+        os.rename(staging, out)          # a directory made meanwhile: refused unless empty
+        fsync_dir(out.parent)
+        return out
+    old = read_marker(out)
+    if command and old.get("command", command) != command:
+        raise OutputError(f"{out}: holds the output of `peer-rl {old['command']}`; it is left "
+                          "as it is")
+    ours = set(old["wrote"]) if isinstance(old.get("wrote"), list) else set(wrote)
+    ours.add(MARKER)
+    for p in sorted(out.iterdir()):      # not ours: carried into the new output
+        if p.name not in ours and not os.path.lexists(staging / p.name):
+            os.rename(p, staging / p.name)
+    aside = new_dir(out.parent, out.name, ".old")
+    os.rename(out, aside / out.name)
+    try:
+        os.rename(staging, out)
+    except BaseException:
+        os.rename(aside / out.name, out)  # the old one back in place
+        raise
+    fsync_dir(out.parent)
+    left = sorted(p.name for p in (aside / out.name).iterdir() if p.name not in ours)
+    if left:                             # a name of ours the user also used: kept, said
+        import sys
+
+        print(f"[peer-rl] {aside / out.name}: kept (holds {', '.join(left[:3])}, not written "
+              f"by peer-rl, under names the new {out.name} also has)", file=sys.stderr)
+        return out
+    shutil.rmtree(aside)
+    return out
 
 
 def read_json(path: str | Path, what: str = ""):

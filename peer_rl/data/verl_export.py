@@ -122,7 +122,7 @@ def export_verl(rows: list[dict], out: str | Path, val_fraction: float = 0.05, s
     stale = _stale(out, {f"{s}.parquet" for s in splits})
     for split, data in splits.items():
         table = datasets.Dataset.from_list(data)
-        write_whole(out / f"{split}.parquet", table.to_parquet)
+        write_whole(out / f"{split}.parquet", lambda fh, t=table: t.to_parquet(fh))
         rep.written[split] = len(data)
     for path in stale:
         path.unlink()

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from peer_rl.data.out_paths import LOCK_FILE, MARKER
+from peer_rl.data.out_paths import LOCK_FILE, MARKER, copy_file, save_figure
 from peer_rl.datajobs.config import ROLES
 from peer_rl.evaluation.endpoints import close_all, open_endpoints
 from peer_rl.evaluation.runner import run_cases
@@ -104,7 +103,7 @@ def copy_root(src: str | Path, dst: str | Path, replaced: set[str]) -> None:
                 and target.stat().st_mtime >= path.stat().st_mtime:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        copy_file(path, target)
 
 
 def write_report(directory: Path, title: str, summary: dict, manifest_: dict,
@@ -145,6 +144,6 @@ def bar_figure(path: Path, title: str, bars: dict[str, float], ylabel: str) -> P
     ax.set_ylabel(ylabel)
     ax.tick_params(axis="x", labelrotation=30)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
     plt.close(fig)
     return path

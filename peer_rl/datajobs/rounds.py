@@ -16,7 +16,6 @@ frames under grpo/ that visual rows point to; a link to a file outside the root 
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.datajobs import job
 from peer_rl.data.validate import ALLOW_OUTSIDE_ENV, images_may_leave_root
 from peer_rl.datajobs.rows import InvalidInput, load_rows
-from peer_rl.data.out_paths import LOCK_FILE, MARKER, claim_dir
+from peer_rl.data.out_paths import LOCK_FILE, MARKER, claim_dir, copy_file
 
 BINS = 10        # the histogram of relative positions r / N_r
 
@@ -91,7 +90,7 @@ def _grpo(src: Path, out: Path, k: int, seed: int, skip_invalid: bool, force: bo
     for path in _frames(root):
         target = out / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        copy_file(path, target)
     rng = np.random.default_rng(seed)
     written, kept, dialogues, ambiguous = {}, [], 0, 0
     for f in loaded.files:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from peer_rl.data.out_paths import save_figure
 from peer_rl.plot import pyplot
 
 _SIZE = (8.2, 4.4)
@@ -33,7 +34,7 @@ def bars(path: str | Path, title: str, categories: list[str],
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=min(4, max(len(names), 1)))
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
     plt.close(fig)
     return Path(path)
 
@@ -53,6 +54,6 @@ def lines(path: str | Path, title: str, series: dict[str, list[float]], y_min: f
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles[:12], labels[:12], fontsize=7, ncol=4)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
     plt.close(fig)
     return Path(path)

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from peer_rl.data.out_paths import DirLocked, lock_dir, write_atomic
+from peer_rl.data.out_paths import DirLocked, lock_dir, open_append, write_atomic
 
 CASES_FILE = "cases.jsonl"
 MANIFEST_FILE = "run.json"
@@ -105,8 +105,7 @@ class RunStore:
     def append(self, record: dict) -> None:
         if record["id"] in self.records:
             raise ValueError(f"case {record['id']!r} is already recorded in {self.path}")
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with open(fd, "a", encoding="utf-8") as fh:
+        with open_append(self.path, 0o600) as fh:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())

@@ -8,9 +8,7 @@ fresh model built from the same config without that key takes them with every ke
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 # what a converted directory holds; a directory missing any of them is not finished
@@ -61,8 +59,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     plain.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    from peer_rl.data.out_paths import new_dir, replace_dir
+
+    tmp = new_dir(out_dir.parent, out_dir.name)
     try:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -71,13 +70,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
                             "policy and judge prompts need one")
         info = {"source": str(gguf_path), "dtype": dtype, **(provenance or {})}
         (tmp / "converted_from.json").write_text(json.dumps(info, indent=2) + "\n")
-        from peer_rl.runtime import fsync_tree
-
-        fsync_tree(tmp)                  # on disk before the card marks it fetched
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out_dir)
+        replace_dir(tmp, out_dir)        # on disk before the card marks it fetched
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists():                 # made here, never swapped in
+            shutil.rmtree(tmp)
     return out_dir

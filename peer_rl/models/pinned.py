@@ -145,18 +145,9 @@ def fetched(name: str) -> bool:
 def _keep_wheel(wheel: Path, kept: Path) -> None:
     """The checked wheel copied into the cache beside, fsynced and renamed in (never half a
     wheel under the cached name)."""
-    import shutil
+    from peer_rl.data.out_paths import copy_file
 
-    from peer_rl.runtime import fsync_dir
-
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    tmp = kept.with_name(kept.name + ".tmp")
-    with open(wheel, "rb") as src, open(tmp, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.replace(tmp, kept)
-    fsync_dir(kept.parent)
+    copy_file(wheel, kept)
 
 
 def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:

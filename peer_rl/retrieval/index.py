@@ -23,7 +23,6 @@ space.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -97,21 +96,19 @@ def check_replaceable(out_dir: str | Path) -> None:
     untouched."""
     from peer_rl.data.out_paths import LOCK_FILE, MARKER, read_marker
 
-    out = Path(out_dir)
-    for p in (out, out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")):
-        if not p.exists():
-            continue
-        if not p.is_dir():
-            raise IndexDirError(f"{p}: exists and is not a directory; choose another --out")
-        if read_marker(p).get("command") == "index build":    # its own earlier output
-            continue
-        names = {x.name for x in p.iterdir()} - {MARKER, LOCK_FILE}
-        extra = sorted(names - set(INDEX_FILES)) or sorted(names if INFO_FILE not in names
-                                                            else ())
-        if extra:
-            raise IndexDirError(f"{p}: holds {extra[:5]}{' ...' if len(extra) > 5 else ''}, "
-                                f"not an exemplar index ({', '.join(INDEX_FILES)}); it is left "
-                                "as it is: choose an empty or new --out")
+    p = Path(out_dir)
+    if not p.exists() and not p.is_symlink():
+        return
+    if p.is_symlink() or not p.is_dir():
+        raise IndexDirError(f"{p}: exists and is not a directory; choose another --out")
+    if read_marker(p).get("command") == "index build":    # its own earlier output
+        return
+    names = {x.name for x in p.iterdir()} - {MARKER, LOCK_FILE}
+    extra = sorted(names - set(INDEX_FILES)) or sorted(names if INFO_FILE not in names else ())
+    if extra:
+        raise IndexDirError(f"{p}: holds {extra[:5]}{' ...' if len(extra) > 5 else ''}, "
+                            f"not an exemplar index ({', '.join(INDEX_FILES)}); it is left "
+                            "as it is: choose an empty or new --out")
 
 
 def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: str | Path,
@@ -119,9 +116,10 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
                 batch_size: int = 256, progress=None, marker: str = "",
                 source_splits: dict | None = None) -> dict:
     """Embed every exemplar (`encode(texts)` -> unit rows) and write the index directory
-    atomically (a temporary directory renamed into place). `marker`: the command whose output
-    it is (peer_rl.data.out_paths); `source_splits`: rows per split of the source files,
-    recorded in index.json. Returns index.json's content."""
+    whole (a directory made beside it, swapped in by peer_rl.data.out_paths.replace_dir: files
+    of an earlier index that it did not write stay). `marker`: the command whose output it is
+    (peer_rl.data.out_paths); `source_splits`: rows per split of the source files, recorded in
+    index.json. Returns index.json's content."""
     faiss = _faiss()
     if not exemplars:
         raise ValueError("no exemplars to index")
@@ -148,28 +146,19 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
             "kind": kind, "key": "last seeker turn + reply", "source_sha256": source_sha256,
             **({"splits": dict(source_splits)} if source_splits is not None else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    faiss.write_index(index, str(tmp / INDEX_FILE))
-    with open(tmp / META_FILE, "w", encoding="utf-8") as fh:
-        for e in exemplars:
-            fh.write(json.dumps(e, ensure_ascii=False) + "\n")
-    (tmp / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
-    if marker:
-        from peer_rl.data.out_paths import mark_dir
+    from peer_rl.data.out_paths import new_dir, replace_dir
 
-        mark_dir(tmp, marker)
-    from peer_rl.runtime import fsync_tree
-
-    fsync_tree(tmp)                   # on disk before it replaces the old one
-    old = out.with_name(out.name + ".old")
-    if out.exists():                  # the old index stays whole until the new one is in place
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+    tmp = new_dir(out.parent, out.name)
+    try:
+        faiss.write_index(index, str(tmp / INDEX_FILE))
+        with open(tmp / META_FILE, "w", encoding="utf-8") as fh:
+            for e in exemplars:
+                fh.write(json.dumps(e, ensure_ascii=False) + "\n")
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
+        replace_dir(tmp, out, marker)  # the old index stays whole until the new one is in
+    finally:
+        if tmp.exists():               # made in this call, never swapped in
+            shutil.rmtree(tmp)
     return info
 
 

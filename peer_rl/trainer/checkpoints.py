@@ -2,7 +2,13 @@
 
 A checkpoint is `checkpoints/step_N/`: the policy's sharded state (policy/), the trainer state
 (STATE_FILE, written last, inside the final rename, so its presence marks a complete
-checkpoint) and the ids of the run's prompt pool (PROMPTS_FILE)."""
+checkpoint) and the ids of the run's prompt pool (PROMPTS_FILE).
+
+A run directory holds one timeline: its checkpoints are the steps of one sequence of updates.
+`resume=<checkpoint>` continues that sequence only from its newest checkpoint; one from an
+earlier step, or from another run, goes on in a new directory (a branch of its own), so a
+resume never cuts back another timeline's metrics nor writes over or prunes its checkpoints
+(peer_rl.trainer.run.check_fresh_output)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,23 +17,31 @@ STATE_FILE = "trainer_state.json"
 PROMPTS_FILE = "prompts.json"     # ids of the run's prompt pool, in pool order
 
 
+def complete_checkpoints(output_dir: Path) -> list[Path]:
+    """The complete checkpoints of a run directory, oldest first (numeric order)."""
+    import re
+
+    return sorted((p for p in (Path(output_dir) / "checkpoints").glob("step_*")
+                   if re.fullmatch(r"step_\d+", p.name) and p.is_dir() and not p.is_symlink()
+                   and (p / STATE_FILE).exists()), key=lambda p: int(p.name.split("_")[1]))
+
+
 def latest_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete checkpoint."""
-    ckpts = [p for p in (Path(output_dir) / "checkpoints").glob("step_*")
-             if p.is_dir() and not p.name.endswith(".tmp") and (p / STATE_FILE).exists()]
-    return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
+    ckpts = complete_checkpoints(output_dir)
+    return ckpts[-1] if ckpts else None
 
 
-def prune_checkpoints(output_dir: Path, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` complete checkpoints (keep 0: none deleted); returns
-    what was deleted. Incomplete ones (.tmp, no state) are left to the next save."""
+def prune_checkpoints(output_dir: Path, keep: int, upto: int | None = None) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints at or before step `upto` (the
+    step just saved; keep 0: none deleted); returns what was deleted. A later checkpoint is
+    never this timeline's to delete; incomplete ones (no state) are not ours to judge."""
     import shutil
 
     if keep <= 0:
         return []
-    ckpts = sorted((p for p in (Path(output_dir) / "checkpoints").glob("step_*")
-                    if p.is_dir() and not p.name.endswith(".tmp") and (p / STATE_FILE).exists()),
-                   key=lambda p: int(p.name.split("_")[1]))
+    ckpts = [p for p in complete_checkpoints(output_dir)
+             if upto is None or int(p.name.split("_")[1]) <= upto]
     gone = ckpts[:-keep]
     for p in gone:
         shutil.rmtree(p)

@@ -127,35 +127,45 @@ class Controller:
 
     # ---------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
-        """Write step_N.tmp, then rename: a crash never leaves a checkpoint that looks complete.
-        The data cursor saved is the one after this step's batch: a batch already drawn and
-        scored for the next step (trainer.async_training) is drawn and sampled again on resume."""
+        """Write a directory made beside step_N, then rename it to step_N: a crash never leaves
+        a checkpoint that looks complete. The data cursor saved is the one after this step's
+        batch: a batch already drawn and scored for the next step (trainer.async_training) is
+        drawn and sampled again on resume. A step_N already there is never written over (a
+        resume that would write over one is refused at start-up: trainer.run.check_fresh_output)."""
+        from peer_rl.data.out_paths import OutputError, new_dir
+
         final = self.out / "checkpoints" / f"step_{self.step}"
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "policy").mkdir(parents=True)
-        reports = self.policy.call("save_checkpoint", str(tmp / "policy"),
-                                   self.cfg.trainer.save_hf_model)
-        # every rank's shards must be where the controller (and a resume) reads them, and on
-        # disk, before the state file marks the checkpoint complete
-        unseen = unseen_files(tmp / "policy", [r for r in reports if r])
-        if unseen:
-            raise not_shared_error("trainer.output_dir", self.out, unseen)
-        if (tmp / "policy" / "model").is_dir():
-            self._write_side_files(tmp / "policy" / "model")
-        cursor = self.resume_cursor or self.loader.cursor.state()
-        state = {"step": self.step, "cursor": cursor,
-                 "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
-        (tmp / PROMPTS_FILE).write_text(json.dumps({"ids": [r["id"] for r in self.loader.rows]}),
-                                        encoding="utf-8")
-        fsync_tree(tmp)
-        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
-        fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        tmp = new_dir(final.parent, final.name)
+        try:
+            (tmp / "policy").mkdir()
+            reports = self.policy.call("save_checkpoint", str(tmp / "policy"),
+                                       self.cfg.trainer.save_hf_model)
+            # every rank's shards must be where the controller (and a resume) reads them, and
+            # on disk, before the state file marks the checkpoint complete
+            unseen = unseen_files(tmp / "policy", [r for r in reports if r])
+            if unseen:
+                raise not_shared_error("trainer.output_dir", self.out, unseen)
+            if (tmp / "policy" / "model").is_dir():
+                self._write_side_files(tmp / "policy" / "model")
+            cursor = self.resume_cursor or self.loader.cursor.state()
+            state = {"step": self.step, "cursor": cursor,
+                     "seed": self.cfg.trainer.seed, "experiment_name": self.cfg.experiment_name}
+            (tmp / PROMPTS_FILE).write_text(
+                json.dumps({"ids": [r["id"] for r in self.loader.rows]}), encoding="utf-8")
+            fsync_tree(tmp)
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+            fsync_tree(tmp)
+            try:
+                os.rename(tmp, final)    # onto an empty directory at most (nothing lost)
+            except OSError:
+                raise OutputError(f"{final}: exists; a checkpoint is never written over (this "
+                                  f"one is left in {tmp.name})") from None
+        except BaseException:
+            if tmp.exists() and not (tmp / STATE_FILE).exists():
+                shutil.rmtree(tmp)       # made here, incomplete
+            raise
         fsync_dir(final.parent)
-        prune_checkpoints(self.out, self.cfg.trainer.max_actor_ckpt_to_keep)
+        prune_checkpoints(self.out, self.cfg.trainer.max_actor_ckpt_to_keep, upto=self.step)
         return final
 
     def write_memory(self) -> dict:
@@ -199,17 +209,19 @@ class Controller:
 
     def export_final(self) -> Path:
         """<output_dir>/final: the trained policy as a plain Hugging Face model directory
-        (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and renamed into
-        place like `train-rm`'s final/."""
-        final, tmp = self.out / "final", self.out / "final.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.policy.call("export_hf", str(tmp))
-        self._write_side_files(tmp)
-        fsync_tree(tmp)                 # on disk before the rename makes it the run's final/
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        return final
+        (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and swapped in
+        like `train-rm`'s final/ (peer_rl.data.out_paths.replace_dir)."""
+        from peer_rl.data.out_paths import new_dir, replace_dir
+
+        final = self.out / "final"
+        tmp = new_dir(self.out, final.name)
+        try:
+            self.policy.call("export_hf", str(tmp))
+            self._write_side_files(tmp)
+            return replace_dir(tmp, final)
+        finally:
+            if tmp.exists():             # made here, never swapped in
+                shutil.rmtree(tmp)
 
     # ---------------------------------------------------------------- engine weights
     def _sync_weights(self) -> None:
@@ -369,7 +381,9 @@ class Controller:
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
         red = scored.redundancy
-        with open(self.out / "samples.jsonl", "a", encoding="utf-8") as fh:
+        from peer_rl.data.out_paths import open_append
+
+        with open_append(self.out / "samples.jsonl") as fh:
             for k, s in enumerate(scored.samples):
                 rec = {"step": self.step + 1, "prompt_id": rows[s.uid % len(rows)].get("id"),
                        "uid": s.uid, "text": s.text, "judge": scored.judge_raw[k],

@@ -173,32 +173,53 @@ def check_policy_lora(cfg, policy: str) -> None:
 def check_fresh_output(cfg, out: Path) -> None:
     """resume=disable starts a new run: into a directory that holds another run's metrics,
     checkpoints or final policy it would replace some of them and leave the rest for a later
-    resume=auto to mix in, so it is refused (as the supervised stages refuse)."""
+    resume=auto to mix in, so it is refused (as the supervised stages refuse).
+    resume=<checkpoint> continues the run that wrote it only from its newest checkpoint (a
+    directory holds one timeline: peer_rl.trainer.checkpoints); from an earlier one, or from
+    another run's, it goes into a directory that holds no run yet."""
     from peer_rl.config import ConfigError
+    from peer_rl.data.out_paths import read_json
+    from peer_rl.metrics import LOGS
+    from peer_rl.trainer.checkpoints import STATE_FILE, complete_checkpoints, latest_checkpoint
 
+    held = [name for name in (*LOGS, "checkpoints", "final")
+            if out.is_dir() and (out / name).exists()]
     if cfg.resume not in ("disable", "auto"):
-        from peer_rl.trainer.checkpoints import STATE_FILE
-
-        if not (Path(cfg.resume) / STATE_FILE).exists():
+        ckpt = Path(cfg.resume)
+        if not (ckpt / STATE_FILE).exists():
             raise ConfigError(f"resume={cfg.resume}: not a complete checkpoint (no "
                               f"{STATE_FILE}); expected <output_dir>/checkpoints/step_N")
-    if cfg.resume not in ("disable", "auto") or not out.exists():
+        if ckpt.resolve().parent != (out / "checkpoints").resolve():
+            if held:
+                raise ConfigError(
+                    f"resume={cfg.resume}: a checkpoint of another run, and "
+                    f"trainer.output_dir={out} holds a run of its own ({', '.join(held)}) that "
+                    "resuming would cut back and write over; set trainer.output_dir to the "
+                    "checkpoint's run or to a new directory")
+            return
+        step = read_json(ckpt / STATE_FILE, "checkpoint state").get("step", 0)
+        later = [p.name for p in complete_checkpoints(out) if int(p.name.split("_")[1]) > step]
+        if later:
+            raise ConfigError(
+                f"resume={cfg.resume}: the run went on past it ({', '.join(later[:3])}"
+                f"{' ...' if len(later) > 3 else ''}), and resuming here would cut its metrics "
+                "back and write over its later checkpoints; to branch from it, set "
+                "trainer.output_dir to a new directory, or pass resume=auto to continue from "
+                "the newest")
+        return
+    if not out.exists():
         return
     if not out.is_dir():
         raise ConfigError(f"trainer.output_dir={out}: exists and is not a directory")
-    from peer_rl.trainer.checkpoints import latest_checkpoint
-
     if cfg.resume == "auto" and latest_checkpoint(out) is not None:
         return
     # resume=auto without a complete checkpoint starts afresh, as resume=disable does: it
     # would replace the run's metrics and final policy, so the same refusal holds
-    held = [name for name in ("metrics.jsonl", "checkpoints", "final") if (out / name).exists()]
     if held:
         why = "pass resume=auto to continue it" if cfg.resume == "disable" else \
             "it has no complete checkpoint to continue from: move it aside"
         raise ConfigError(f"resume={cfg.resume}: trainer.output_dir={out} already holds a run "
                           f"({', '.join(held)}); {why}, or choose another trainer.output_dir")
-
 
 
 def check_shared_output(actor_handles: list, out: Path) -> None:
@@ -211,7 +232,9 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
 
     from peer_rl.trainer.checkpoints import not_shared_error
 
-    probe = out / ".shared-probe"
+    from peer_rl.data.out_paths import new_dir
+
+    probe = new_dir(out, "shared-probe")     # made now, so removed after
     try:
         found = ray.get([h.write_probe.remote(str(probe)) for h in actor_handles])
         unseen = [f"rank {r['rank']} on {r['host']}: {Path(r['path']).name}" for r in found

@@ -81,28 +81,33 @@ def use_shipped(name: str, out_dir: str | Path, overrides=(), shipped_dir: Path 
 
 def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name: str) -> Path:
     """`final` as a supervised stage writes it: the base with the adapter merged (float32),
-    adapter/, the templates and card saved beside it, trainer_state.json; written to final.tmp
-    and renamed in whole."""
+    adapter/, the templates and card saved beside it, trainer_state.json; written beside and
+    swapped in whole."""
     from peft import PeftModel
 
+    from peer_rl.data.out_paths import new_dir
     from workers.fsdp import copy_model_files, load_pretrained
 
     entry = manifest["models"][name]
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    copy_model_files(base, tmp)
-    # PEFT loads a bfloat16 adapter into float32 (autocast_adapter_dtype) and merges W + s B A
-    merged = PeftModel.from_pretrained(load_pretrained(base), str(adapter_dir)).merge_and_unload()
-    merged.save_pretrained(tmp, safe_serialization=True)
-    shutil.copytree(adapter_dir, tmp / "adapter")
-    for f in adapter_dir.iterdir():          # the prompt templates and the card
-        if f.suffix == ".json" and not f.name.startswith("adapter_"):
-            shutil.copy2(f, tmp / f.name)
-    (tmp / "trainer_state.json").write_text(json.dumps(
-        {"step": entry["steps"], "loss": entry["final_loss"]}, indent=1), encoding="utf-8")
-    (tmp / SHIPPED_FROM).write_text(json.dumps(
-        {"adapter": str(adapter_dir), "built": manifest.get("built"),
-         "inputs_sha256": entry["inputs_sha256"]}, indent=1), encoding="utf-8")
+    tmp = new_dir(final.parent, final.name)
+    try:
+        copy_model_files(base, tmp)
+        # PEFT loads a bfloat16 adapter into float32 (autocast_adapter_dtype) and merges W + s B A
+        merged = PeftModel.from_pretrained(load_pretrained(base),
+                                           str(adapter_dir)).merge_and_unload()
+        merged.save_pretrained(tmp, safe_serialization=True)
+        shutil.copytree(adapter_dir, tmp / "adapter")
+        for f in adapter_dir.iterdir():          # the prompt templates and the card
+            if f.suffix == ".json" and not f.name.startswith("adapter_"):
+                shutil.copy2(f, tmp / f.name)
+        (tmp / "trainer_state.json").write_text(json.dumps(
+            {"step": entry["steps"], "loss": entry["final_loss"]}, indent=1), encoding="utf-8")
+        (tmp / SHIPPED_FROM).write_text(json.dumps(
+            {"adapter": str(adapter_dir), "built": manifest.get("built"),
+             "inputs_sha256": entry["inputs_sha256"]}, indent=1), encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(tmp)             # made here
+        raise
     return install_final(tmp, final)
 
 

@@ -177,28 +177,31 @@ class TemplateMismatch(ValueError):
 
 
 def _export_final(ckpt_dir: Path, out: Path) -> Path:
-    """<out>/final from a checkpoint's model/: written to final.tmp, then renamed into place."""
-    final, tmp = out / "final", out / "final.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(ckpt_dir / "model", tmp)
-    (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
-                                  encoding="utf-8")
-    return install_final(tmp, final)
+    """<out>/final from a checkpoint's model/: written beside, then swapped in whole."""
+    from peer_rl.data.out_paths import new_dir
+
+    tmp = new_dir(out, "final")
+    try:
+        shutil.copytree(ckpt_dir / "model", tmp, dirs_exist_ok=True)
+        (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
+                                      encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(tmp)             # made here
+        raise
+    return install_final(tmp, out / "final")
 
 
 def install_final(tmp: Path, final: Path) -> Path:
-    """`tmp`, written whole, becomes the stage's `final`: fsynced, then swapped in by renames
-    (an earlier final is moved aside first, so a reader never meets half of either)."""
-    from peer_rl.runtime import fsync_tree
+    """`tmp` (a directory made beside `final`: peer_rl.data.out_paths.new_dir), written whole,
+    becomes the stage's `final`: fsynced, then swapped in (replace_dir), so a reader never
+    meets half of either."""
+    from peer_rl.data.out_paths import replace_dir
 
-    old = final.with_name(final.name + ".old")
-    fsync_tree(tmp)                 # on disk before the rename makes it the stage's final/
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
+    try:
+        return replace_dir(tmp, final)
+    finally:
+        if tmp.exists():               # made here, never swapped in
+            shutil.rmtree(tmp)
 
 
 @dataclass

@@ -56,7 +56,9 @@ def overlap(inner: list[dict], outer: dict) -> float:
 
 
 def append_spans(path: Path, spans: list[dict]) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
+    from peer_rl.data.out_paths import open_append
+
+    with open_append(path) as fh:
         for s in spans:
             fh.write(json.dumps(s) + "\n")
 
@@ -66,7 +68,7 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
     """One row per stage, one bar per span, for the last `last_steps` steps (labelled by step)."""
     if not spans_path.exists():
         return None
-    from peer_rl.data.out_paths import DamagedFile, read_jsonl
+    from peer_rl.data.out_paths import DamagedFile, read_jsonl, save_figure
 
     try:                                  # a torn last line (a crash mid-append) is left out
         spans = read_jsonl(spans_path)[0]
@@ -94,6 +96,6 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
     ax.set_xlabel("seconds (bars labelled with their step)")
     ax.set_title(title or "stages per step")
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
+    save_figure(fig, out_path)
     plt.close(fig)
     return out_path

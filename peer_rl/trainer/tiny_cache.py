@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import io
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -275,20 +274,18 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
 
 
 def swap_in(staging: Path, out_dir: Path, manifest: dict, built_by: str) -> None:
-    """`staging` with its manifest becomes `out_dir`: copied beside it, then swapped in by
-    renames, so a reader never meets a half-written copy."""
-    from peer_rl.data.out_paths import mark_dir
+    """`staging` with its manifest becomes `out_dir`: copied into a directory made beside it,
+    then swapped in (peer_rl.data.out_paths.replace_dir), so a reader never meets a
+    half-written copy; files of the earlier `out_dir` that the build did not write stay."""
+    from peer_rl.data.out_paths import new_dir, replace_dir
 
     for name, entry in manifest["models"].items():
         entry["files"] = file_digests(staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    mark_dir(staging, built_by)     # what a later build may replace
-    new, old = (out_dir.with_name(out_dir.name + suffix) for suffix in (".new", ".old"))
-    for leftover in (new, old):
-        shutil.rmtree(leftover, ignore_errors=True)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(staging, new)
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    os.replace(new, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    new = new_dir(out_dir.parent, out_dir.name)
+    try:
+        shutil.copytree(staging, new, dirs_exist_ok=True)
+        replace_dir(new, out_dir, built_by)    # marked: what a later build may replace
+    finally:
+        if new.exists():                       # made here, never swapped in
+            shutil.rmtree(new)

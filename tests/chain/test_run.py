@@ -142,6 +142,26 @@ def test_a_torn_json_mark_is_not_done_and_is_kept_aside(tmp_path, capsys):
     assert stage_done(tmp_path / "log.txt") is True
 
 
+def test_a_dry_run_writes_nothing_and_a_kept_copy_is_never_replaced(tmp_path, capsys):
+    """Issue 58.5: `chain --dry-run` moved a damaged done-file aside (a dry run wrote), and a
+    second damaged mark replaced the first kept copy. Now a dry run only says what a run would
+    do, and each damaged mark is kept under a name of its own."""
+    chain = _chain(tmp_path, '  - {name: s, run: "models list", done: "${out}/s.json"}\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "s.json").write_text('{"cut off')
+    before = sorted((p.name, p.read_bytes()) for p in out.iterdir())
+    for _ in range(2):
+        assert main(["chain", chain, "--dry-run"]) == 0
+        assert sorted((p.name, p.read_bytes()) for p in out.iterdir()) == before
+    assert "a run would move it aside" in capsys.readouterr().out
+    assert stage_done(out / "s.json") is False                 # a run: kept aside
+    (out / "s.json").write_text('{"cut off again')
+    assert stage_done(out / "s.json") is False
+    assert (out / "s.json.damaged").read_text() == '{"cut off'
+    assert (out / "s.json.damaged.1").read_text() == '{"cut off again'
+
+
 def test_the_report_names_a_damaged_file_instead_of_a_traceback(tmp_path, capsys):
     chain = _chain(tmp_path, "  []\n")
     out = tmp_path / "out"

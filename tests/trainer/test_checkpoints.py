@@ -29,6 +29,17 @@ def test_keep_zero_deletes_nothing(tmp_path):
     assert len(list((tmp_path / "checkpoints").iterdir())) == 3
 
 
+def test_pruning_never_deletes_a_checkpoint_later_than_the_one_just_saved(tmp_path):
+    """Issue 58.7: pruning after saving step 4 must not count a later step_6 / step_8 (another
+    timeline's, had one been left there) as newer than step 4 and delete step 4 itself."""
+    for step in (2, 4, 6, 8):
+        _ckpt(tmp_path, f"step_{step}")
+    gone = prune_checkpoints(tmp_path, keep=1, upto=4)
+    assert [p.name for p in gone] == ["step_2"]
+    left = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert left == ["step_4", "step_6", "step_8"]
+
+
 def test_shards_the_controller_cannot_see_are_named(tmp_path):
     """Issue 24.4: a rank's shards on another node's disk (or cut short) must stop the
     checkpoint before its state file marks it complete."""
