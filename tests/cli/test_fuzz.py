@@ -409,7 +409,8 @@ def test_to_verl_on_a_full_disk_keeps_the_earlier_manifest(tmp_path, capsys, mon
     real_fsync = os.fsync
 
     def fsync(fd):
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("to-verl.json.tmp"):
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(".to-verl.json.") and name.endswith(".tmp"):   # its temporary file
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 
