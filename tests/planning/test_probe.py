@@ -65,12 +65,12 @@ def test_the_probe_places_what_the_plan_says(gpu_cluster, recipe, sizes):
         assert len(ranks) == 1               # packed: the policy's ranks share a node
 
 
-@pytest.mark.parametrize("recipe, extra", [("peer", []), ("peer_rur", []),
+@pytest.mark.parametrize("recipe, extra", [("peer_rur", []),
                                            ("escrag_r1", ["actor.world_size=8"])])
 def test_a_recipe_too_big_for_the_cluster_is_refused_by_plan_and_by_ray(gpu_cluster, recipe,
                                                                          extra):
-    """peer and peer_rur as shipped ask for 14 GPUs, escrag_r1 with 8 policy ranks for 10; the
-    cluster has 8."""
+    """peer_rur as shipped asks for 14 GPUs (peer's GPU pools are the same: it is not probed
+    again), escrag_r1 with 8 policy ranks for 10; the cluster has 8."""
     proc = _plan(gpu_cluster, f"recipe={recipe}", *SHAPES, *extra)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     refused = proc.stdout.split("\nrefused:\n")[1]
