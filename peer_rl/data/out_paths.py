@@ -285,7 +285,9 @@ def lock_dir(directory: str | Path, what: str = "directory"):
 # ------------------------------------------------------------------------- new names
 def _unique(directory: Path, name: str, suffix: str, make):
     """`make(path)` on `.<name>.<random><suffix>` in `directory` until it creates a new one
-    (it must fail with FileExistsError on a name that exists)."""
+    (it must fail with FileExistsError on a name that exists). Not tempfile.mkstemp/mkdtemp:
+    they make 0600/0700 entries, and a written file must keep the umask's permissions, as the
+    file it replaces would (fixing them afterwards means reading the umask, which is racy)."""
     stem = name[:180]                   # room for the rest within a file name's 255 bytes
     for _ in range(100):
         path = directory / f".{stem}.{secrets.token_hex(4)}{suffix}"

