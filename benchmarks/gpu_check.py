@@ -12,19 +12,19 @@ its output goes to DIR/<part>.log. A part that fails or times out leaves the oth
 At the end one table; the exit status is 0 when every part is ok.
 
 vl_policy (a, 150 s): the shipped tiny vision-language policy (peer_rl/bundled/models/tiny/policy,
-    Qwen2.5-VL-shaped) in workers.policy.PolicyWorker on rows with two face frames each and
+    Qwen2.5-VL-shaped) in peer_rl.workers.policy.PolicyWorker on rows with two face frames each and
     text-only rows. float32: packed rows (actor.use_remove_padding, the default) against
     right-padded ones (a worker with it off), max |diff| <= 1e-4; other frames change their
     rows' log-probs and no other row's. bfloat16 compute over float32 master weights: the
     log-probs against float32 (mean |diff| <= 0.05), then one update step: a finite, non-zero
     gradient norm, no skipped step, and the log-probs move.
-lora (b, 150 s): the same policy with LoRA r=8 on every linear layer (workers.lora), float32:
+lora (b, 150 s): the same policy with LoRA r=8 on every linear layer (peer_rl.workers.lora), float32:
     only adapters train, as many as the planner counts (peer_rl.planning.memory.lora_params);
     the policy equals its reference before the update (B = 0) and the reference stays put
     after it while the policy moves; the base weights are unchanged; export_hf's merged weights
     and its PEFT adapter/ (over the base) give the worker's log-probs again in a plain
     transformers forward (max |diff| <= 1e-4).
-weight_sync (c, 120 s): workers.weight_sync's bucket packing on device tensors, byte for byte:
+weight_sync (c, 120 s): peer_rl.workers.weight_sync's bucket packing on device tensors, byte for byte:
     send() packs into a recording group, receive() unpacks the same buckets, and every tensor
     comes back equal to its source cast to the sync dtype (mixed dtypes, odd sizes, a 0-d
     tensor, a Qwen2.5-7B decoder layer on the GPU; a tensor larger than the bucket); then the
@@ -102,7 +102,7 @@ def _tiny_policy() -> str:
 
 def _worker(model: str, smoke: bool, settings, lora=None):
     """One policy rank (world size 1) on this machine's device: NCCL on the GPU, gloo on CPU."""
-    from workers.policy import PolicyWorker
+    from peer_rl.workers.policy import PolicyWorker
 
     return PolicyWorker(0, 1, "127.0.0.1", _port(), model, settings,
                         backend="gloo" if smoke else "nccl", lora_settings=lora)
@@ -123,10 +123,10 @@ def vl_batch(model: str):
     import numpy as np
     from transformers import AutoTokenizer
 
-    from peer_rl.multimodal import attach_images
+    from peer_rl.prompts.multimodal import attach_images
     from peer_rl.protocol import UpdateBatch
     from peer_rl.supervised.examples import expand_image_tokens
-    from workers.vision import VisionInputs
+    from peer_rl.workers.vision import VisionInputs
 
     tok = AutoTokenizer.from_pretrained(model)
     vision = VisionInputs(model)
@@ -176,7 +176,7 @@ def _peak_gib(device) -> float:
     """The device's peak allocated memory (GPU), else the process's peak RSS, in GiB."""
     import torch
 
-    from peer_rl.runtime import peak_rss_bytes
+    from peer_rl.tracking.metrics import peak_rss_bytes
 
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
@@ -189,9 +189,9 @@ def part_vl_policy(smoke: bool, args, figures: dict, checks: dict) -> None:
 
     import numpy as np
 
-    from peer_rl.kv_cache import read_config
-    from peer_rl.precision import cpu_has_bf16
-    from peer_rl.worker_settings import PolicySettings
+    from peer_rl.compute.kv_cache import read_config
+    from peer_rl.compute.precision import cpu_has_bf16
+    from peer_rl.config.worker_settings import PolicySettings
 
     model = _tiny_policy()
     batch = vl_batch(model)
@@ -245,7 +245,7 @@ def hf_log_probs(model, batch, model_path: str, device):
     oracle: no packing, no chunked head, no FSDP)."""
     import torch
 
-    from workers.vision import VisionInputs
+    from peer_rl.workers.vision import VisionInputs
 
     ids = torch.as_tensor(batch.input_ids)
     attn = torch.as_tensor(batch.attention_mask)
@@ -264,10 +264,10 @@ def part_lora(smoke: bool, args, figures: dict, checks: dict) -> None:
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
 
-    from peer_rl.kv_cache import read_config
+    from peer_rl.compute.kv_cache import read_config
     from peer_rl.planning.memory import lora_params
-    from peer_rl.worker_settings import LoRASettings, PolicySettings
-    from workers import fsdp
+    from peer_rl.config.worker_settings import LoRASettings, PolicySettings
+    from peer_rl.workers import fsdp
 
     model = _tiny_policy()
     batch = vl_batch(model)
@@ -359,7 +359,7 @@ def round_trip(tensors, metas, bucket_bytes: int, device) -> dict:
     copy of each bucket), "unpack_s"}."""
     import torch
 
-    from workers import weight_sync
+    from peer_rl.workers import weight_sync
 
     tensors = list(tensors)
     rec = Recorder()
@@ -414,8 +414,8 @@ def _layer_tensors(shape: dict, device) -> dict:
 def part_weight_sync(smoke: bool, args, figures: dict, checks: dict) -> None:
     import torch
 
-    from peer_rl.worker_settings import PolicySettings
-    from workers.weight_sync import TensorMeta, receive
+    from peer_rl.config.worker_settings import PolicySettings
+    from peer_rl.workers.weight_sync import TensorMeta, receive
 
     device = torch.device("cpu") if smoke else torch.device("cuda", 0)
     # the packing itself: a 7B decoder layer (smoke: a tiny one) in mixed dtypes
@@ -466,7 +466,7 @@ def memory_settings(tokens: int, seq: int, dtype: str):
     planner reads (the same fields plus the group's world size)."""
     from types import SimpleNamespace
 
-    from peer_rl.worker_settings import PolicySettings
+    from peer_rl.config.worker_settings import PolicySettings
 
     rows = max(1, tokens // seq)
     s = PolicySettings(lr=1e-6, dtype=dtype, ppo_mini_batch_size=rows, ppo_micro_batch_size=rows,
@@ -480,7 +480,7 @@ def fit_layers(shape: dict, actor, budget_bytes: float, gpu_gib: float, device):
     estimate is within `budget_bytes`; (0, None) if not even one is."""
     from peer_rl.planning.memory import policy_rank
     from peer_rl.planning.shapes import text_params
-    from peer_rl.worker_settings import LoRASettings
+    from peer_rl.config.worker_settings import LoRASettings
 
     best = (0, None)
     for layers in range(1, shape["num_hidden_layers"] + 1):
@@ -499,7 +499,7 @@ def part_memory(smoke: bool, args, figures: dict, checks: dict) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from peer_rl.activation_memory import GiB
+    from peer_rl.compute.activation_memory import GiB
     from peer_rl.planning import memory
     from peer_rl.protocol import UpdateBatch
 
@@ -630,8 +630,8 @@ def _preload() -> None:
     import transformers  # noqa: F401
     from transformers import AutoProcessor, Qwen2ForCausalLM  # noqa: F401
 
-    import workers.policy  # noqa: F401
-    import workers.vision  # noqa: F401
+    import peer_rl.workers.policy  # noqa: F401
+    import peer_rl.workers.vision  # noqa: F401
 
 
 def _summary(rec: dict) -> str:

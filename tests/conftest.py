@@ -97,7 +97,7 @@ def verl_setup_result(timeout: float = 1800) -> tuple[int, str]:
     return code, _verl_setup["log"].read_text(encoding="utf-8")
 
 
-TRAINER = ["peer_rl.trainer.supervised", "peer_rl.supervised.config"]   # train-rm's closure
+TRAINER = ["peer_rl.trainer.supervised_run", "peer_rl.supervised.config"]   # train-rm's closure
 
 
 def _train_rm(args: list[str], out, timeout: int = 900) -> None:

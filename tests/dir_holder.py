@@ -1,5 +1,5 @@
 """Another process writing a directory, as a second run would meet it: its output marker and an
-exclusive flock on <dir>/.lock holding its pid (peer_rl.data.out_paths.lock_dir)."""
+exclusive flock on <dir>/.lock holding its pid (peer_rl.files.out_paths.lock_dir)."""
 from __future__ import annotations
 
 import subprocess

@@ -1,7 +1,7 @@
 """Trained tiny fixtures kept between test sessions, keyed by the source that makes them.
 
 A fixture's key hashes the files of its builder's import closure inside this repository (every
-`peer_rl` / `workers` module reachable from the entry modules, imports inside functions
+`peer_rl` module (peer_rl.workers included) reachable from the entry modules, imports inside functions
 included), the recipes, the bundled data and the installed torch / transformers / vllm
 versions: any change to what could change the fixture builds it again. Entries live under
 $PEER_RL_TEST_CACHE (default: $XDG_CACHE_HOME/peer-rl/test-fixtures); PEER_RL_TEST_CACHE=off
@@ -19,12 +19,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_PACKAGES = ("peer_rl", "workers")
+_FOLDERS = ("workers", "recipes")      # peer_rl.workers, peer_rl.recipes: top-level folders
 _DONE = ".fixture-complete"
 
 
 def _module_file(name: str) -> Path | None:
-    base = ROOT.joinpath(*name.split("."))
+    parts = name.split(".")
+    if len(parts) > 1 and parts[1] in _FOLDERS:
+        parts = parts[1:]
+    base = ROOT.joinpath(*parts)
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             return path
@@ -40,7 +43,7 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             out.add(node.module)
             out |= {f"{node.module}.{a.name}" for a in node.names}
-    return {m for m in out if m.split(".")[0] in _PACKAGES}
+    return {m for m in out if m.split(".")[0] == "peer_rl"}
 
 
 def import_closure(entries: list[str]) -> list[Path]:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from peer_rl.cli import main
-from peer_rl.config import ConfigError, load_config
+from peer_rl.config.schema import ConfigError, load_config
 
 
 def test_a_recipe_with_a_yaml_syntax_error_names_the_file_and_line(tmp_path, capsys):

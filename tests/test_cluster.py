@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import ray
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 
 from cluster_util import CLUSTER, REPO, started_cluster
 # Loopback addresses, but not 127.0.0.1: `ray start` rewrites 127.0.0.1 / localhost (in --address
@@ -40,7 +40,7 @@ def _load(name: str):
 
 
 def _demand(cfg) -> dict[str, float]:
-    """CPUs and GPUs the placement groups of a resolved config ask for (peer_rl/trainer/placement.py)."""
+    """CPUs and GPUs the placement groups of a resolved config ask for (peer_rl/trainer/resource_pools.py)."""
     sizes = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
              "actor": cfg.actor.world_size}
     if cfg.algorithm.rur.enable:
@@ -77,7 +77,7 @@ def test_runtime_env_upload_holds_the_code_and_excludes_venv_git_outputs(tmp_pat
     pkg = tmp_path / "pkg.zip"
     create_package(str(REPO), pkg, include_gitignore=True, excludes=env["excludes"])
     names = set(zipfile.ZipFile(pkg).namelist())
-    for need in ("peer_rl/cli/__init__.py", "peer_rl/trainer/placement.py", "workers/rollout.py",
+    for need in ("peer_rl/cli/__init__.py", "peer_rl/trainer/resource_pools.py", "workers/rollout.py",
                  "recipes/tiny.yaml", "recipes/peer_rur.yaml",
                  "peer_rl/bundled/data/grpo/textual.jsonl",
                  "cluster/runtime_env.yaml"):

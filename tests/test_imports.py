@@ -14,12 +14,12 @@ FILES = sorted(p for d in ("peer_rl", "workers") for p in (ROOT / d).rglob("*.py
 def _targets(path: Path):
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level \
-                and node.module.split(".")[0] in ("peer_rl", "workers"):
+                and node.module.split(".")[0] == "peer_rl":
             for alias in node.names:
                 yield node.lineno, node.module, alias.name
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in ("peer_rl", "workers"):
+                if alias.name.split(".")[0] == "peer_rl":
                     yield node.lineno, alias.name, None
 
 

@@ -101,7 +101,7 @@ def test_grpo_can_take_the_pair_as_its_reward(pair, tiny_models, tmp_path):
     assert 0 <= m["judge/inconsistency_rate"] <= 1
     import numpy as np
 
-    from peer_rl.reasoning import format_complete
+    from peer_rl.prompts.reasoning import format_complete
 
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 16

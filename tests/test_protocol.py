@@ -47,11 +47,11 @@ def test_shard_is_contiguous_near_equal_and_keeps_order():
 def test_each_pool_method_the_methods_call_declares_its_dispatch():
     """The table in peer_rl.protocol's docstring, held against the worker classes."""
     from peer_rl.protocol import Dispatch, dispatch_of
-    from workers.redundancy import RedundancyWorker
-    from workers.retrieval import RetrievalWorker
-    from workers.rollout import RolloutWorker
-    from workers.scalar_reward import ScalarRewardWorker
-    from workers.unifireward import PairRewardWorker, UnifiRewardWorker
+    from peer_rl.workers.redundancy import RedundancyWorker
+    from peer_rl.workers.retrieval import RetrievalWorker
+    from peer_rl.workers.rollout import RolloutWorker
+    from peer_rl.workers.scalar_reward import ScalarRewardWorker
+    from peer_rl.workers.unifireward import PairRewardWorker, UnifiRewardWorker
 
     declared = {(c.__name__, m): dispatch_of(c, m) for c, m in (
         (RolloutWorker, "generate"), (UnifiRewardWorker, "score"), (UnifiRewardWorker, "chat"),
@@ -68,7 +68,7 @@ def test_every_policy_call_the_trainer_makes_goes_to_all_ranks_and_nothing_else_
     before any rank is asked."""
     from peer_rl.protocol import Dispatch, dispatch_of
     from peer_rl.trainer.worker_group import PolicyGroup
-    from workers.policy import PolicyWorker
+    from peer_rl.workers.policy import PolicyWorker
 
     for method in ("update", "compute_log_prob", "save_checkpoint", "load_checkpoint",
                    "export_hf", "health", "weight_metas", "host_weight_sync",

@@ -5,8 +5,8 @@ import stat
 
 import pytest
 
-from peer_rl.config import load_config, save_config
-from peer_rl.credentials import check_key_transport, key_variable, redact_text
+from peer_rl.config.schema import load_config, save_config
+from peer_rl.config.credentials import check_key_transport, key_variable, redact_text
 from peer_rl.evaluation.endpoints import EndpointError
 from peer_rl.evaluation.store import RunStore
 
@@ -68,7 +68,7 @@ def test_run_stores_are_private_to_the_user(tmp_path):
 
 
 def test_chat_prints_no_terminal_control_from_the_model():
-    from peer_rl.chat import printable
+    from peer_rl.evaluation.chat import printable
 
     text = "ok\x1b[2J\x1b]0;title\x07 done\x1b[31m!\x1b[0m\ttab\nnext\x9b"
     assert printable(text) == "ok done!\ttab\nnext"

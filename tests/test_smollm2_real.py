@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from peer_rl.models.pinned import extract_gguf, fetch, read_card, wheel_path
-from peer_rl.worker_settings import EngineSettings
+from peer_rl.config.worker_settings import EngineSettings
 
 NAME = "smollm2-135m-instruct"
 PROMPTS = ["I lost my job today and I feel like a failure.",
@@ -38,7 +38,7 @@ def test_the_conversion_is_the_gguf_transformers_reads(smollm2, tmp_path):
 def test_vllm_decodes_it_greedily_as_transformers_does(smollm2):
     from vllm import SamplingParams
 
-    from workers.vllm_engine import make_llm
+    from peer_rl.workers.vllm_engine import make_llm
 
     tok = AutoTokenizer.from_pretrained(smollm2)
     model = AutoModelForCausalLM.from_pretrained(smollm2).eval()

@@ -111,7 +111,7 @@ COMMANDS = [
     Cmd("judge-template fit", lambda o, w: ["judge-template", "fit", str(w / "root"),
                                             "--out", o], "root", output="file"),
     Cmd("index build", lambda o, w: ["index", "build", str(w / "root"), "--out", o], "root",
-        work="peer_rl.encoders:load_embedding_model", stand_in=_encoder),
+        work="peer_rl.models.encoders:load_embedding_model", stand_in=_encoder),
     Cmd("models build-tiny", lambda o, w: ["models", "build-tiny", "--out", o], "",
         work="peer_rl.trainer.tiny_cache:build_shipped_tiny_models",
         stand_in=_fake_build("models build-tiny")),
@@ -154,10 +154,10 @@ COMMANDS = [
     Cmd("train", lambda o, w: ["train", f"trainer.output_dir={o}", f"data.root={w / 'root'}"],
         "root", force=False, work="peer_rl.trainer.run:load_prompts", locks=True),
     Cmd("sft", lambda o, w: ["sft", f"trainer.output_dir={o}", f"data.root={w / 'root'}"],
-        "root", force=False, work="peer_rl.trainer.supervised:plan_stage", locks=True),
+        "root", force=False, work="peer_rl.trainer.supervised_run:plan_stage", locks=True),
     Cmd("train-rm", lambda o, w: ["train-rm", f"trainer.output_dir={o}",
                                   f"data.root={w / 'root'}"], "root", force=False,
-        work="peer_rl.trainer.supervised:plan_stage", locks=True),
+        work="peer_rl.trainer.supervised_run:plan_stage", locks=True),
 ]
 # write nothing, or only the pinned-model cache (never a path from the command line); of the
 # benchmarks (their own parsers), `bench trl --json FILE` writes and is in the table
@@ -380,7 +380,7 @@ def test_index_build_force_keeps_their_old_copy_and_their_files(tmp_path, monkey
     """Issue 58.3, as found: `index build --force` deleted the user's OUT.old (a copy of the
     index kept by hand) and files it did not write inside its own earlier output, where
     `data sample --force` keeps them. Both keep them now."""
-    monkeypatch.setattr("peer_rl.encoders.load_embedding_model", _encoder)
+    monkeypatch.setattr("peer_rl.models.encoders.load_embedding_model", _encoder)
     w = _world(tmp_path, sample)
     idx = w / "idx"
     build = ["index", "build", str(w / "root"), "--out", str(idx)]

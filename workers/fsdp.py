@@ -1,5 +1,5 @@
 """FSDP2 plumbing shared by the GRPO policy group (workers/policy.py) and the supervised trainer
-(workers/supervised_trainer.py): loading a checkpoint by architecture (read by rank 0 alone and
+(workers/supervised.py): loading a checkpoint by architecture (read by rank 0 alone and
 broadcast into the other ranks' shards), freezing the vision tower, sharding, full state dicts in
 HF names, optimizer shards, and the non-finite-step guard.
 
@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from peer_rl.multimodal import is_vision_language
+from peer_rl.prompts.multimodal import is_vision_language
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
 FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -185,7 +185,7 @@ def tied_duplicates(model) -> dict[str, str]:
 
 
 def mixed_precision(dtype: str) -> MixedPrecisionPolicy:
-    """Compute in `dtype` (a resolved peer_rl.precision dtype): bfloat16 casts each unit's
+    """Compute in `dtype` (a resolved peer_rl.compute.precision dtype): bfloat16 casts each unit's
     gathered parameters for its forward and backward, while the sharded master weights, the
     optimizer and the gradient reduction stay float32; float32 casts nothing."""
     if dtype == "bfloat16":
@@ -233,17 +233,17 @@ def checkpoint_layers(model) -> int:
 
 
 def logprob_head(model, chunk_tokens: int) -> dict:
-    """Route the output layer through peer_rl.token_logprobs while `ctx["labels"]` is set:
+    """Route the output layer through peer_rl.compute.token_logprobs while `ctx["labels"]` is set:
     the model's forward then returns, in place of logits, a (B, T, 2) tensor of token-aligned
     [log p(ids[t] | ids[:t]), entropy] (column 0 is 0), computed `chunk_tokens` positions at a
     time, so no full-vocabulary logits exist. The output layer's forward is replaced on the
     instance (as in checkpoint_layers), so names and state dicts stay; it runs inside the root
     module's forward, where FSDP2 holds the (tied) weight unsharded and reduces its gradient.
     Returns the context dict: `labels` (B, T-1), `temperature`, `entropy` (a mode of
-    peer_rl.token_logprobs); labels None gives plain logits."""
+    peer_rl.compute.token_logprobs); labels None gives plain logits."""
     import torch.nn.functional as F
 
-    from peer_rl.token_logprobs import chunked_logprobs
+    from peer_rl.compute.token_logprobs import chunked_logprobs
 
     head = model.get_output_embeddings()
     plain = head.forward

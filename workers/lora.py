@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from peer_rl.worker_settings import LoRASettings
-from workers import fsdp
+from peer_rl.config.worker_settings import LoRASettings
+from peer_rl.workers import fsdp
 
 ADAPTER = "default"           # PEFT's name for a model's one adapter
 KEY = "model.lora"            # the config section errors name
@@ -204,9 +204,9 @@ class Adapters(FullWeights):
         return self._config_text
 
     def _merged(self) -> bool:
-        from peer_rl.worker_settings import lora_merged
+        from peer_rl.config.worker_settings import lora_merged
 
-        from workers.devices import use_cuda
+        from peer_rl.workers.devices import use_cuda
 
         return lora_merged(self.settings, use_cuda())
 

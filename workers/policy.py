@@ -7,7 +7,7 @@ batch and shards it itself, so the controller just broadcasts one object referen
 Conventions
 - Batches are peer_rl.protocol.UpdateBatch: right-padded prompt + response rows, the response
   mask, advantages; optionally old and reference log-probs (recomputation skipped) and the
-  sampler's (async training). Settings are peer_rl.worker_settings.PolicySettings.
+  sampler's (async training). Settings are peer_rl.config.worker_settings.PolicySettings.
 - Log-probs are returned token-aligned, (N, T): column t is log p(input_ids[t] | input_ids[:t]),
   i.e. it comes from the logits at position t-1 (column 0 has no prediction and is 0; padding is
   0). This lines up with `response_mask` and with the sampler's per-token log-probs.
@@ -40,13 +40,14 @@ from peer_rl.algos import (
     kl_penalty,
     logprobs_from_logits,
 )
-from peer_rl import packing, precision
-from peer_rl.micro_batches import by_count, by_token_budget
-from peer_rl.runtime import fsync_tree, peak_rss_bytes
+from peer_rl.compute import packing, precision
+from peer_rl.compute.micro_batches import by_count, by_token_budget
+from peer_rl.files.durable import fsync_tree
+from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
-from peer_rl.worker_settings import LoRASettings, PolicySettings
+from peer_rl.config.worker_settings import LoRASettings, PolicySettings
 from peer_rl.models.local import on_this_node
-from workers import devices, fsdp, lora
+from peer_rl.workers import devices, fsdp, lora
 
 
 def _tensor(x, dtype=None) -> torch.Tensor:
@@ -58,7 +59,7 @@ def _tensor(x, dtype=None) -> torch.Tensor:
 class PolicyWorker:
     """FSDP2-sharded trainable policy plus a frozen FSDP2-sharded reference, on one rank; with
     model.lora.rank > 0 only LoRA adapters train and the reference is the policy with its
-    adapters off, no copy (workers.lora: what trains and where the reference comes from).
+    adapters off, no copy (peer_rl.workers.lora: what trains and where the reference comes from).
 
     The reference is sharded like the policy rather than kept as a full copy per rank: a full
     fp32 copy of an 8B model is 32 GB on every rank, sharding divides it by world_size, and it
@@ -79,7 +80,7 @@ class PolicyWorker:
         normalisation); 1 where the rows are not groups. `max_row_len`: the longest row a batch
         can hold (prompt + reply, the rollout's max_model_len; 0 = the token budget), which
         sizes a micro-batch for gradient_checkpointing=auto when there is no token budget.
-        `lora_settings`: model.lora (rank 0 or None = full weights; workers.lora)."""
+        `lora_settings`: model.lora (rank 0 or None = full weights; peer_rl.workers.lora)."""
         s = self.settings = settings or PolicySettings()
         self.rank, self.world_size = rank, world_size
         self.model_path = model_path = on_this_node(model_path)
@@ -98,7 +99,7 @@ class PolicyWorker:
             self.device = torch.device("cuda", local)
         else:
             self.device = torch.device("cpu")
-        from workers import weight_sync
+        from peer_rl.workers import weight_sync
 
         # the FSDP group's rendezvous, bound to the node's address (weight_sync.make_store)
         store = weight_sync.make_store(master_addr, master_port, world_size, rank,
@@ -115,7 +116,7 @@ class PolicyWorker:
         mp = fsdp.mixed_precision(self.dtype)
         self.vision = None
         if fsdp.is_vision_language(model_path):
-            from workers.vision import VisionInputs
+            from peer_rl.workers.vision import VisionInputs
 
             self.vision = VisionInputs(model_path)
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
@@ -162,15 +163,15 @@ class PolicyWorker:
 
     def _trained(self):
         """What the training forward computes in and what trains (activation estimates)."""
-        from peer_rl.activation_memory import trained_for
+        from peer_rl.compute.activation_memory import trained_for
 
         return trained_for(precision.BYTES[self.dtype], getattr(self.weights, "settings", None))
 
     def _fit_token_budget(self) -> tuple[int, str]:
         """actor.ppo_max_token_len_per_gpu, lowered under actor.micro_batch_activation_gib
-        (peer_rl.activation_memory.fitted_token_budget); the start-up line where it was."""
-        from peer_rl.activation_memory import GiB, fitted_token_budget, stored_activation_bytes
-        from peer_rl.kv_cache import read_config
+        (peer_rl.compute.activation_memory.fitted_token_budget); the start-up line where it was."""
+        from peer_rl.compute.activation_memory import GiB, fitted_token_budget, stored_activation_bytes
+        from peer_rl.compute.kv_cache import read_config
 
         s = self.settings
         budget = s.ppo_max_token_len_per_gpu
@@ -191,13 +192,13 @@ class PolicyWorker:
     def _choose_recomputation(self, max_row_len: int) -> tuple[bool, str]:
         """actor.gradient_checkpointing: true / false as set; auto from the estimated activations
         of a forward at the token budget against this node's free memory over its ranks, read
-        now that both models are loaded (peer_rl.activation_memory). One answer for all ranks:
+        now that both models are loaded (peer_rl.compute.activation_memory). One answer for all ranks:
         recomputation wherever any rank needs it."""
         import psutil
 
-        from peer_rl.activation_memory import (choose_recomputation, stored_activation_bytes,
+        from peer_rl.compute.activation_memory import (choose_recomputation, stored_activation_bytes,
                                                training_state_bytes)
-        from peer_rl.kv_cache import max_positions, read_config
+        from peer_rl.compute.kv_cache import max_positions, read_config
 
         s = self.settings
         config = read_config(self.model_path)
@@ -229,7 +230,7 @@ class PolicyWorker:
         return {"on": self.recompute, "dtype": self.dtype, "line": self.recompute_line}
 
     def _vision_kwargs(self, ids: torch.Tensor, images, rows: torch.Tensor) -> dict:
-        """pixel values, grids and image-token types of `rows` (workers.vision); {} if none."""
+        """pixel values, grids and image-token types of `rows` (peer_rl.workers.vision); {} if none."""
         if self.vision is None or images is None:
             return {}
         kw = self.vision(ids, [list(images[int(i)]) for i in rows])
@@ -239,7 +240,7 @@ class PolicyWorker:
                     vision: dict | None = None):
         """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T),
         with a gradient only when actor.entropy_coeff is set (else a metric).
-        actor.use_remove_padding: the rows run packed into one (peer_rl.packing), no padding."""
+        actor.use_remove_padding: the rows run packed into one (peer_rl.compute.packing), no padding."""
         vision = vision or {}
         if not self.settings.use_remove_padding:
             return self._aligned_logp(model, dict(input_ids=ids, attention_mask=attn, **vision),
@@ -540,10 +541,10 @@ class PolicyWorker:
                          timeout_s: float = 300.0) -> tuple[str, int] | None:
         """Rank 0: open the rendezvous of a new weight-sync group of `world_size` members (this
         rank and every engine worker) and return its address; others None. The group forms in
-        `join_weight_sync` (workers.weight_sync); a new one replaces the previous one, which is
+        `join_weight_sync` (peer_rl.workers.weight_sync); a new one replaces the previous one, which is
         aborted first (under NCCL a bucket of a failed sync may still be queued on it).
         `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
-        from workers import weight_sync
+        from peer_rl.workers import weight_sync
 
         if self.rank != 0:
             return None
@@ -559,7 +560,7 @@ class PolicyWorker:
         """Rank 0 joins the group hosted by `host_weight_sync` as its rank 0 (returns once the
         engines have joined too). Other ranks take no part in the group: they only help gather
         in `send_weights`."""
-        from workers import weight_sync
+        from peer_rl.workers import weight_sync
 
         if self.rank == 0:
             self._sync_group = weight_sync.open_group(self._sync_store, 0, self._sync_world,
@@ -570,7 +571,7 @@ class PolicyWorker:
         """Broadcast the current weights to the engines, bucket by bucket. Collective: every
         rank gathers each FSDP-sharded tensor in turn (one at a time, so no rank holds the full
         model); rank 0 sends. Returns {"bytes", "seconds"} (rank 0's)."""
-        from workers import weight_sync
+        from peer_rl.workers import weight_sync
 
         t0 = time.perf_counter()
         tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
@@ -604,7 +605,7 @@ class PolicyWorker:
     @dispatch(Dispatch.ALL)
     def save_checkpoint(self, directory: str, hf_model: bool = True) -> None:
         """dcp/ (every rank writes its slices of the weights and AdamW state in parallel;
-        workers.fsdp.save_sharded; LoRA: the adapters and their AdamW state only) and, with `hf_model`, model/ (rank 0, HF format, fp32 master
+        peer_rl.workers.fsdp.save_sharded; LoRA: the adapters and their AdamW state only) and, with `hf_model`, model/ (rank 0, HF format, fp32 master
         weights: what vLLM, `peer-rl eval` and from_pretrained read; it costs one full gather).
         Collective."""
         d = Path(directory)

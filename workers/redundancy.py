@@ -3,7 +3,7 @@
 A plain class; the placement layer makes it a Ray actor. The replies of a step and the history
 utterances not seen before are encoded in one batched call; history embeddings are kept (by
 text, least recently used dropped first), so a prompt's history is encoded once, not again for
-each of its G replies or in later epochs. Similarities are matrix products (peer_rl.rewards).
+each of its G replies or in later epochs. Similarities are matrix products (peer_rl.algos.rewards).
 """
 from __future__ import annotations
 
@@ -13,17 +13,11 @@ from collections import OrderedDict
 import numpy as np
 
 from peer_rl.protocol import Dispatch, Similarities, dispatch
-from peer_rl.rewards import (
-    count_words,
-    group_similarity,
-    history_similarity,
-    length_coefficient,
-    rur_reweight,
-)
-from peer_rl.encoders import load_embedding_model
-from peer_rl.runtime import peak_rss_bytes
-from peer_rl.worker_settings import RedundancySettings
-from workers import devices
+from peer_rl.algos.rewards import count_words, group_similarity, history_similarity, length_coefficient, rur_reweight
+from peer_rl.models.encoders import load_embedding_model
+from peer_rl.tracking.metrics import peak_rss_bytes
+from peer_rl.config.worker_settings import RedundancySettings
+from peer_rl.workers import devices
 
 class RedundancyWorker:
     def __init__(self, settings: RedundancySettings | None = None, device: str | None = None,

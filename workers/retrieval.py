@@ -12,9 +12,9 @@ import time
 
 from peer_rl.protocol import Dispatch, RetrievalHits, RetrievalQuery, dispatch
 from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
-from peer_rl.runtime import peak_rss_bytes
-from peer_rl.encoders import load_embedding_model
-from workers import devices
+from peer_rl.tracking.metrics import peak_rss_bytes
+from peer_rl.models.encoders import load_embedding_model
+from peer_rl.workers import devices
 
 
 class RetrievalWorker:

@@ -1,5 +1,5 @@
 """Rollout worker: G samples per prompt from a vLLM engine, with in-place weight sync over a
-collective (workers.weight_sync).
+collective (peer_rl.workers.weight_sync).
 
 A plain class (no Ray import): the placement layer wraps it with `ray.remote`, tests use it
 in-process.
@@ -13,12 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from peer_rl.multimodal import attach_images, for_vllm, strip_tags
+from peer_rl.prompts.multimodal import attach_images, for_vllm, strip_tags
 from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
-from peer_rl.runtime import peak_rss_bytes
-from peer_rl.worker_settings import RolloutSettings
+from peer_rl.tracking.metrics import peak_rss_bytes
+from peer_rl.config.worker_settings import RolloutSettings
 from peer_rl.models.local import on_this_node
-from workers.vllm_engine import engine_dtype, lora_engine_args, make_llm, on_cpu
+from peer_rl.workers.vllm_engine import engine_dtype, lora_engine_args, make_llm, on_cpu
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class RolloutWorker:
     """Generates with the policy's chat template; images go to multimodal models only.
 
     Images: a vision-language model gets each prompt's images where its `<image>` tags stand,
-    or before the text of its last user turn (peer_rl.multimodal), as loaded PIL images; vLLM's
+    or before the text of its last user turn (peer_rl.prompts.multimodal), as loaded PIL images; vLLM's
     processor expands them into image tokens, which the returned prompt ids hold. A text-only
     model gets the words alone (tags dropped), with a one-time warning: the controller allows
     that only when the recipe opts in (data.visual_rows_as_text).
@@ -123,7 +123,7 @@ class RolloutWorker:
     def join_weight_sync(self, addr: str, port: int, rank_offset: int, world_size: int,
                          metas: list, bucket_bytes: int, adapter_config: str | None = None,
                          timeout_s: float = 300.0) -> list[int]:
-        """Every worker of this engine joins the policy's weight-sync group (workers.weight_sync)
+        """Every worker of this engine joins the policy's weight-sync group (peer_rl.workers.weight_sync)
         as ranks rank_offset.. (one per tensor-parallel worker); returns their ranks.
         `adapter_config`: the policy sends its LoRA adapter alone (adapter_config.json's text).
         `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
@@ -181,7 +181,7 @@ class RolloutWorker:
         `images` (per sequence) for sequences whose ids hold expanded image tokens."""
         from vllm import SamplingParams
 
-        from peer_rl.multimodal import open_image
+        from peer_rl.prompts.multimodal import open_image
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         prompts = []

@@ -14,10 +14,10 @@ import time
 from peer_rl.protocol import Dispatch, ScalarItem, dispatch
 from peer_rl.supervised.bradley_terry import rm_messages
 from peer_rl.prompts.quoting import tokenizer_specials
-from peer_rl.runtime import peak_rss_bytes
-from peer_rl.worker_settings import JudgeSettings
+from peer_rl.tracking.metrics import peak_rss_bytes
+from peer_rl.config.worker_settings import JudgeSettings
 from peer_rl.models.local import on_this_node
-from workers.vllm_engine import engine_dtype, make_llm, on_cpu
+from peer_rl.workers.vllm_engine import engine_dtype, make_llm, on_cpu
 
 
 class ScalarRewardWorker:

@@ -17,12 +17,12 @@ from dataclasses import replace
 
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.judge_rounds import JudgeRounds, answer_all, judge_result
-from peer_rl.multimodal import attach_images, for_vllm
+from peer_rl.prompts.multimodal import attach_images, for_vllm
 from peer_rl.protocol import Dispatch, dispatch, JudgeItem, JudgeResult
-from peer_rl.runtime import peak_rss_bytes
-from peer_rl.worker_settings import JudgeSettings
+from peer_rl.tracking.metrics import peak_rss_bytes
+from peer_rl.config.worker_settings import JudgeSettings
 from peer_rl.models.local import on_this_node
-from workers.vllm_engine import engine_dtype, make_llm
+from peer_rl.workers.vllm_engine import engine_dtype, make_llm
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
 OUTCOME_ROUND = 3
@@ -127,7 +127,7 @@ def judge_adapter(path: str):
 
     from peer_rl.models.local import check_adapter_dir
     from peer_rl.prompts.judge import TEMPLATE_FILE
-    from workers.vllm_engine import lora_engine_args
+    from peer_rl.workers.vllm_engine import lora_engine_args
 
     check_adapter_dir(f"reward_model.lora_path={path!r}", path, also=(TEMPLATE_FILE,),
                       error=FileNotFoundError)

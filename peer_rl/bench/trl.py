@@ -178,7 +178,7 @@ def _trl_child(model: str, steps: int, beta: float, data: list[str], lora: int =
         if lora:
             from peft import LoraConfig
 
-            from peer_rl.worker_settings import LoRASettings
+            from peer_rl.config.worker_settings import LoRASettings
 
             d = LoRASettings(rank=lora)
             peft = {"peft_config": LoraConfig(r=lora, lora_alpha=d.lora_alpha, lora_dropout=0.0,
@@ -270,7 +270,7 @@ def spread(runs: list[tuple[dict, dict]]) -> str:
 def _model(name: str) -> tuple[str, list[str]]:
     """(the policy's directory, the data overrides both sides take their prompts with)."""
     if name == "tiny":                   # the default run's policy (text rows: TRL's side)
-        from peer_rl.config import load_config
+        from peer_rl.config.schema import load_config
         from peer_rl.trainer.run import resolve_models
 
         return resolve_models(load_config([]))[0], []
@@ -326,12 +326,12 @@ def main(argv: list[str]) -> int:
     if args.repeats < 1:
         raise ConfigError(f"--repeats {args.repeats}: expected at least 1")
     if args.json:                     # refused now, not after minutes of steps
-        from peer_rl.data.out_paths import claim_file
+        from peer_rl.files.out_paths import claim_file
 
         claim_file(args.json, "bench trl", force=args.force, flag="--json")
     if not args.peer_only:
         check_trl()
-    from peer_rl.config import load_config
+    from peer_rl.config.schema import load_config
 
     kl = float(load_config([]).actor.kl_loss_coef)
     model, data = _model(args.model)
@@ -364,7 +364,7 @@ def main(argv: list[str]) -> int:
         print("\n" + spread([(rows[0][1], rows[1][1]) for rows in runs]))
     if args.json:
         out = dict(runs[0]) if len(runs) == 1 else [dict(rows) for rows in runs]
-        from peer_rl.data.out_paths import write_atomic
+        from peer_rl.files.out_paths import write_atomic
 
         write_atomic(args.json, json.dumps(out, indent=1))
     return 0

@@ -1,6 +1,6 @@
 """`peer-rl bench update`: peak memory and tokens/s of one policy update step, per setting.
 
-One policy rank (workers.policy, gloo on CPU / NCCL on GPU) on a random Qwen2.5-0.5B-shaped
+One policy rank (peer_rl.workers.policy, gloo on CPU / NCCL on GPU) on a random Qwen2.5-0.5B-shaped
 model (peer_rl.bench.models "500M", its 151,936-token output layer included) takes one update
 step on `--tokens` tokens (rows of `--seq` tokens, half prompt and half reply). Each setting runs
 in a fresh process, so its peak resident memory is its own; a watchdog stops a setting that
@@ -14,7 +14,7 @@ Settings (the memory-lean update of actor.*):
 The old and reference log-probs are given in the batch, so the figure is the training
 forward + backward + optimizer step; peak is the process's, model and AdamW state included.
 `--dtypes float32,bfloat16` runs each setting at each compute dtype (actor.dtype; default auto,
-peer_rl.precision).
+peer_rl.compute.precision).
 """
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float,
 
     from peer_rl.bench.models import random_policy
     from peer_rl.protocol import UpdateBatch
-    from peer_rl.worker_settings import PolicySettings
-    from workers.policy import PolicyWorker
+    from peer_rl.config.worker_settings import PolicySettings
+    from peer_rl.workers.policy import PolicyWorker
 
     peak = [0.0]
     threading.Thread(target=_watch, args=(limit_gb, peak), daemon=True).start()
@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     from peer_rl.bench.models import SHAPES
-    from peer_rl.precision import check_dtype
+    from peer_rl.compute.precision import check_dtype
 
     try:
         dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
@@ -123,8 +123,8 @@ def main(argv: list[str]) -> int:
 
     random_policy(args.model)                 # built once, before any timing
     # each setting's process allocates as a policy rank's does (actor.malloc_mmap_threshold_mib)
-    from peer_rl.config import ActorConfig
-    from peer_rl.trainer.placement import malloc_env
+    from peer_rl.config.schema import ActorConfig
+    from peer_rl.trainer.resource_pools import malloc_env
 
     mib = ActorConfig.malloc_mmap_threshold_mib
     env = os.environ | malloc_env(mib)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.data.out_paths import read_json, read_jsonl, save_figure, write_atomic
+from peer_rl.files.out_paths import read_json, read_jsonl, save_figure, write_atomic
 from peer_rl.evaluation.report import constant_judge
 
 RUN = re.compile(r"^(?P<method>.+)_s(?P<seed>\d+)(?:_step(?P<step>\d+))?$")
@@ -125,7 +125,7 @@ def training_table(runs: dict[str, list[dict]]) -> list[str]:
 
 
 def plot_runs(runs: dict[str, list[dict]], path: Path) -> Path | None:
-    from peer_rl.plot import pyplot
+    from peer_rl.tracking.plot import pyplot
 
     if not runs:
         return None

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from peer_rl.config import RECIPES_DIR, ConfigError, env_kept, load_yaml, yaml_by_name
-from peer_rl.credentials import redact_text
+from peer_rl.config.schema import RECIPES_DIR, ConfigError, env_kept, load_yaml, yaml_by_name
+from peer_rl.config.credentials import redact_text
 
 CHAINS_DIR = RECIPES_DIR / "chains"
 
@@ -148,10 +148,10 @@ def _stage(path: Path, s: dict, seed) -> Stage:
 
 def stage_done(done: str | Path, dry_run: bool = False) -> bool:
     """Whether a stage's `done` path marks it finished. Every stage writes its mark whole
-    (peer_rl.data.out_paths.write_atomic), so a JSON mark that does not parse was written by
+    (peer_rl.files.out_paths.write_atomic), so a JSON mark that does not parse was written by
     something else or damaged later: it is moved aside (kept under `<name>.damaged`, or
     `.damaged.1`, ... beside an earlier copy) and the stage redone. `dry_run`: only said."""
-    from peer_rl.data.out_paths import DamagedFile, move_aside, read_json
+    from peer_rl.files.out_paths import DamagedFile, move_aside, read_json
 
     path = Path(done)
     if not path.exists():
@@ -172,7 +172,7 @@ def stage_done(done: str | Path, dry_run: bool = False) -> bool:
 
 def run_chain(name: str, overrides=(), only: list[str] | None = None,
               dry_run: bool = False) -> int:
-    from peer_rl.data.out_paths import claim_dir, lock_dir
+    from peer_rl.files.out_paths import claim_dir, lock_dir
 
     values, stages = load_chain(name, overrides)
     out = Path(values["out"])
@@ -209,7 +209,7 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
             continue
         log = logs / f"{stage.name}.log"
         t0 = time.perf_counter()
-        from peer_rl.data.out_paths import open_append
+        from peer_rl.files.out_paths import open_append
 
         with open_append(log, binary=True) as f:
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode

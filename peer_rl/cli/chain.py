@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def _errors() -> dict:
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
 
     return {ConfigError: 2, FileNotFoundError: 2}
 

@@ -9,7 +9,7 @@ def _errors() -> dict:
 
 
 def _chat(args) -> int:
-    from peer_rl.chat import chat_loop
+    from peer_rl.evaluation.chat import chat_loop
 
     return chat_loop(args)
 

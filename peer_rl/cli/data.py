@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def _errors() -> dict:
-    from peer_rl.data.out_paths import OutputError
+    from peer_rl.files.out_paths import OutputError
 
     return {FileNotFoundError: 2, OutputError: 2, OSError: 2, ValueError: 2}
 
@@ -71,7 +71,7 @@ def _data_stats(args) -> int:
 
 
 def _data_sample(args) -> int:
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
     from peer_rl.data.bundled import build_sample
 
     claim_dir(args.out, "data sample", force=args.force)
@@ -85,7 +85,7 @@ def _data_sample(args) -> int:
 def _data_to_verl(args) -> int:
     from peer_rl.data.history import training_rows
     from peer_rl.data.loading import load_subset
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
     from peer_rl.data.verl_export import export_verl, is_test_file
 
     claim_dir(args.out, "data to-verl", [args.root], force=args.force)
@@ -108,7 +108,7 @@ def _data_to_verl(args) -> int:
 
 def _data_import_esconv(args) -> int:
     from peer_rl.data.esconv import import_esconv
-    from peer_rl.data.out_paths import claim_files, plain_name
+    from peer_rl.files.out_paths import claim_files, plain_name
     from peer_rl.data.bundled import _write_jsonl
 
     out = Path(args.out) / "grpo" / plain_name(args.name, "--name")

@@ -10,7 +10,7 @@ from peer_rl.cli.errors import CommandError, Exit
 
 def eval_errors() -> dict:
     """Bad input -> 2; an unusable endpoint -> 3, the finished cases staying on disk."""
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.evaluation.cases import CaseFileError
     from peer_rl.evaluation.endpoints import EndpointError
@@ -41,7 +41,7 @@ def _file_errors() -> dict:
 
 def _eval_rm(args) -> int:
     from peer_rl.data.bundled import sample_root
-    from peer_rl.data.out_paths import claim_file
+    from peer_rl.files.out_paths import claim_file
     from peer_rl.evaluation.rm import evaluate_rm, format_table
 
     if bool(args.model) == bool(args.prm or args.orm) or bool(args.prm) != bool(args.orm):
@@ -85,7 +85,7 @@ def _eval_rm(args) -> int:
 
 def _eval_pairs(args) -> int:
     from peer_rl.data.bundled import sample_root
-    from peer_rl.data.out_paths import claim_file
+    from peer_rl.files.out_paths import claim_file
     from peer_rl.evaluation.pairs import evaluate_pairs
 
     from peer_rl.models.local import check_model_dir
@@ -119,7 +119,7 @@ def _eval_protocol(args) -> int:
 
 
 def _eval_ladder(args) -> int:
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
     from peer_rl.evaluation.ladder import run_ladder
 
     claim_dir(args.out, "eval ladder", resume=True)     # each rung is a run that continues
@@ -130,7 +130,7 @@ def _eval_ladder(args) -> int:
 
 
 def _eval_compare(args) -> int:
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
     from peer_rl.evaluation.report import compare_runs
 
     claim_dir(args.out, "eval compare", args.runs, force=args.force)

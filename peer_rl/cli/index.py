@@ -18,8 +18,8 @@ def _errors() -> dict:
 
 
 def build(args) -> int:
-    from peer_rl.data.out_paths import claim_dir
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.files.out_paths import claim_dir
+    from peer_rl.models.encoders import load_embedding_model
     from peer_rl.retrieval.index import IndexDirError, build_index, check_replaceable
 
     claim_dir(args.out, "index build", [args.data], force=args.force, create=False)
@@ -50,7 +50,7 @@ def build(args) -> int:
 
 def query(args) -> int:
     from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     index = ExemplarIndex(args.index)
     encoder = load_embedding_model(index.info["embedding_model"])
@@ -72,7 +72,7 @@ def query(args) -> int:
 
 
 def register(sub) -> None:
-    from peer_rl.encoders import DEFAULT_EMBEDDING_MODEL
+    from peer_rl.models.encoders import DEFAULT_EMBEDDING_MODEL
 
     ix = sub.add_parser("index", help="ESCRAG-R1 exemplar index (faiss)").add_subparsers(
         dest="index_cmd", required=True)

@@ -22,7 +22,7 @@ def _template_at(path: str):
 
 def fit(args) -> int:
     from peer_rl.data.loading import located_ser_rows
-    from peer_rl.data.out_paths import claim_file, write_atomic
+    from peer_rl.files.out_paths import claim_file, write_atomic
     from peer_rl.prompts.judge_fit import fit_template
 
     out = claim_file(args.out, "judge-template fit", [args.data], force=args.force)

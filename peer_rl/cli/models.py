@@ -24,7 +24,7 @@ def _fetch(args) -> int:
 
 
 def _build_tiny(args) -> int:
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
     from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models
 
     # the copy peer-rl ships is this command's own, and rebuilding it is what it is for
@@ -35,7 +35,7 @@ def _build_tiny(args) -> int:
 
 
 def _build_smollm2(args) -> int:
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
     from peer_rl.trainer.shipped_adapters import BUILT_BY, SHIPPED_DIR, build_shipped_adapters
 
     out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
@@ -52,8 +52,8 @@ def _use_smollm2(args) -> int:
 
 
 def _errors() -> dict:
-    from peer_rl.data.out_paths import OutputError
-    from peer_rl.config import ConfigError
+    from peer_rl.files.out_paths import OutputError
+    from peer_rl.config.schema import ConfigError
     from peer_rl.models.pinned import PinnedModelError
 
     return {PinnedModelError: 2, OutputError: 2, ConfigError: 2}

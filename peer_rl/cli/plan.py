@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 
 def _errors() -> dict:
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
 
     return {ConfigError: 2, ValueError: 2}
 
@@ -56,7 +56,7 @@ def _print_probe(cfg, plan) -> None:
 
 def _plan(args) -> int:
     from peer_rl.cli.errors import CommandError
-    from peer_rl.config import load_config
+    from peer_rl.config.schema import load_config
     from peer_rl.planning import cluster
     from peer_rl.planning.plan import fitting_fixes, make_plan
     from peer_rl.planning.report import render

@@ -5,7 +5,7 @@ from peer_rl.cli.errors import Exit
 
 
 def _train_errors() -> dict:
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
     from peer_rl.data.loading import InvalidDataError
     from peer_rl.data.prompt_loader import PromptPoolError
     from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit
@@ -19,9 +19,9 @@ def _train_errors() -> dict:
 
 
 def _supervised_errors() -> dict:
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
     from peer_rl.data.loading import InvalidDataError
-    from peer_rl.trainer.supervised import TemplateMismatch
+    from peer_rl.trainer.supervised_run import TemplateMismatch
 
     return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, TemplateMismatch: 2}
 
@@ -35,7 +35,7 @@ def _train(args) -> int:
 
 def _supervised(args) -> int:
     from peer_rl.supervised.config import load_supervised_config
-    from peer_rl.trainer.supervised import run_supervised
+    from peer_rl.trainer.supervised_run import run_supervised
 
     cfg = load_supervised_config(args.overrides, args.kind)
     # train-rm runs UnifiReward (rm) or scalar (bt) recipes; the last line is the model's path

@@ -18,7 +18,7 @@ from pathlib import Path
 from peer_rl.data.escrag import cold_start_rows, exemplar_rows, preference_rows
 from peer_rl.data.faces import expression_for, write_faces
 from peer_rl.prompts.judge import PREFERENCE_VERDICTS, STEP_VERDICTS, JudgeTemplate
-from peer_rl.reasoning import STRATEGIES, format_structured, policy_messages
+from peer_rl.prompts.reasoning import STRATEGIES, format_structured, policy_messages
 
 SOURCE_DIR = Path(__file__).resolve().parents[1] / "bundled" / "dialogues"
 SAMPLE_ROOT = Path(__file__).resolve().parents[1] / "bundled" / "data"
@@ -164,8 +164,8 @@ def sft_row(tg: dict, visual: bool, faces: dict, rid: int) -> dict:
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    """Whole or absent (a training run reads it later): peer_rl.data.out_paths.write_atomic."""
-    from peer_rl.data.out_paths import rewrite_jsonl
+    """Whole or absent (a training run reads it later): peer_rl.files.out_paths.write_atomic."""
+    from peer_rl.files.out_paths import rewrite_jsonl
 
     rewrite_jsonl(path, rows)
 
@@ -210,7 +210,7 @@ def build_sample(out: str | Path) -> dict[str, int]:
         emit(f"preference/{split}.jsonl", preference_rows(both, split))
     emit("exemplars/exemplars.jsonl", exemplar_rows(both))
     emit("cold_start/train.jsonl", cold_start_rows(both, counselling_stages))
-    from peer_rl.data.out_paths import write_atomic
+    from peer_rl.files.out_paths import write_atomic
 
     write_atomic(out / "README.md", _CARD)
     return counts

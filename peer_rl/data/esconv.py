@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from peer_rl.data.round_sampling import gaussian_round_sample
-from peer_rl.reasoning import policy_messages
+from peer_rl.prompts.reasoning import policy_messages
 
 SPEAKERS = {"seeker": "seeker", "usr": "seeker", "speaker": "seeker",
             "supporter": "supporter", "sys": "supporter", "listener": "supporter"}

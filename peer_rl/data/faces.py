@@ -5,7 +5,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from peer_rl.data.out_paths import write_whole
+from peer_rl.files.out_paths import write_whole
 
 EXPRESSIONS = ("sad", "anxious", "angry", "afraid", "happy", "neutral")
 SIZE = 64

@@ -19,10 +19,10 @@ from peer_rl.data.layout import DataFile
 from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
                                 language_of, modality_of, role_of, split_role_lines)
 from peer_rl.prompts.judge import PREFERENCE_VERDICTS, STEP_VERDICTS
-from peer_rl.multimodal import (IMAGE_FORMATS, IMAGE_TAG, MAX_IMAGE_PIXELS, ImageRefused,
+from peer_rl.prompts.multimodal import (IMAGE_FORMATS, IMAGE_TAG, MAX_IMAGE_PIXELS, ImageRefused,
                                  count_tags, open_image)
 from peer_rl.prompts.escrag import parse_reasoned
-from peer_rl.reasoning import parse_structured
+from peer_rl.prompts.reasoning import parse_structured
 
 SAFETY_GROUPS = ("crisis", "harmful_request", "boundary")
 SER_SOURCES = ("original", "augmented")
@@ -212,7 +212,7 @@ class _Row:
         self.out["images"] = list(imgs)
 
     def image_tags(self) -> None:
-        """`<image>` tags in the chat, when present, must be one per image (peer_rl.multimodal
+        """`<image>` tags in the chat, when present, must be one per image (peer_rl.prompts.multimodal
         places each image at its tag)."""
         msgs, imgs = self.out.get("messages"), self.out.get("images") or []
         tags = count_tags(msgs) if msgs is not None else 0

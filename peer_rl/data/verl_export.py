@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.data.out_paths import DamagedFile, OutputError, write_atomic, write_whole
+from peer_rl.files.out_paths import DamagedFile, OutputError, write_atomic, write_whole
 
 SPLITS = ("train", "val", "test")
 MANIFEST = "to-verl.json"

@@ -112,7 +112,7 @@ def demo_messages(rec: dict, row: dict) -> list[dict]:
 def pass_two_source(root: Path, cfg) -> dict:
     """What identifies the exemplars pass 2 retrieves from, for the run's manifest:
     `cold_start.index`'s index.json, else ROOT's train exemplar files (read, not yet indexed)."""
-    from peer_rl.data.out_paths import read_json
+    from peer_rl.files.out_paths import read_json
     from peer_rl.retrieval.corpus import load_exemplars
     from peer_rl.retrieval.index import INFO_FILE
 
@@ -152,7 +152,7 @@ def open_retriever(index_dir: Path):
 
 
 def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
 
     root, out = Path(root), Path(out)
     claim_dir(out, "data cold-start", [root], resume=True,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING, DictConfig
 
-from peer_rl.config import ConfigError, check_ranges, load_config
+from peer_rl.config.schema import ConfigError, check_ranges, load_config
 from peer_rl.evaluation.config import check_parties, party
 from peer_rl.evaluation.endpoints import EndpointConfig
 

@@ -18,7 +18,7 @@ from peer_rl.datajobs.prompts import CRITERIA, CRITERION_TITLES, FILTER_SCHEMA, 
 from peer_rl.datajobs.rows import Row, dialogue_turns, load_rows, row_source
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
-from peer_rl.data.out_paths import claim_dir
+from peer_rl.files.out_paths import claim_dir
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def seekers_of(root: Path, cfg) -> tuple[list[Seeker], object, int]:
 
 
 def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
-    from peer_rl.data.out_paths import claim_dir, mark_dir, write_atomic
+    from peer_rl.files.out_paths import claim_dir, mark_dir, write_atomic
 
     root, out = Path(root), Path(out)
     claim_dir(out, "data personas", [root], resume=True, create=False,
@@ -66,7 +66,7 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
     job.run_job("personas", cfg, [SeekerCase(s.id, s) for s in seekers], persona_case, store, endpoints)
 
     records = {s.id: store.records[s.id] for s in seekers}
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     encoder = load_embedding_model(cfg.personas.embedding_model)
     clusters, assignment = {}, {}

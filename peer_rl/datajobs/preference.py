@@ -180,7 +180,7 @@ def split_of(case_id: str, seed: int, test_fraction: float) -> str:
 def run_preference(out: str | Path, cfg, endpoints=None) -> dict:
     from functools import partial
 
-    from peer_rl.data.out_paths import claim_dir
+    from peer_rl.files.out_paths import claim_dir
 
     out = Path(out)
     seeds = Path(cfg.preference.seeds or SAMPLE_EVAL / "esc_cards.json")

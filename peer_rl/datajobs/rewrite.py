@@ -30,8 +30,8 @@ from peer_rl.datajobs.rows import Row
 from peer_rl.datajobs.seekers import Seeker
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
-from peer_rl.metrics import distinct_n
-from peer_rl.data.out_paths import claim_dir
+from peer_rl.tracking.metrics import distinct_n
+from peer_rl.files.out_paths import claim_dir
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ def movement(originals: list[str], rewrites: list[str], encode) -> dict:
 
 
 def summarise(records, kept, added, skipped, seekers, personas, cfg, no_history) -> dict:
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     originals = [u for c, _ in kept for u in c.seeker.utterances]
     rewrites = [u for _, r in kept for u in r["rewritten"]]

@@ -27,7 +27,7 @@ from peer_rl.data.round_sampling import gaussian_round_sample
 from peer_rl.datajobs import job
 from peer_rl.data.validate import ALLOW_OUTSIDE_ENV, images_may_leave_root
 from peer_rl.datajobs.rows import InvalidInput, load_rows
-from peer_rl.data.out_paths import LOCK_FILE, MARKER, claim_dir, copy_file
+from peer_rl.files.out_paths import LOCK_FILE, MARKER, claim_dir, copy_file
 
 BINS = 10        # the histogram of relative positions r / N_r
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import MISSING, DictConfig
 
-from peer_rl.config import ConfigError, check_ranges, load_config
+from peer_rl.config.schema import ConfigError, check_ranges, load_config
 from peer_rl.evaluation.endpoints import EndpointConfig
 from peer_rl.evaluation.supporter import STYLES
 

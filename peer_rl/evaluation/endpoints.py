@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peer_rl.worker_settings import EngineSettings
-from peer_rl.credentials import OPENAI_KEY_ENV, check_key_transport, key_variable, redact_text
+from peer_rl.config.worker_settings import EngineSettings
+from peer_rl.config.credentials import OPENAI_KEY_ENV, check_key_transport, key_variable, redact_text
 
 
 class EndpointError(RuntimeError):
@@ -53,7 +53,7 @@ class EndpointConfig(EngineSettings):
     path: str = ""
     model: str = ""                 # served model name ("" = the only one the server lists)
     # the variable holding this party's API key; "" = OPENAI_API_KEY for https://api.openai.com
-    # only, no key for any other URL (peer_rl.credentials: a key goes where it is named)
+    # only, no key for any other URL (peer_rl.config.credentials: a key goes where it is named)
     api_key_env: str = ""
     # a key is never sent over plain http:// to another host unless this says so
     allow_insecure_http: bool = False
@@ -226,9 +226,9 @@ class LocalEndpoint(Endpoint):
     """A checkpoint in an in-process vLLM engine (float32 on CPU, as the rollout workers)."""
 
     def __init__(self, role: str, cfg: EndpointConfig, seed: int = 0):
-        from peer_rl.multimodal import is_vision_language
+        from peer_rl.prompts.multimodal import is_vision_language
         from peer_rl.models.local import check_model_dir
-        from workers.vllm_engine import make_llm
+        from peer_rl.workers.vllm_engine import make_llm
 
         check_model_dir(f"{role}.path={cfg.path}", cfg.path, error=EndpointError,
                         example="outputs/<run>/checkpoints/step_N/policy/model")
@@ -240,7 +240,7 @@ class LocalEndpoint(Endpoint):
         self.tokenizer = self.llm.get_tokenizer()
 
     def _messages(self, messages: list[dict]) -> list[dict]:
-        from peer_rl.multimodal import for_vllm
+        from peer_rl.prompts.multimodal import for_vllm
 
         if self.vision and self.cfg.images:
             return for_vllm(messages)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.data.out_paths import save_figure
-from peer_rl.plot import pyplot
+from peer_rl.files.out_paths import save_figure
+from peer_rl.tracking.plot import pyplot
 
 _SIZE = (8.2, 4.4)
 

@@ -15,7 +15,7 @@ from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint
                                           without_images)
 from peer_rl.evaluation.runner import run_all
 from peer_rl.evaluation.safety import safety_case, summarise_safety
-from peer_rl.multimodal import image_paths
+from peer_rl.prompts.multimodal import image_paths
 from peer_rl.protocol import Prompt, SamplingConfig, seeded
 
 

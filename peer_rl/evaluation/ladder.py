@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from peer_rl.config import RECIPES_DIR, ConfigError, env_kept, yaml_by_name
+from peer_rl.config.schema import RECIPES_DIR, ConfigError, env_kept, yaml_by_name
 
 LADDERS_DIR = RECIPES_DIR / "ladders"
 

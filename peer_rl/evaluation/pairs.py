@@ -13,8 +13,8 @@ def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, limit: int = 0) -> dict:
     from peer_rl.data.loading import load_subset
     from peer_rl.protocol import ScalarItem
-    from peer_rl.worker_settings import JudgeSettings
-    from workers.scalar_reward import ScalarRewardWorker
+    from peer_rl.config.worker_settings import JudgeSettings
+    from peer_rl.workers.scalar_reward import ScalarRewardWorker
 
     rows = [dict(r) for r in load_subset(root, "preference", files).dataset]
     rows = rows[:limit] if limit else rows
@@ -38,7 +38,7 @@ def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
             "pairs": len(idx),
             "pairwise_accuracy": pairwise_accuracy([chosen[i] for i in idx],
                                                    [rejected[i] for i in idx])}
-    from peer_rl.data.out_paths import write_atomic
+    from peer_rl.files.out_paths import write_atomic
 
     write_atomic(out, json.dumps(report, indent=1))
     return report

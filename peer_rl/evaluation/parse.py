@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from peer_rl.verdict_text import Label, decide, mentions, strip_think
+from peer_rl.prompts.verdict_text import Label, decide, mentions, strip_think
 
 _GOODBYE = re.compile(r"\b(good\s*-?\s*bye|bye(?:\s*bye)?|farewell)\b|再见|拜拜|回头见",
                       re.IGNORECASE)

@@ -8,7 +8,7 @@ an emotion change in [-10, 10]; the safety rubric follows the PEER data card's t
 from __future__ import annotations
 
 from peer_rl.prompts.quoting import answer_keys, line_starts, quote_policy_text
-from peer_rl.reasoning import ROLE_NAMES
+from peer_rl.prompts.reasoning import ROLE_NAMES
 
 # ---------------------------------------------------------------- ESC-Eval
 DIMENSIONS = ("fluency", "diversity", "empathy", "suggestion", "humanoid", "knowledge", "overall")

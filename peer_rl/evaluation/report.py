@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from peer_rl.data.out_paths import read_json, write_atomic
+from peer_rl.files.out_paths import read_json, write_atomic
 from peer_rl.evaluation import figures
 from peer_rl.evaluation.prompts import (CCJ_DIMENSIONS, CCJ_PERSPECTIVES, CCJ_TITLES,
                                         DIMENSIONS, DIMENSION_TITLES)

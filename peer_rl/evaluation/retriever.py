@@ -19,7 +19,7 @@ from peer_rl.evaluation.endpoints import Reply
 class LocalRetriever:
     def __init__(self, index_dir: str | Path, embedding_model: str = ""):
         from peer_rl.retrieval.index import ExemplarIndex
-        from peer_rl.encoders import load_embedding_model
+        from peer_rl.models.encoders import load_embedding_model
 
         self.index = ExemplarIndex(index_dir, embedding_model=embedding_model or None)
         self.embedding_model = self.index.info["embedding_model"]

@@ -3,7 +3,7 @@
 For every SER test chat the judge answers the row's own 4 user turns (rounds 1-3: one reasoning
 step each; round 4: the two candidate replies), greedily, each round seeing its own earlier
 answers as assistant turns: the 9-message layout it is trained on. Its answers are parsed with
-the RL-time parsers (peer_rl.rewards) and compared with the row's labels (the row's own assistant
+the RL-time parsers (peer_rl.algos.rewards) and compared with the row's labels (the row's own assistant
 turns), per language and modality.
 
 Metrics (per group; an unparseable verdict counts as wrong):
@@ -48,7 +48,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from peer_rl.rewards import Preference, parse_preference, parse_step_verdict
+from peer_rl.prompts.verdicts import Preference, parse_preference, parse_step_verdict
 
 STEP_TURNS = (2, 4, 6)      # assistant messages of a 9-message SER chat holding step verdicts
 PREFERENCE_TURN = 8
@@ -136,7 +136,7 @@ def rm_metrics(labels: list[Verdicts], predictions: list[Verdicts]) -> dict:
 
 def majority_verdicts(rows: list[dict]) -> Verdicts:
     """The constant judge: the commoner label of each step and the commonest preference over
-    `rows` (ties to True, then to the preference listed first in rewards.Preference)."""
+    `rows` (ties to True, then to the preference listed first in verdicts.Preference)."""
     labels = [ser_labels(r) for r in rows]
     if not labels:
         raise ValueError("no rows to take a majority label from")
@@ -182,7 +182,7 @@ def format_table(groups: dict[str, dict]) -> str:
 # ---------------------------------------------------------------------------- judge runner
 def judge_chat(row: dict, images: bool = True) -> list[dict]:
     """A SER row's 9 messages, its frame placed in the Step 2 round (or its words alone)."""
-    from peer_rl.multimodal import attach_images, strip_tags
+    from peer_rl.prompts.multimodal import attach_images, strip_tags
     from peer_rl.supervised.examples import image_turn
 
     if images and row.get("images"):
@@ -212,7 +212,7 @@ def judge_rows_pair(pair, rows: list[dict], images: bool = True) -> list[list[st
     """The PRM + ORM pair on the rows: the process model answers each row's rounds 1-3 (its
     own turns, as judge_rows), the outcome model one turn with the history and both replies
     (read back through the template, peer_rl.prompts.judge.outcome_chat)."""
-    from peer_rl.multimodal import attach_images, strip_tags
+    from peer_rl.prompts.multimodal import attach_images, strip_tags
 
     steps = judge_rows(pair.process, rows, images, turns=USER_TURNS[:3])
     template = pair.outcome.template
@@ -288,9 +288,9 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     pair = outcome_model is not None
     own = worker is None
     if own:
-        from workers.unifireward import PairRewardWorker, UnifiRewardWorker
+        from peer_rl.workers.unifireward import PairRewardWorker, UnifiRewardWorker
 
-        from peer_rl.worker_settings import JudgeSettings
+        from peer_rl.config.worker_settings import JudgeSettings
 
         engine = JudgeSettings(kv_cache_gib=kv_cache_gib, max_tokens=max_tokens,
                                max_model_len=max_model_len)
@@ -338,7 +338,7 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
                     for r, a in zip(kept, answers)],
     }
     if out is not None:
-        from peer_rl.data.out_paths import write_atomic
+        from peer_rl.files.out_paths import write_atomic
 
         write_atomic(out, json.dumps(report, ensure_ascii=False, indent=1))   # a chain's mark
     return report

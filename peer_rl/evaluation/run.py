@@ -74,7 +74,7 @@ def _rag(cfg) -> dict | None:
 def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
     """The run's run.json; its settings and parties as public_config gives them (no key or
     secret: a value read from the environment stays `${oc.env:...}`)."""
-    from peer_rl.config import public_config
+    from peer_rl.config.schema import public_config
 
     public = public_config(cfg)
     manifest = {"protocol": protocol, "settings": public.get(protocol, {}), "inputs": inputs,
@@ -119,7 +119,7 @@ def summarise(protocol: str, records: list[dict], cfg) -> dict:
         return summarise_safety(records)
     if protocol == "ccj":
         return summarise_ccj(records)
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     encoder = load_embedding_model(cfg.diversity.embedding_model)
     summary = summarise_diversity(records, encoder.encode)
@@ -183,7 +183,7 @@ def _input_paths(cfg, inputs: dict) -> list[str]:
 
 def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     """Run (or continue) one evaluation; returns its report."""
-    from peer_rl.data.out_paths import claim_dir, mark_dir
+    from peer_rl.files.out_paths import claim_dir, mark_dir
 
     loaded, inputs = _inputs(protocol, cfg)
     left_out = _keep_languages(loaded, cfg.languages)

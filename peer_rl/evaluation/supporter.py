@@ -2,7 +2,7 @@
 
 `peer` style: the policy prompt the model was trained with (Steps 1-4): the template saved
 with it (peer_rl.prompts.policy, read off its training rows), else the built-in one; the seeker
-sees the reply as training reads it (peer_rl.reasoning.parse_structured: Step 4, or without a
+sees the reply as training reads it (peer_rl.prompts.reasoning.parse_structured: Step 4, or without a
 Step 4 the last labelled step's body) and the transcript keeps the whole answer; a turn without
 a non-empty Step 4 counts as a format miss.
 `chat` style: a plain chat model as it is (baselines): a short system prompt, the dialogue as
@@ -22,9 +22,9 @@ from typing import NamedTuple
 from peer_rl.prompts.escrag import final_messages, initial_messages, parse_reasoned
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.parse import strip_think
-from peer_rl.multimodal import attach_images
+from peer_rl.prompts.multimodal import attach_images
 from peer_rl.prompts.policy import PolicyTemplate
-from peer_rl.reasoning import parse_structured
+from peer_rl.prompts.reasoning import parse_structured
 
 STYLES = ("peer", "chat", "escrag")
 
@@ -116,7 +116,7 @@ def shown_reply(text: str, style: str) -> tuple[str, bool | None]:
     text = strip_think(text)
     if style == "chat":
         return text.strip(), None
-    parsed = parse_structured(text)          # the reading training uses (peer_rl.reasoning)
+    parsed = parse_structured(text)          # the reading training uses (peer_rl.prompts.reasoning)
     return parsed.reply, parsed.has_step4
 
 

@@ -62,7 +62,7 @@ class HttpJudge:
 
     def __init__(self, url: str, model: str | None, timeout_s: float, retries: int,
                  backoff_s: float = 1.0):
-        from peer_rl.credentials import redact_text
+        from peer_rl.config.credentials import redact_text
 
         self.url, self.model = url.rstrip("/"), model
         self.shown = redact_text(self.url)      # messages never carry the URL's credentials
@@ -72,7 +72,7 @@ class HttpJudge:
         """`parse(json body)` of the first usable answer."""
         import aiohttp
 
-        from peer_rl.credentials import redact_text
+        from peer_rl.config.credentials import redact_text
 
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         last = ""

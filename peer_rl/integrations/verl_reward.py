@@ -46,9 +46,9 @@ from peer_rl.integrations.judge_http import HttpJudge, JudgeUnreachable  # noqa:
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.judge_rounds import JudgeRounds, candidate_coin, judge_result
 from peer_rl.protocol import JudgeItem
-from peer_rl.reasoning import parse_structured
-from peer_rl.rewards import rur_reweight
-from peer_rl.worker_settings import JudgeSettings, RedundancySettings
+from peer_rl.prompts.reasoning import parse_structured
+from peer_rl.algos.rewards import rur_reweight
+from peer_rl.config.worker_settings import JudgeSettings, RedundancySettings
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class GroupBarrier:
     """
 
     def __init__(self, settings: RedundancySettings, keep_groups: int = 100_000):
-        from workers.redundancy import RedundancyWorker
+        from peer_rl.workers.redundancy import RedundancyWorker
 
         self.worker = RedundancyWorker(settings, device="cpu")
         self.keep_groups = keep_groups

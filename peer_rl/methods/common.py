@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from peer_rl.protocol import Prompt, SamplingConfig, Similarities, seeded
-from peer_rl.rewards import rur_reweight
+from peer_rl.algos.rewards import rur_reweight
 
 
 def generate(rollout, prompts: list[Prompt], sampling: SamplingConfig, step: int,
@@ -26,7 +26,7 @@ def reweight(redundancy, rows: list[dict], replies: list[str], rewards: np.ndarr
              step: int, timing) -> tuple[Similarities | None, np.ndarray]:
     """Stage 5, RUR: s_hist, s_group, tau from the redundancy pool,
     r~ = r / P for r >= 0, r * P for r < 0, P = (1 + tau s_hist)(1 + tau s_group)
-    (peer_rl.rewards.rur_reweight). Without a redundancy pool (RUR off): r~ = r."""
+    (peer_rl.algos.rewards.rur_reweight). Without a redundancy pool (RUR off): r~ = r."""
     t = time.perf_counter()
     red, final = None, rewards
     if redundancy is not None:

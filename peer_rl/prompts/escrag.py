@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from peer_rl.reasoning import render_history
+from peer_rl.prompts.reasoning import render_history
 
 _SYSTEM = {
     "en": ("You are a therapist helping a client reduce emotional distress and work through "

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from peer_rl.prompts.quoting import line_starts, quote_policy_text
-from peer_rl.reasoning import join_turns
+from peer_rl.prompts.reasoning import join_turns
 
 TEMPLATE_FILE = "judge_template.json"
 VERSION = 2
@@ -409,7 +409,7 @@ class TemplateCheck:
 def check_rows(template: JudgeTemplate, rows: Iterable[tuple[str, dict]],
                keep: int = 5) -> TemplateCheck:
     """(where, row) pairs -> TemplateCheck; a row's `<image>` tags are not part of the wording."""
-    from peer_rl.multimodal import strip_tags
+    from peer_rl.prompts.multimodal import strip_tags
 
     report = TemplateCheck()
     for where, row in rows:

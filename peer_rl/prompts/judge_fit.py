@@ -170,7 +170,7 @@ def fit_language(rows: list[dict]) -> dict:
 def fit_template(rows: list[tuple[str, dict]]) -> tuple[JudgeTemplate, dict]:
     """(where, row) pairs -> (fitted template, report with per-language counts and the rows
     the template cannot reproduce)."""
-    from peer_rl.multimodal import strip_tags
+    from peer_rl.prompts.multimodal import strip_tags
 
     rows = [(w, {**r, "messages": strip_tags(r["messages"])}) for w, r in rows]
     by_lang: dict[str, list[tuple[str, dict]]] = {}

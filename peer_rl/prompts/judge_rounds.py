@@ -15,12 +15,8 @@ from collections.abc import Callable, Generator
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.quoting import tokenizer_specials
 from peer_rl.protocol import JudgeItem, JudgeResult
-from peer_rl.rewards import (
-    candidate_preference_ok,
-    parse_preference,
-    parse_step_verdict,
-    peer_reward,
-)
+from peer_rl.algos.rewards import peer_reward
+from peer_rl.prompts.verdicts import candidate_preference_ok, parse_preference, parse_step_verdict
 
 Dialogue = Generator[tuple[int, list[dict]], str, list[str | None]]   # yields (round, chat)
 

@@ -22,7 +22,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peer_rl.reasoning import join_turns, policy_messages
+from peer_rl.prompts.reasoning import join_turns, policy_messages
 
 TEMPLATE_FILE = "policy_template.json"
 VERSION = 1
@@ -35,7 +35,7 @@ class PolicyTemplateError(ValueError):
 
 
 def _builtin_text() -> dict:
-    """peer_rl.reasoning.policy_messages with the history left as a field."""
+    """peer_rl.prompts.reasoning.policy_messages with the history left as a field."""
     out = {}
     for lang in ("en", "zh"):
         entry = {}
@@ -148,7 +148,7 @@ class PolicyTemplate:
 
 
 def _strip_tags(messages: list[dict]) -> list[dict]:
-    from peer_rl.multimodal import strip_tags
+    from peer_rl.prompts.multimodal import strip_tags
 
     return [{"role": m["role"], "content": m["content"]} for m in strip_tags(messages)]
 

@@ -102,8 +102,8 @@ def index_from_root(root: str | Path, target: str | Path, embedding_model: str,
     `<output_dir>/index`, the cold start's pass-2 index). `log` gets what it holds."""
     import time
 
-    from peer_rl.data.out_paths import read_json
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.files.out_paths import read_json
+    from peer_rl.models.encoders import load_embedding_model
     from peer_rl.retrieval.index import INFO_FILE, build_index
 
     rows, src = load_exemplars(root, skip_invalid, splits)

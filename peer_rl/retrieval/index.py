@@ -94,7 +94,7 @@ def check_replaceable(out_dir: str | Path) -> None:
     index's own files, index.json among them: a data root's `exemplars/` holding just an
     `exemplars.jsonl` is not one). Anything else (a data root, a home directory) is refused,
     untouched."""
-    from peer_rl.data.out_paths import LOCK_FILE, MARKER, read_marker
+    from peer_rl.files.out_paths import LOCK_FILE, MARKER, read_marker
 
     p = Path(out_dir)
     if not p.exists() and not p.is_symlink():
@@ -116,9 +116,9 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
                 batch_size: int = 256, progress=None, marker: str = "",
                 source_splits: dict | None = None) -> dict:
     """Embed every exemplar (`encode(texts)` -> unit rows) and write the index directory
-    whole (a directory made beside it, swapped in by peer_rl.data.out_paths.replace_dir: files
+    whole (a directory made beside it, swapped in by peer_rl.files.out_paths.replace_dir: files
     of an earlier index that it did not write stay). `marker`: the command whose output it is
-    (peer_rl.data.out_paths); `source_splits`: rows per split of the source files, recorded in
+    (peer_rl.files.out_paths); `source_splits`: rows per split of the source files, recorded in
     index.json. Returns index.json's content."""
     faiss = _faiss()
     if not exemplars:
@@ -146,7 +146,7 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
             "kind": kind, "key": "last seeker turn + reply", "source_sha256": source_sha256,
             **({"splits": dict(source_splits)} if source_splits is not None else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    from peer_rl.data.out_paths import new_dir, replace_dir
+    from peer_rl.files.out_paths import new_dir, replace_dir
 
     tmp = new_dir(out.parent, out.name)
     try:
@@ -173,7 +173,7 @@ class ExemplarIndex:
             if not (d / name).is_file():
                 raise FileNotFoundError(f"{d}: no {name} (build one with `peer-rl index build "
                                         f"DATA --out {d}`)")
-        from peer_rl.data.out_paths import read_json
+        from peer_rl.files.out_paths import read_json
 
         self.info = read_json(d / INFO_FILE, "index info")
         if embedding_model is not None and embedding_model != self.info["embedding_model"]:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from peer_rl.prompts.quoting import line_starts, quote_policy_text, tokenizer_specials
-from peer_rl.reasoning import render_history
+from peer_rl.prompts.reasoning import render_history
 
 _INSTRUCTION = {
     "en": ("You evaluate a counselor's reply in an emotional-support conversation: does it "

@@ -1,6 +1,6 @@
 """Typed schema of the supervised stages: `peer-rl train-rm` (UnifiReward on SER) and `peer-rl sft`.
 
-Same mechanics as the GRPO schema (peer_rl/config.py): a dataclass tree given to omegaconf, a
+Same mechanics as the GRPO schema (peer_rl/config/schema.py): a dataclass tree given to omegaconf, a
 recipe chosen by `recipe=NAME`, dotted `key=value` overrides, an unknown key or a wrong type
 failing at start-up naming the key, then the value checks below.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from omegaconf import MISSING, DictConfig
 
-from peer_rl.precision import DTYPES
-from peer_rl.config import (ConfigError, LoggingConfig, RayConfig, check_lora, check_ranges,
+from peer_rl.compute.precision import DTYPES
+from peer_rl.config.schema import (ConfigError, LoggingConfig, RayConfig, check_lora, check_ranges,
                             load_config)
-from peer_rl.worker_settings import LoRASettings
+from peer_rl.config.worker_settings import LoRASettings
 
 # rm: UnifiReward SFT on SER chats; prm / orm: the separate process and outcome judges PEER
 # compares it with, on the same SER rows; bt: a scalar reward model on preference pairs
@@ -84,7 +84,7 @@ class SupervisedTrainerConfig:
     max_failures: int = 0                   # Ray Train FailureConfig: worker-group restarts
     seed: int = 0
     # compute dtype (fp32 master weights and optimizer either way): auto | float32 | bfloat16;
-    # auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.precision)
+    # auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.compute.precision)
     dtype: str = "auto"
     # judges (rm, prm, orm): weight each verdict by its class so that, at every verdict position
     # (step 1-3, the preference), each label weighs the same in total (SER steps are ~64% True:

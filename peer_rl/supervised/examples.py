@@ -119,7 +119,7 @@ def ser_view(rows, view: str, template=None) -> tuple[list[dict], int]:
     the two replies in one turn, read back through `template`, a JudgeTemplate). Returns the
     rows and how many the template could not read (outcome only: they are skipped)."""
     from peer_rl.prompts.judge import RowMismatch
-    from peer_rl.multimodal import strip_tags
+    from peer_rl.prompts.multimodal import strip_tags
 
     if view not in SER_VIEWS:
         raise ValueError(f"SER view {view!r}: expected one of {SER_VIEWS}")
@@ -164,10 +164,10 @@ def build_examples(rows, subset: str, tokenizer, max_length: int,
     truncated SER chat would lose its preference verdict, a truncated SFT target its reply).
 
     image_tokens: (image_token_id, path -> number of tokens) for a vision-language model: rows
-    with images are rendered with them (peer_rl.multimodal) and their placeholders expanded as
+    with images are rendered with them (peer_rl.prompts.multimodal) and their placeholders expanded as
     the model's processor does; None trains every row on its words alone.
     verdicts: keep each example's target turns' contents (`verdicts`), for balance_verdicts."""
-    from peer_rl.multimodal import attach_images, strip_tags
+    from peer_rl.prompts.multimodal import attach_images, strip_tags
 
     out, too_long, images, n = [], 0, 0, 0
     for row in rows:

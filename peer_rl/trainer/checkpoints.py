@@ -64,7 +64,7 @@ def saved_prompt_selection(checkpoint: Path | None) -> list[str] | None:
     path = checkpoint / PROMPTS_FILE if checkpoint is not None else None
     if path is None or not path.exists():
         return None
-    from peer_rl.data.out_paths import read_json
+    from peer_rl.files.out_paths import read_json
 
     return read_json(path, "checkpoint prompt pool")["ids"]
 

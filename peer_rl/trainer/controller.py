@@ -2,7 +2,7 @@
 advantages, policy update, weight sync), in that order in `train_step`.
 
 The controller holds no model. It talks to the pools only through their worker groups
-(peer_rl.trainer.worker_group: fan-out, gather, restart) over the handles it is given (peer_rl.trainer.placement)
+(peer_rl.trainer.worker_group: fan-out, gather, restart) over the handles it is given (peer_rl.trainer.resource_pools)
 and does the cheap, pure work itself (advantages, metrics). Stages 2-5 are the method's
 (peer_rl.methods: PEER with UnifiReward, ESCRAG-R1 with a scalar reward), called as
 `method.score(rows, step, timing)`; the method sees the worker groups, never the controller.
@@ -34,13 +34,13 @@ import ray
 from peer_rl.algos import sequence_advantages
 from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
                                  prune_checkpoints, resume_checkpoint, unseen_files)
-from peer_rl.runtime import fsync_dir, fsync_tree
+from peer_rl.files.durable import fsync_dir, fsync_tree
 from peer_rl.data.prompt_loader import Cursor, PromptLoader
 from peer_rl.trainer.dynamic_sampling import refill, zero_variance_metrics
 from peer_rl.methods import Groups, method_class
-from peer_rl.metrics import MetricsSink, distinct_n, summarise
-from peer_rl.config import public_config
-from peer_rl.trackers import open_trackers
+from peer_rl.tracking.metrics import MetricsSink, distinct_n, summarise
+from peer_rl.config.schema import public_config
+from peer_rl.tracking.trackers import open_trackers
 from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.trainer.step_batch import update_batch
 from peer_rl.trainer.sync_group import WeightSyncGroup
@@ -93,7 +93,7 @@ class Controller:
         cursor = None
         resume_dir = resume_checkpoint(cfg, self.out)
         if resume_dir is not None:
-            from peer_rl.data.out_paths import read_json
+            from peer_rl.files.out_paths import read_json
 
             state = read_json(resume_dir / STATE_FILE, "checkpoint state")
             self.step, cursor = state["step"], Cursor(**state["cursor"])
@@ -132,7 +132,7 @@ class Controller:
         batch: a batch already drawn and scored for the next step (trainer.async_training) is
         drawn and sampled again on resume. A step_N already there is never written over (a
         resume that would write over one is refused at start-up: trainer.run.check_fresh_output)."""
-        from peer_rl.data.out_paths import OutputError, new_dir
+        from peer_rl.files.out_paths import OutputError, new_dir
 
         final = self.out / "checkpoints" / f"step_{self.step}"
         tmp = new_dir(final.parent, final.name)
@@ -193,7 +193,7 @@ class Controller:
                 out[name] = [round(p, 2) for p in peaks]
         report = {"peak_rss_gib": out, "dtype": dtypes, "unanswered": missing,
                   "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
-        from peer_rl.data.out_paths import write_atomic    # whole: bench step reads it
+        from peer_rl.files.out_paths import write_atomic    # whole: bench step reads it
 
         write_atomic(self.out / "memory.json", json.dumps(report, indent=1) + "\n")
         print("[peer-rl] peak resident memory (GiB per worker): "
@@ -210,8 +210,8 @@ class Controller:
     def export_final(self) -> Path:
         """<output_dir>/final: the trained policy as a plain Hugging Face model directory
         (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and swapped in
-        like `train-rm`'s final/ (peer_rl.data.out_paths.replace_dir)."""
-        from peer_rl.data.out_paths import new_dir, replace_dir
+        like `train-rm`'s final/ (peer_rl.files.out_paths.replace_dir)."""
+        from peer_rl.files.out_paths import new_dir, replace_dir
 
         final = self.out / "final"
         tmp = new_dir(self.out, final.name)
@@ -381,7 +381,7 @@ class Controller:
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
         red = scored.redundancy
-        from peer_rl.data.out_paths import open_append
+        from peer_rl.files.out_paths import open_append
 
         with open_append(self.out / "samples.jsonl") as fh:
             for k, s in enumerate(scored.samples):
@@ -452,7 +452,7 @@ class Controller:
     def plot(self) -> None:
         """curves.png (rewards, format and parse-failure rates) and timeline.png (the stages of
         the last steps), from the files the run wrote; no worker is needed."""
-        from peer_rl.plot import plot_curves
+        from peer_rl.tracking.plot import plot_curves
 
         plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
                                                  "reward/rur_mean", "judge/parse_failure_rate"],

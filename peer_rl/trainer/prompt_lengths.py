@@ -4,22 +4,22 @@ the reply is named, not met mid-run as an engine error), and used to size the ro
 KV cache for the longest row the data can bring."""
 from __future__ import annotations
 
-from peer_rl.config import ConfigError
+from peer_rl.config.schema import ConfigError
 
 
 def load_processors(policy_path: str):
     """The policy's tokenizer and, for a vision-language policy, its image processor
-    (workers.vision.VisionInputs), as the rollout and the policy ranks will load them: a model
+    (peer_rl.workers.vision.VisionInputs), as the rollout and the policy ranks will load them: a model
     directory without them is named (ConfigError) before any pool starts."""
     from transformers import AutoTokenizer
 
-    from peer_rl.multimodal import is_vision_language
+    from peer_rl.prompts.multimodal import is_vision_language
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(policy_path)
         if not is_vision_language(policy_path):
             return tokenizer, None
-        from workers.vision import VisionInputs
+        from peer_rl.workers.vision import VisionInputs
 
         return tokenizer, VisionInputs(policy_path)
     except (OSError, ValueError) as exc:
@@ -32,7 +32,7 @@ def prompt_lengths(rows: list[dict], policy_path: str) -> list[int]:
     count as the tokens its processor expands them into (each image's placeholder pad becomes
     grid_t x grid_h x grid_w / merge_size^2 pads), a text-only policy's as nothing (it reads
     the words alone)."""
-    from peer_rl.multimodal import attach_images, strip_tags
+    from peer_rl.prompts.multimodal import attach_images, strip_tags
 
     tokenizer, vision = load_processors(policy_path)
     out = []

@@ -7,9 +7,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from peer_rl.config import load_config, save_config
-from peer_rl.data.out_paths import claim_run_dir
-from peer_rl.runtime import init_ray, quiet_driver
+from peer_rl.config.schema import load_config, save_config
+from peer_rl.files.out_paths import claim_run_dir
+from peer_rl.trainer.runtime import init_ray, quiet_driver
 
 
 def resolve_models(cfg) -> tuple[str, str]:
@@ -41,7 +41,7 @@ def check_judges(cfg, judge: str) -> None:
     """The generative judges' templates read, and each judge sits in the slot its template's
     role names (a PRM given as UnifiReward would never be asked the preference round), before
     any pool starts."""
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
     from peer_rl.prompts.judge import JudgeTemplate, TemplateError
 
     kind = cfg.reward_model.kind
@@ -138,8 +138,8 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
 def check_modalities(cfg, rows: list[dict], policy: str) -> None:
     """Visual rows need a vision-language policy: the update must see the frames the rollout
     was conditioned on. A text-only policy trains them only when the recipe says so."""
-    from peer_rl.config import ConfigError
-    from peer_rl.multimodal import is_vision_language
+    from peer_rl.config.schema import ConfigError
+    from peer_rl.prompts.multimodal import is_vision_language
 
     n_visual = sum(bool(r.get("images")) for r in rows)
     vision = is_vision_language(policy)
@@ -155,14 +155,14 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
 
 
 def check_policy_lora(cfg, policy: str) -> None:
-    """model.lora against the policy's module tree (workers.lora.check_settings: built from its
+    """model.lora against the policy's module tree (peer_rl.workers.lora.check_settings: built from its
     config.json on the meta device, no weight read), before Ray starts: a target that adapts
     nothing fails in seconds, naming the key, not in a policy rank once the pools are up."""
     if not cfg.model.lora.rank:
         return
-    from peer_rl.config import ConfigError
-    from peer_rl.worker_settings import LoRASettings, narrow
-    from workers.lora import check_settings
+    from peer_rl.config.schema import ConfigError
+    from peer_rl.config.worker_settings import LoRASettings, narrow
+    from peer_rl.workers.lora import check_settings
 
     try:
         check_settings(narrow(LoRASettings, cfg.model.lora), policy)
@@ -177,9 +177,9 @@ def check_fresh_output(cfg, out: Path) -> None:
     resume=<checkpoint> continues the run that wrote it only from its newest checkpoint (a
     directory holds one timeline: peer_rl.trainer.checkpoints); from an earlier one, or from
     another run's, it goes into a directory that holds no run yet."""
-    from peer_rl.config import ConfigError
-    from peer_rl.data.out_paths import read_json
-    from peer_rl.metrics import LOGS
+    from peer_rl.config.schema import ConfigError
+    from peer_rl.files.out_paths import read_json
+    from peer_rl.tracking.metrics import LOGS
     from peer_rl.trainer.checkpoints import STATE_FILE, complete_checkpoints, latest_checkpoint
 
     held = [name for name in (*LOGS, "checkpoints", "final")
@@ -232,7 +232,7 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
 
     from peer_rl.trainer.checkpoints import not_shared_error
 
-    from peer_rl.data.out_paths import new_dir
+    from peer_rl.files.out_paths import new_dir
 
     probe = new_dir(out, "shared-probe")     # made now, so removed after
     try:
@@ -262,7 +262,7 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
 
 def run(overrides: list[str]) -> Path:
     from peer_rl.data.bundled import SAMPLE_ROOT
-    from peer_rl.trackers import check_mlflow_store
+    from peer_rl.tracking.trackers import check_mlflow_store
 
     cfg = load_config(overrides)
     if not cfg.logging.verbose:
@@ -287,10 +287,10 @@ def _train(cfg, out: Path) -> Path:
     from peer_rl.trainer.controller import Controller
     from peer_rl.data.loading import row_language
     from peer_rl.models.pinned import card_files, check_languages
-    from peer_rl.trainer.placement import PoolFactory
+    from peer_rl.trainer.resource_pools import PoolFactory
     from peer_rl.trainer.preemption import RunStopped, StopRequest
-    from peer_rl.config import public_config
-    from peer_rl.trackers import open_trackers
+    from peer_rl.config.schema import public_config
+    from peer_rl.tracking.trackers import open_trackers
 
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",

@@ -18,14 +18,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from peer_rl.trainer.supervised import _log, install_final, run_supervised
+from peer_rl.trainer.supervised_run import _log, install_final, run_supervised
 from peer_rl.trainer.tiny_cache import (MANIFEST, config_inputs, inputs_sha256, read_manifest,
                                         shipped_model, swap_in)
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "bundled" / "models" / "smollm2"
 STAGES = {"judge": ("rm", "unifireward_smollm2"), "policy": ("sft", "sft_smollm2")}
 BUILD_COMMAND = "peer-rl models build-smollm2"
-BUILT_BY = "models build-smollm2"       # its output marker (peer_rl.data.out_paths)
+BUILT_BY = "models build-smollm2"       # its output marker (peer_rl.files.out_paths)
 ADAPTER = "adapter_model.safetensors"
 SHIPPED_FROM = "shipped_from.json"      # in a final/ made from a shipped adapter
 
@@ -45,7 +45,7 @@ def use_shipped(name: str, out_dir: str | Path, overrides=(), shipped_dir: Path 
                 stages=None) -> Path:
     """<out_dir>/final for shipped model `name`: its adapter merged into the starting model when
     the stage would train on exactly the inputs it was trained on, else the stage run there."""
-    from peer_rl.data.out_paths import claim_dir, claim_run_dir
+    from peer_rl.files.out_paths import claim_dir, claim_run_dir
 
     shipped_dir = Path(shipped_dir or SHIPPED_DIR)
     out_dir = Path(out_dir).resolve()
@@ -65,7 +65,7 @@ def use_shipped(name: str, out_dir: str | Path, overrides=(), shipped_dir: Path 
         return run_supervised(cfg, kind)
     manifest = read_manifest(shipped_dir, BUILD_COMMAND)
     if not cfg.logging.verbose:
-        from peer_rl.runtime import quiet_driver
+        from peer_rl.trainer.runtime import quiet_driver
 
         quiet_driver()          # no weight-loading bars: the stage's own line says what it did
     lock = claim_run_dir(out_dir, command, inputs)
@@ -85,8 +85,8 @@ def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name:
     swapped in whole."""
     from peft import PeftModel
 
-    from peer_rl.data.out_paths import new_dir
-    from workers.fsdp import copy_model_files, load_pretrained
+    from peer_rl.files.out_paths import new_dir
+    from peer_rl.workers.fsdp import copy_model_files, load_pretrained
 
     entry = manifest["models"][name]
     tmp = new_dir(final.parent, final.name)

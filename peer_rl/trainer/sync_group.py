@@ -1,13 +1,13 @@
 """The driver's side of policy -> rollout weight sync: it forms the group and passes metadata.
 
 Policy rank 0 and every rollout-engine worker (tensor-parallel workers included) form one
-process group (workers.weight_sync); the weights go from rank 0 straight to the engines, bucket
+process group (peer_rl.workers.weight_sync); the weights go from rank 0 straight to the engines, bucket
 by bucket. The driver only asks for the tensor list once, hosts nothing and moves no weight.
 The group is formed before the first sync and again after any engine restart (a restarted
 engine is a new process that holds the initial checkpoint), then the whole pool is sent to.
 
 A sync that cannot complete ends in bounded time on NCCL as on gloo: every member gives each
-bucket at most actor.weight_sync_timeout_s (workers.weight_sync.finish). An engine that has not
+bucket at most actor.weight_sync_timeout_s (peer_rl.workers.weight_sync.finish). An engine that has not
 come back from its receive by then, plus a grace period, is taken for hung: it is named, ended
 and restarted by Ray like a crashed one, and the sync is repeated; past
 trainer.max_actor_restarts the run stops (exit 3) with the last checkpoint standing.

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from peer_rl.trainer.supervised import _log, run_supervised
+from peer_rl.trainer.supervised_run import _log, run_supervised
 
 
 def ensure_trained_tiny_reward_model(cache_dir: str | Path, ray_address: str = "") -> str:
@@ -56,7 +56,7 @@ SHIPPED_DIR = Path(__file__).resolve().parents[1] / "bundled" / "models" / "tiny
 MANIFEST = "manifest.json"
 STAGES = (("judge", "rm"), ("policy", "sft"))   # each trained by its kind's default recipe
 BUILD_COMMAND = "peer-rl models build-tiny"
-BUILT_BY = "models build-tiny"          # its output marker (peer_rl.data.out_paths)
+BUILT_BY = "models build-tiny"          # its output marker (peer_rl.files.out_paths)
 
 
 def _hash_files(h, root: Path, pattern: str = "*"):
@@ -102,7 +102,7 @@ def stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
 
 def config_inputs(cfg, kind: str) -> dict[str, str]:
     """stage_inputs of a loaded supervised config (any recipe, any starting model)."""
-    from peer_rl.trainer.supervised import RUN_ONLY_KEYS, plan_stage
+    from peer_rl.trainer.supervised_run import RUN_ONLY_KEYS, plan_stage
 
     with contextlib.redirect_stdout(io.StringIO()):     # the stage's own log lines, not ours
         plan = plan_stage(cfg, kind)
@@ -117,8 +117,7 @@ def _code_and_data_key(kind: str) -> str:
     the installed torch / transformers (which build the starting model and tokenize)."""
     from importlib.metadata import version
 
-    import recipes
-    import workers
+    from peer_rl import recipes, workers
 
     pkg = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(f"{kind} torch {version('torch')} transformers "
@@ -133,7 +132,7 @@ def _code_and_data_key(kind: str) -> str:
 def remembered_stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     """stage_inputs, worked out once per version of peer-rl's code and data and kept in
     <cache_dir>/inputs/ (it reads every training row through the tokenizer: seconds a run)."""
-    from peer_rl.data.out_paths import DamagedFile, read_json, write_atomic
+    from peer_rl.files.out_paths import DamagedFile, read_json, write_atomic
 
     memo = Path(cache_dir) / "inputs" / f"{_code_and_data_key(kind)[:24]}.json"
     if memo.exists():
@@ -275,9 +274,9 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
 
 def swap_in(staging: Path, out_dir: Path, manifest: dict, built_by: str) -> None:
     """`staging` with its manifest becomes `out_dir`: copied into a directory made beside it,
-    then swapped in (peer_rl.data.out_paths.replace_dir), so a reader never meets a
+    then swapped in (peer_rl.files.out_paths.replace_dir), so a reader never meets a
     half-written copy; files of the earlier `out_dir` that the build did not write stay."""
-    from peer_rl.data.out_paths import new_dir, replace_dir
+    from peer_rl.files.out_paths import new_dir, replace_dir
 
     for name, entry in manifest["models"].items():
         entry["files"] = file_digests(staging / name)

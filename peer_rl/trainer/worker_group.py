@@ -30,7 +30,7 @@ from peer_rl.protocol import Dispatch, dispatch_of, gather, shard
 
 @dataclass
 class Pools:
-    """Ray actor handles, one list per pool (peer_rl.trainer.placement.PoolFactory.make_pools)."""
+    """Ray actor handles, one list per pool (peer_rl.trainer.resource_pools.PoolFactory.make_pools)."""
     rollout: list
     reward_model: list
     actor: list                      # FSDP2 ranks, rank 0 first

@@ -134,7 +134,7 @@ def test_the_layer_count_is_the_most_the_estimate_fits():
     spec.loader.exec_module(gc)
     from peer_rl.planning import memory
     from peer_rl.planning.shapes import NAMED, text_params
-    from peer_rl.worker_settings import LoRASettings
+    from peer_rl.config.worker_settings import LoRASettings
 
     shape = {k: v for k, v in NAMED["Qwen2.5-7B"].items() if k != "max_position_embeddings"}
     _, actor = gc.memory_settings(4096, 1024, "bfloat16")

@@ -4,7 +4,7 @@ recipe, so each ratio is the baseline's peak over the other run's)."""
 import json
 
 from peer_rl.cli import main
-from peer_rl.config import load_config, save_config
+from peer_rl.config.schema import load_config, save_config
 
 
 def _run(path, peaks: dict, *overrides):

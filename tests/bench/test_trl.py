@@ -81,7 +81,7 @@ def test_smollm2_takes_the_english_prompts_on_both_sides():
     the prompts TRL's side takes are then English rows of the sample."""
     from peer_rl.bench.rollout import _prompts
     from peer_rl.bench.models import REAL_MODELS
-    from peer_rl.config import load_config
+    from peer_rl.config.schema import load_config
     from peer_rl.trainer.run import load_prompts
 
     data = REAL_MODELS["smollm2"][1]

@@ -7,7 +7,7 @@ import pytest
 from peer_rl.chain.run import load_chain, run_chain, stage_done
 from peer_rl.cli import main
 from peer_rl.chain.report import write_chain_report
-from peer_rl.config import ConfigError
+from peer_rl.config.schema import ConfigError
 from dir_holder import hold_dir
 
 
@@ -193,7 +193,7 @@ def test_a_dry_run_prints_no_secret_and_the_stage_saves_the_interpolation(tmp_pa
     """Issue 58.8: a chain value read from the environment reaches its stage as `${oc.env:...}`
     (each stage reads the environment itself), so neither the printed command line nor the
     stage's config.yaml holds the secret; the chain's own paths are still resolved."""
-    from peer_rl.config import load_config, save_config
+    from peer_rl.config.schema import load_config, save_config
 
     monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-58-chain")
     monkeypatch.setenv("PEER_RL_TEST_OUT", str(tmp_path / "from-env"))

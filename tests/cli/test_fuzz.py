@@ -202,7 +202,7 @@ def _esconv_case(command: str, case: str):
 
 def _memory_runs(t: Path, report: str) -> list[str]:
     """A baseline run and a run whose memory.json is `report` (both with a config.yaml)."""
-    from peer_rl.config import load_config, save_config
+    from peer_rl.config.schema import load_config, save_config
 
     for name, text in (("base", json.dumps({"peak_rss_gib": {"actor": [1.2]}})),
                        ("run", report)):

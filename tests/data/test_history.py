@@ -8,7 +8,7 @@ import datasets
 import pytest
 
 from peer_rl.cli import main
-from peer_rl.config import ConfigError, load_config
+from peer_rl.config.schema import ConfigError, load_config
 from peer_rl.data.bundled import sample_root
 from peer_rl.data.history import cut, training_rows
 from peer_rl.trainer.run import load_prompts

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from peer_rl.cli import main
-from peer_rl.config import ConfigError
-from peer_rl.data.out_paths import OutputError, plain_name, refuse_inside
+from peer_rl.config.schema import ConfigError
+from peer_rl.files.out_paths import OutputError, plain_name, refuse_inside
 from peer_rl.data.bundled import build_sample
 
 
@@ -117,7 +117,7 @@ def test_a_ladder_rung_cannot_climb_out_of_its_directory(tmp_path):
 def test_a_run_begun_before_markers_is_continued_by_its_run_file(tmp_path):
     """An evaluation or data-job directory with no marker but its run file (run.json, as the
     store writes it) is that command's run: a rerun continues it. Another file is not enough."""
-    from peer_rl.data.out_paths import MARKER, claim_dir
+    from peer_rl.files.out_paths import MARKER, claim_dir
 
     old = tmp_path / "esc_run"
     old.mkdir()
@@ -133,7 +133,7 @@ def test_a_run_begun_before_markers_is_continued_by_its_run_file(tmp_path):
 
 
 def test_a_claimed_directory_left_unwritten_is_released_and_a_written_one_kept(tmp_path):
-    from peer_rl.data.out_paths import LOCK_FILE, MARKER, claim_run_dir, release_unwritten
+    from peer_rl.files.out_paths import LOCK_FILE, MARKER, claim_run_dir, release_unwritten
 
     out = tmp_path / "run"
     lock = claim_run_dir(out, "train-rm")
@@ -163,7 +163,7 @@ def test_a_planted_lock_is_never_truncated_or_written(tmp_path):
     directory holding only `.lock` counted as empty. A link, a second name of their file, or a
     file holding more than a pid is refused and left as it is; the lone `.lock` makes the
     directory someone else's."""
-    from peer_rl.data.out_paths import LOCK_FILE, claim_dir, lock_dir
+    from peer_rl.files.out_paths import LOCK_FILE, claim_dir, lock_dir
 
     victim = _victim(tmp_path)
     out = tmp_path / "out"
@@ -193,7 +193,7 @@ def test_a_planted_lock_is_never_truncated_or_written(tmp_path):
 
 def test_a_whole_write_never_follows_a_planted_tmp_link(tmp_path):
     """Finding 58.2 (the helper): `X.tmp` a link to a user's file was written through."""
-    from peer_rl.data.out_paths import write_atomic
+    from peer_rl.files.out_paths import write_atomic
 
     victim = _victim(tmp_path)
     target = tmp_path / "jt" / "tpl.json"
@@ -210,7 +210,7 @@ def test_replace_dir_keeps_what_the_old_output_did_not_write(tmp_path):
     """Findings 58.3 and 58.4 (the helper): OUT.old / OUT.new of the user's were deleted, and
     so were their files inside the earlier output. Now the swap uses names it makes, and of the
     old output drops only what its marker says the command wrote."""
-    from peer_rl.data.out_paths import MARKER, new_dir, read_marker, replace_dir
+    from peer_rl.files.out_paths import MARKER, new_dir, read_marker, replace_dir
 
     out = tmp_path / "idx"
     for suffix in (".old", ".new", ".tmp"):
@@ -238,7 +238,7 @@ def test_replace_dir_keeps_what_the_old_output_did_not_write(tmp_path):
 
 def test_a_damaged_mark_set_aside_never_replaces_an_earlier_copy(tmp_path):
     """Finding 58.5 (the helper): a second damaged mark replaced the first kept copy."""
-    from peer_rl.data.out_paths import move_aside
+    from peer_rl.files.out_paths import move_aside
 
     mark = tmp_path / "judge.json"
     mark.write_text("first {")
@@ -251,7 +251,7 @@ def test_a_damaged_mark_set_aside_never_replaces_an_earlier_copy(tmp_path):
 
 
 def test_an_append_never_follows_a_link(tmp_path):
-    from peer_rl.data.out_paths import open_append
+    from peer_rl.files.out_paths import open_append
 
     victim = _victim(tmp_path)
     (tmp_path / "metrics.jsonl").symlink_to(victim)
@@ -265,7 +265,7 @@ def test_an_append_never_follows_a_link(tmp_path):
 
 def _claim_many(args):
     """One process's claims: (claimed names, failures as 'name: error')."""
-    from peer_rl.data.out_paths import claim_file
+    from peer_rl.files.out_paths import claim_file
 
     directory, who, n = args
     ok, failed = [], []
@@ -280,7 +280,7 @@ def _claim_many(args):
 
 
 def _write_many(args):
-    from peer_rl.data.out_paths import write_atomic
+    from peer_rl.files.out_paths import write_atomic
 
     path, who, n = args
     for i in range(n):
@@ -295,7 +295,7 @@ def test_claims_from_several_processes_in_one_directory_all_land(tmp_path):
     here (the names differ), and the marker must hold each one."""
     import multiprocessing
 
-    from peer_rl.data.out_paths import MARKER, claim_file, read_marker
+    from peer_rl.files.out_paths import MARKER, claim_file, read_marker
 
     procs, each = 4, 60
     with multiprocessing.get_context("fork").Pool(procs) as pool:

@@ -63,7 +63,7 @@ def test_latest_checkpoint_ignores_incomplete(tmp_path):
 def test_a_drawn_pool_is_restored_from_the_checkpoint_not_redrawn(tmp_path):
     import json
 
-    from peer_rl.config import load_config
+    from peer_rl.config.schema import load_config
     from peer_rl.trainer.checkpoints import PROMPTS_FILE, saved_prompt_selection
     from peer_rl.trainer.run import load_prompts
 

@@ -9,7 +9,7 @@ from peer_rl.cli import main
 from peer_rl.data.esconv import import_esconv, normalise_strategy
 from peer_rl.data.bundled import build_sample, sample_root
 from peer_rl.data.round_sampling import gaussian_round_sample
-from peer_rl.reasoning import STRATEGIES
+from peer_rl.prompts.reasoning import STRATEGIES
 
 REFERENCE = Path(os.environ.get("PEER_RL_REFERENCE", "PEER_RL_REFERENCE-is-not-set"))
 FAILED_ESCONV = REFERENCE / "esconv" / "FailedESConv.json"

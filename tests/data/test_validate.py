@@ -196,7 +196,7 @@ def test_images_must_stay_inside_the_data_root(root, capsys, monkeypatch, tmp_pa
 def test_only_png_jpeg_webp_under_the_pixel_cap_are_opened(root, capsys):
     from PIL import Image
 
-    from peer_rl.multimodal import MAX_IMAGE_PIXELS
+    from peer_rl.prompts.multimodal import MAX_IMAGE_PIXELS
 
     images = root / "ser" / "images"
     Image.new("RGB", (8, 8)).save(images / "face.bmp")

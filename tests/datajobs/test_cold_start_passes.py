@@ -59,9 +59,9 @@ def _row(d, **extra):
 
 @pytest.fixture
 def root(tmp_path, monkeypatch):
-    import peer_rl.encoders
+    import peer_rl.models.encoders
 
-    monkeypatch.setattr(peer_rl.encoders, "load_embedding_model", lambda *a, **k: SetEncoder())
+    monkeypatch.setattr(peer_rl.models.encoders, "load_embedding_model", lambda *a, **k: SetEncoder())
     r = tmp_path / "root"
     (r / "preference").mkdir(parents=True)
     (r / "exemplars").mkdir()

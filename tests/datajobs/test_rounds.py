@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from peer_rl.datajobs.rounds import run_rounds
-from peer_rl.reasoning import policy_messages
+from peer_rl.prompts.reasoning import policy_messages
 
 OPENER = {"english": "Hello", "chinese": "你好"}
 LANG = {"english": "en", "chinese": "zh"}

@@ -92,7 +92,7 @@ def planted_index(tmp_path_factory):
     from peer_rl.data.escrag import exemplar_rows
     from peer_rl.data.bundled import targets
     from peer_rl.retrieval.index import build_index
-    from peer_rl.encoders import MULTILINGUAL_USE, load_embedding_model
+    from peer_rl.models.encoders import MULTILINGUAL_USE, load_embedding_model
 
     # the planted exemplar answers another conversation about the same loss; one with this
     # very dialogue's history is never returned for it (peer_rl.retrieval.index.same_dialogue)
@@ -135,7 +135,7 @@ def test_rag_inference_writes_the_final_reply_from_the_initial_one_and_retrieved
 
 
 def test_rag_needs_the_escrag_prompt():
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
     from peer_rl.evaluation.config import load_eval_config
 
     with pytest.raises(ConfigError, match=r"rag.index='/x': RAG inference is ESCRAG-R1's "

@@ -168,7 +168,7 @@ def test_ccj_ladder_with_and_without_rag_inference_then_rag_chat(server_url, tmp
     from peer_rl.data.bundled import sample_root
     from peer_rl.prompts.escrag import parse_reasoned
     from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     index = tmp_path / "index"
     proc = _run([sys.executable, "-m", "peer_rl.cli", "index", "build", str(sample_root()),

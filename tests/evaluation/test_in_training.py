@@ -4,7 +4,7 @@ hands it), and every expected figure counted by hand from those answers."""
 import numpy as np
 import pytest
 
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 from peer_rl.evaluation.in_training import InTrainingEval
 from peer_rl.protocol import Sample
 

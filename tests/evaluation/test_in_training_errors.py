@@ -6,10 +6,10 @@ import socket
 
 import pytest
 
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 from peer_rl.evaluation.in_training import InTrainingEval
 from peer_rl.protocol import Dispatch, dispatch_of, gather, shard
-from peer_rl.worker_settings import RolloutSettings
+from peer_rl.config.worker_settings import RolloutSettings
 
 pytestmark = pytest.mark.e2e
 
@@ -35,8 +35,8 @@ def _closed_port() -> int:
 
 
 def test_an_unreachable_judge_is_recorded_and_training_goes_on(tiny_models, capsys):
-    from peer_rl.encoders import MULTILINGUAL_USE, load_embedding_model
-    from workers.rollout import RolloutWorker
+    from peer_rl.models.encoders import MULTILINGUAL_USE, load_embedding_model
+    from peer_rl.workers.rollout import RolloutWorker
 
     cfg = load_config([f"model.path={tiny_models['policy']}", "eval.diversity_prompts=2",
                        "eval.n=2", "eval.safety_probes=2", "eval.max_tokens=8",

@@ -4,7 +4,7 @@ import json
 import pytest
 from PIL import Image
 
-from peer_rl.config import ConfigError
+from peer_rl.config.schema import ConfigError
 from peer_rl.evaluation.config import load_eval_config
 from peer_rl.evaluation.prompts import DIMENSIONS
 from peer_rl.evaluation.report import compare_runs, mean_trajectory, write_report

@@ -7,7 +7,7 @@ from PIL import Image
 from peer_rl.evaluation.rm import (Verdicts, evaluate_rm, format_table, grouped_metrics,
                              majority_verdicts, rm_metrics, ser_labels)
 from peer_rl.prompts.judge import PREFERENCE_VERDICTS, STEP_VERDICTS, JudgeTemplate
-from peer_rl.rewards import Preference
+from peer_rl.prompts.verdicts import Preference
 
 T, F = True, False
 FIRST, SECOND, TIE, NEITHER = Preference.FIRST, Preference.SECOND, Preference.TIE, Preference.NEITHER

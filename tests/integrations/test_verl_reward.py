@@ -22,9 +22,9 @@ import pytest
 
 from conftest import VERL_VENV, VllmServer, verl_setup_result
 from peer_rl.protocol import JudgeItem
-from peer_rl.reasoning import format_structured, parse_structured, policy_messages
-from peer_rl.rewards import rur_reweight
-from peer_rl.worker_settings import JudgeSettings, RedundancySettings
+from peer_rl.prompts.reasoning import format_structured, parse_structured, policy_messages
+from peer_rl.algos.rewards import rur_reweight
+from peer_rl.config.worker_settings import JudgeSettings, RedundancySettings
 
 pytestmark = pytest.mark.e2e
 
@@ -123,8 +123,8 @@ def coin(uid: str, text: str, seed: int = 0) -> bool:
 def expected(trained_judge) -> dict:
     """peer-rl's own scoring of the responses the test put in verl's batch (not of what the
     manager decoded), with the coins worked out from them by `coin`."""
-    from workers.redundancy import RedundancyWorker
-    from workers.unifireward import UnifiRewardWorker
+    from peer_rl.workers.redundancy import RedundancyWorker
+    from peer_rl.workers.unifireward import UnifiRewardWorker
 
     texts = [t for _, t in GIVEN]
     coins = [coin(u, t) for u, t in GIVEN]
@@ -299,7 +299,7 @@ def test_a_rollout_that_fails_before_scoring_holds_its_group_only_the_group_time
     """A training pass (rollout.n = 4) in which the first rollout of group-zh fails: its three
     siblings are scored 5 s (group_timeout_s) after the last of them came, RUR over the three
     (s_group recomputed here by peer-rl's redundancy worker); the other groups are whole."""
-    from workers.redundancy import RedundancyWorker
+    from peer_rl.workers.redundancy import RedundancyWorker
 
     assert report["agent_loop"]["group_timeout_s"] <= 60      # the default bound (was 600 s)
     out = report["agent_loop"]["failed_sibling"]

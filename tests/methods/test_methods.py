@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from peer_rl.config import ConfigError, load_config
+from peer_rl.config.schema import ConfigError, load_config
 from peer_rl.methods import Groups, Method, method_class, register
 from peer_rl.methods.escrag_r1 import EscragR1
 from peer_rl.methods.peer import Peer

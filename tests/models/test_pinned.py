@@ -11,7 +11,7 @@ import pytest
 
 from gguf_writer import tiny_llama, tiny_tokenizer, write_gguf
 from peer_rl.models import pinned as pinned_models
-from peer_rl.config import ConfigError, load_config
+from peer_rl.config.schema import ConfigError, load_config
 from peer_rl.models.pinned import (CARD_FILE, PINNED, PinnedModel, PinnedModelError,
                                    check_languages, ensure_model, fetch, pinned_dir, read_card,
                                    wheel_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from peer_rl.activation_memory import GiB
+from peer_rl.compute.activation_memory import GiB
 from peer_rl.cli import main
 from peer_rl.planning import memory
 from peer_rl.planning.cluster import Node, from_overrides

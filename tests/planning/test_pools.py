@@ -1,5 +1,5 @@
 """Which workers start together (start_waves): worked out by hand from the recipes' pools."""
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 from peer_rl.planning.pools import pool_sizes, start_waves
 
 

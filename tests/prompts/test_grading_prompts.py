@@ -176,7 +176,7 @@ def test_data_job_pick_judge(lang):
 # reply into its answer gives a parse failure, never the forged verdict or score.
 from peer_rl.datajobs.parse import parse_filter, parse_persona, parse_pick  # noqa: E402
 from peer_rl.evaluation.parse import parse_int, parse_verdict  # noqa: E402
-from peer_rl.rewards import Preference, parse_preference, parse_step_verdict  # noqa: E402
+from peer_rl.prompts.verdicts import Preference, parse_preference, parse_step_verdict  # noqa: E402
 
 WRAPPINGS = {                     # name: (English form, Chinese form)
     "plain": ("{label}: {value}", "{label}：{value}"),

@@ -10,7 +10,7 @@ from peer_rl.prompts.quoting import quote_policy_text
 from peer_rl.data.loading import located_ser_rows
 from peer_rl.prompts.judge_fit import fit_template
 from peer_rl.protocol import JudgeItem
-from peer_rl.reasoning import parse_structured
+from peer_rl.prompts.reasoning import parse_structured
 
 HISTORY = [{"role": "seeker", "content": "My sister stopped talking to me after the wedding."},
            {"role": "supporter", "content": "That sounds painful. What happened at the wedding?"},
@@ -197,7 +197,7 @@ def _judge_dir(path, role):
 
 
 def test_train_refuses_a_judge_in_the_wrong_slot_before_any_pool_starts(tmp_path):
-    from peer_rl.config import ConfigError, load_config
+    from peer_rl.config.schema import ConfigError, load_config
     from peer_rl.trainer.run import check_judges
 
     prm, orm = _judge_dir(tmp_path / "prm", "process"), _judge_dir(tmp_path / "orm", "outcome")

@@ -86,7 +86,7 @@ def test_a_policy_that_learned_another_stage_name_is_asked_with_it():
 def test_a_history_cap_cuts_the_prompt_the_template_is_read_off():
     """data.max_history_turns cuts a row's prompt with its history (peer_rl.data.history), so
     the cut rows' prompts are still exactly what the template builds from their history."""
-    from peer_rl.config import load_config
+    from peer_rl.config.schema import load_config
     from peer_rl.trainer.run import load_prompts
 
     rows = load_prompts(load_config(["data.max_history_turns=2"]))
@@ -96,7 +96,7 @@ def test_a_history_cap_cuts_the_prompt_the_template_is_read_off():
 
 
 def test_an_evaluation_names_a_missing_or_broken_policy_template(tmp_path):
-    from peer_rl.config import ConfigError
+    from peer_rl.config.schema import ConfigError
     from peer_rl.evaluation.config import load_eval_config
 
     base = ["model.url=http://h/v1"]

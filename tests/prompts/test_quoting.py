@@ -5,7 +5,7 @@ import json
 import pytest
 
 from peer_rl.data.bundled import sample_root
-from peer_rl.multimodal import strip_tags
+from peer_rl.prompts.multimodal import strip_tags
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.quoting import answer_keys, line_starts, quote_policy_text
 

@@ -6,7 +6,7 @@ import pytest
 from peer_rl.data.escrag import exemplar_rows
 from peer_rl.data.bundled import targets
 from peer_rl.retrieval.index import ExemplarIndex, IndexMismatch, Query, build_index, exemplar_key
-from peer_rl.encoders import MULTILINGUAL_USE, load_embedding_model
+from peer_rl.models.encoders import MULTILINGUAL_USE, load_embedding_model
 
 PLANTED = {"id": "planted", "language": "en", "strategy": "Reflection of Feelings",
            "history": [{"role": "seeker", "content": "My beekeeping club voted me out after I "

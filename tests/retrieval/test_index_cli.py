@@ -22,7 +22,7 @@ def _expected_hits(index_dir, text: str, k: int) -> list[tuple[str, float]]:
 
     import numpy as np
 
-    from peer_rl.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     rows = [json.loads(x) for x in (index_dir / "exemplars.jsonl").read_text().splitlines()]
     keys = [(next((t["content"] for t in reversed(r["history"]) if t["role"] == "seeker"), "")

@@ -8,16 +8,16 @@ import json
 
 import pytest
 
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 from peer_rl.data.bundled import sample_root
-from peer_rl.encoders import MULTILINGUAL_USE, load_embedding_model
+from peer_rl.models.encoders import MULTILINGUAL_USE, load_embedding_model
 from peer_rl.methods.escrag_r1 import retrieval_queries
 from peer_rl.protocol import RetrievalQuery, Sample
 from peer_rl.prompts.escrag import Reasoned
 from peer_rl.retrieval.corpus import load_exemplars
 from peer_rl.retrieval.index import build_index
 from peer_rl.trainer.run import load_prompts
-from workers.retrieval import RetrievalWorker
+from peer_rl.workers.retrieval import RetrievalWorker
 
 
 def _turns(history) -> tuple:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from peer_rl.cli import main
-from peer_rl.config import ConfigError, load_config
+from peer_rl.config.schema import ConfigError, load_config
 
 
 def _row(rid, dialogue, seeker, reply):
@@ -47,9 +47,9 @@ def root(tmp_path):
 
 @pytest.fixture
 def fake_encoder(monkeypatch):
-    import peer_rl.encoders
+    import peer_rl.models.encoders
 
-    monkeypatch.setattr(peer_rl.encoders, "load_embedding_model", lambda *a, **k: FakeEncoder())
+    monkeypatch.setattr(peer_rl.models.encoders, "load_embedding_model", lambda *a, **k: FakeEncoder())
 
 
 def _ids(index_dir):

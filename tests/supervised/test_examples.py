@@ -5,7 +5,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from peer_rl.config import ConfigError  # noqa: E402
+from peer_rl.config.schema import ConfigError  # noqa: E402
 from peer_rl.supervised.config import load_supervised_config  # noqa: E402
 from peer_rl.data.bundled import sample_root  # noqa: E402
 from peer_rl.supervised.examples import (IGNORE_INDEX, balance_verdicts, batch_indices,  # noqa: E402

@@ -44,7 +44,7 @@ def test_shards_the_controller_cannot_see_are_named(tmp_path):
     """Issue 24.4: a rank's shards on another node's disk (or cut short) must stop the
     checkpoint before its state file marks it complete."""
     from peer_rl.trainer.checkpoints import not_shared_error, unseen_files
-    from peer_rl.runtime import fsync_tree
+    from peer_rl.files.durable import fsync_tree
 
     (tmp_path / "dcp").mkdir()
     (tmp_path / "dcp" / "shard-0.safetensors").write_bytes(b"x" * 10)

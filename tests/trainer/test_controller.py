@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import ray
 
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 from peer_rl.protocol import UpdateBatch
 from peer_rl.trainer.controller import Controller
-from peer_rl.trainer.placement import PoolFactory
-from peer_rl.runtime import init_ray
+from peer_rl.trainer.resource_pools import PoolFactory
+from peer_rl.trainer.runtime import init_ray
 from peer_rl.trainer.timeline import Timing
 from peer_rl.trainer.run import load_prompts
 from peer_rl.trainer.worker_group import PolicyGroupFailed, PoolFailed
@@ -94,7 +94,7 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
     assert a.rewards.max() > 0  # the trained judge gives credit: the comparison is not 0 == 0
     np.testing.assert_array_equal(b.final, b.rewards)  # RUR off: r~ = r
     # the penalties worked out here from the embedding model's vectors, loop by loop (not with
-    # peer_rl.rewards): s_hist = max cosine to the prompt's own utterances, s_group = mean cosine
+    # peer_rl.algos.rewards): s_hist = max cosine to the prompt's own utterances, s_group = mean cosine
     # to the other G-1 replies (both clipped to [0, 1]), tau = sigmoid(0.5 (L - 5))
     G, embed = on.G, pools.redundancy[0]
     replies = a.replies

@@ -4,7 +4,7 @@ against verl's behaviour at the draw limit."""
 import numpy as np
 import pytest
 
-from peer_rl.config import ConfigError, FilterGroupsConfig, load_config
+from peer_rl.config.schema import ConfigError, FilterGroupsConfig, load_config
 from peer_rl.trainer.dynamic_sampling import (DynamicSamplingLimit, concat, group_values,
                                               merge_metrics, refill, select_groups,
                                               zero_variance, zero_variance_metrics)

@@ -37,7 +37,7 @@ def test_a_lora_run_says_the_reference_is_free_checkpoints_adapters_and_resumes(
 def test_final_is_the_merged_model_and_its_adapter_loads_in_peft(lora_run, grpo_models):
     from peft import PeftModel
 
-    from workers.fsdp import load_pretrained
+    from peer_rl.workers.fsdp import load_pretrained
 
     out = lora_run[0]
     final = Path(out) / "final"
@@ -87,7 +87,7 @@ def test_a_run_from_a_saved_adapter_syncs_it_before_the_first_rollout(tmp_path, 
     from safetensors import safe_open
     from peft import LoraConfig, get_peft_model
 
-    from workers.fsdp import load_pretrained
+    from peer_rl.workers.fsdp import load_pretrained
 
     torch.manual_seed(0)
     base = load_pretrained(grpo_models["policy"])

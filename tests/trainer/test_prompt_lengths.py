@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from peer_rl.config import ConfigError, load_config
-from peer_rl.trainer.placement import PoolFactory
+from peer_rl.config.schema import ConfigError, load_config
+from peer_rl.trainer.resource_pools import PoolFactory
 from peer_rl.trainer.prompt_lengths import check_prompt_room, prompt_lengths
 from peer_rl.trainer.tiny_cache import SHIPPED_DIR
 

@@ -10,7 +10,7 @@ import pytest
 from tracker_util import mlflow_history, wandb_history
 from train_util import metrics as _metrics, train as _train, train_and_kill_a_policy_rank_after
 
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 from peer_rl.data.prompt_loader import PromptLoader
 from peer_rl.trainer.run import load_prompts
 

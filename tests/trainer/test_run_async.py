@@ -13,7 +13,7 @@ import json
 import pytest
 from train_util import metrics, train, train_and_signal_after
 
-from peer_rl.config import load_config
+from peer_rl.config.schema import load_config
 from peer_rl.data.prompt_loader import PromptLoader
 from peer_rl.trainer.run import load_prompts
 

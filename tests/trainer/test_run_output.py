@@ -26,7 +26,7 @@ def reached(*a, **k):
 @pytest.fixture()
 def no_work(monkeypatch):
     monkeypatch.setattr("peer_rl.trainer.run.load_prompts", reached)       # train
-    monkeypatch.setattr("peer_rl.trainer.supervised.plan_stage", reached)  # sft, train-rm
+    monkeypatch.setattr("peer_rl.trainer.supervised_run.plan_stage", reached)  # sft, train-rm
 
 
 def _finished_run(out):
@@ -74,7 +74,7 @@ def test_a_second_run_on_one_output_directory_is_refused_naming_the_first(
 def test_a_stop_signal_checkpoints_without_the_in_training_evaluation(tmp_path):
     """SIGTERM during step 2 of 4 with an evaluation due at every step: step 1 is evaluated,
     step 2 is checkpointed without one (a slow judge could outlast the grace period)."""
-    from peer_rl.metrics import MetricsSink
+    from peer_rl.tracking.metrics import MetricsSink
     from peer_rl.trainer.controller import Controller
     from peer_rl.trainer.preemption import StopRequest
 

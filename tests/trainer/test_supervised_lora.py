@@ -41,7 +41,7 @@ def test_sft_final_is_the_merged_adapter_and_only_the_adapted_weights_moved(sft_
     from peft import PeftModel
     from safetensors import safe_open
 
-    from workers.fsdp import load_pretrained
+    from peer_rl.workers.fsdp import load_pretrained
 
     out, resumed = sft_run
     assert "resumed from step_000002 (step 2/3)" in resumed
@@ -94,8 +94,8 @@ def test_train_rm_with_lora_writes_a_judge_with_its_template_and_adapter(rm_run)
 def test_the_judge_engine_serves_base_plus_adapter_as_the_merged_judge(rm_run, tiny_models):
     """reward_model.lora_path: the base judge plus final/adapter answers, greedily, what the
     merged final/ answers, and not what the base alone answers."""
-    from peer_rl.worker_settings import JudgeSettings
-    from workers.unifireward import UnifiRewardWorker
+    from peer_rl.config.worker_settings import JudgeSettings
+    from peer_rl.workers.unifireward import UnifiRewardWorker
 
     asks = [[{"role": "user", "content": f"Chat {i}: the seeker says they feel {w} today."}]
             for i, w in enumerate(("lonely", "anxious", "hopeless", "tired", "angry", "lost"))]
@@ -114,7 +114,7 @@ def test_a_judge_adapter_without_its_template_is_refused_naming_the_key(rm_run, 
                                                                         tiny_models):
     import shutil
 
-    from workers.unifireward import UnifiRewardWorker
+    from peer_rl.workers.unifireward import UnifiRewardWorker
 
     bare = tmp_path / "adapter"
     shutil.copytree(rm_run / "adapter", bare)

@@ -11,11 +11,11 @@ import pytest
 import ray
 import torch
 
-from peer_rl.config import load_config
-from peer_rl.runtime import init_ray
-from peer_rl.trainer.placement import PoolFactory, _pool_pg
-from workers.fsdp import load_pretrained, tied_duplicates, to_checkpoint_names
-from workers.weight_sync import TensorMeta, make_store, open_group, send
+from peer_rl.config.schema import load_config
+from peer_rl.trainer.runtime import init_ray
+from peer_rl.trainer.resource_pools import PoolFactory, _pool_pg
+from peer_rl.workers.fsdp import load_pretrained, tied_duplicates, to_checkpoint_names
+from peer_rl.workers.weight_sync import TensorMeta, make_store, open_group, send
 
 pytestmark = pytest.mark.e2e
 

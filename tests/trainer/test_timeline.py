@@ -50,7 +50,7 @@ def test_timeline_png_shows_the_last_steps(tmp_path):
 
 def test_a_torn_last_span_does_not_fail_the_figure_after_a_finished_run(tmp_path):
     """A crash mid-append left half a line; the resumed run appended after it. The figure is
-    drawn from the whole lines (the sink repairs the file on resume: tests/test_metrics.py)."""
+    drawn from the whole lines (the sink repairs the file on resume: tests/tracking/test_metrics.py)."""
     path = tmp_path / "timeline.jsonl"
     append_spans(path, [span("rollout", 0, 2, 1), span("update", 2, 5, 1)])
     with open(path, "a") as fh:

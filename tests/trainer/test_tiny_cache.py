@@ -85,7 +85,7 @@ def test_the_inputs_are_worked_out_once_per_version_of_the_code(tiny_models, tmp
 
 
 def test_the_code_key_follows_the_code_and_the_data(monkeypatch, tmp_path):
-    import recipes
+    from peer_rl import recipes
 
     key = tiny_cache._code_and_data_key("rm")
     assert tiny_cache._code_and_data_key("sft") != key

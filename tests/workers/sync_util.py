@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import torch
 
-from workers import weight_sync
+from peer_rl.workers import weight_sync
 
 
 def _run(sender, receiver):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from peer_rl.protocol import Prompt, SamplingConfig
-from peer_rl.reasoning import policy_messages
-from peer_rl.worker_settings import PolicySettings, RolloutSettings
+from peer_rl.prompts.reasoning import policy_messages
+from peer_rl.config.worker_settings import PolicySettings, RolloutSettings
 from sync_util import free_port, max_gap, push_policy, update_batch
 
 pytestmark = pytest.mark.e2e
@@ -23,8 +23,8 @@ KV_GIB = 0.5
 
 @pytest.fixture(scope="module")
 def engines(tiny_models):
-    from workers.policy import PolicyWorker
-    from workers.rollout import RolloutWorker
+    from peer_rl.workers.policy import PolicyWorker
+    from peer_rl.workers.rollout import RolloutWorker
 
     # the policy's process group first: on CPU the engine joins the default group that exists
     policy = PolicyWorker(0, 1, "127.0.0.1", free_port(), tiny_models["policy"], PolicySettings(
@@ -39,8 +39,8 @@ def engines(tiny_models):
 
 
 def test_the_engine_holds_and_caches_in_bfloat16(engines, tiny_models):
-    """Its KV cache holds as many tokens as peer_rl.kv_cache counts at 2 bytes a value."""
-    from peer_rl.kv_cache import kv_bytes_per_token, read_config
+    """Its KV cache holds as many tokens as peer_rl.compute.kv_cache counts at 2 bytes a value."""
+    from peer_rl.compute.kv_cache import kv_bytes_per_token, read_config
 
     rollout, _ = engines
     assert rollout.engine_dtype() == "bfloat16"

@@ -1,9 +1,9 @@
-"""workers.devices: a worker computes on its own bundle's devices, and a pool given GPUs where
+"""peer_rl.workers.devices: a worker computes on its own bundle's devices, and a pool given GPUs where
 CUDA does not work stops at start-up naming the pool (this machine has no CUDA driver)."""
 import pytest
 import torch
 
-from workers import devices
+from peer_rl.workers import devices
 
 
 def test_outside_a_pool_cuda_is_used_wherever_it_works(monkeypatch):
@@ -30,7 +30,7 @@ def test_a_gpu_policy_rank_without_cuda_never_falls_back_to_gloo(monkeypatch):
     """The policy rank asks before it joins any group or loads a byte: it stops, naming its
     pool, instead of training on the CPU over gloo (as it did when it asked
     torch.cuda.is_available() alone)."""
-    from workers.policy import PolicyWorker
+    from peer_rl.workers.policy import PolicyWorker
 
     monkeypatch.setenv(devices.POOL_ENV, "actor:1")
     with pytest.raises(devices.NoCudaError, match="pool 'actor'"):

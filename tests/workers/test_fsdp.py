@@ -3,7 +3,7 @@ checkpoint's file index, and the module tree the ranks other than 0 build on the
 import pytest
 import torch
 
-from workers.fsdp import build_empty, file_index, freeze_vision_tower, tied_duplicates
+from peer_rl.workers.fsdp import build_empty, file_index, freeze_vision_tower, tied_duplicates
 
 
 class _Tower(torch.nn.Module):

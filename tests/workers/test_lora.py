@@ -1,4 +1,4 @@
-"""LoRA policies (workers.lora) on real FSDP2 gloo ranks, against PEFT's own model outside FSDP.
+"""LoRA policies (peer_rl.workers.lora) on real FSDP2 gloo ranks, against PEFT's own model outside FSDP.
 
 The worker starts from a saved PEFT adapter whose B is not zero (a fresh adapter has B = 0, so
 the gradient of A would be 0 and the adapters would not change the log-probs), which also runs
@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from peer_rl.worker_settings import LoRASettings, PolicySettings
+from peer_rl.config.worker_settings import LoRASettings, PolicySettings
 from lora_util import save_random_adapter
 from test_policy import (HP, SEED, assert_every_mode_gives_the_one_batch_gradient,  # noqa: F401
                          assert_same_training, free_port, make_batch, max_diff, rank_results,
@@ -43,7 +43,7 @@ def _sc_step(w, out: str, ckpt_from: str | None) -> dict:
     adapted model's own state before and after; then the checkpoint's round trip, or (with
     `ckpt_from`, a checkpoint another world size wrote after the same first update) its load and
     the update that run took next."""
-    from workers import fsdp
+    from peer_rl.workers import fsdp
 
     b = make_batch()
     lp = w.compute_log_prob(b)
@@ -80,7 +80,7 @@ def _sc_step(w, out: str, ckpt_from: str | None) -> dict:
 
 
 def _entry(rank, world_size, port, model_path, adapter, out, ckpt_from):
-    from workers.policy import PolicyWorker
+    from peer_rl.workers.policy import PolicyWorker
 
     torch.set_num_threads(1)
     w = PolicyWorker(rank, world_size, "127.0.0.1", port, model_path,
@@ -212,7 +212,7 @@ def test_an_update_changes_only_the_adapters(lora_world1):
 
 
 def _wrap(model_path: str, **kw):
-    from workers.lora import Adapters
+    from peer_rl.workers.lora import Adapters
 
     return Adapters(LoRASettings(**kw), model_path).wrap(
         AutoModelForCausalLM.from_pretrained(model_path))
@@ -243,8 +243,8 @@ def test_the_vision_tower_and_its_aligner_get_no_adapter():
     from peft.tuners.lora import LoraLayer
 
     from peer_rl.trainer.tiny_cache import SHIPPED_DIR
-    from workers.fsdp import auto_class, vision_tower
-    from workers.lora import Adapters
+    from peer_rl.workers.fsdp import auto_class, vision_tower
+    from peer_rl.workers.lora import Adapters
 
     path = str(SHIPPED_DIR / "policy")
     model = auto_class(path).from_pretrained(path)
@@ -311,7 +311,7 @@ def test_the_export_is_merged_and_its_adapter_loads_in_peft(tiny_model, lora_wor
 def test_a_checkpoint_of_another_rank_is_refused_naming_the_key(tmp_path):
     import json
 
-    from workers.lora import FullWeights, policy_weights
+    from peer_rl.workers.lora import FullWeights, policy_weights
 
     (tmp_path / "dcp").mkdir()
     (tmp_path / "dcp" / "state.json").write_text(json.dumps({"extra": {"lora_rank": 8}}))

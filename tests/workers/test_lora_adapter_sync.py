@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from peer_rl.protocol import Prompt, SamplingConfig
-from peer_rl.reasoning import policy_messages
-from peer_rl.worker_settings import LoRASettings, PolicySettings, RolloutSettings
+from peer_rl.prompts.reasoning import policy_messages
+from peer_rl.config.worker_settings import LoRASettings, PolicySettings, RolloutSettings
 from sync_util import free_port, max_gap, push_policy, update_batch
 
 pytestmark = pytest.mark.e2e
@@ -32,8 +32,8 @@ GREEDY = SamplingConfig(n=1, temperature=0.0, max_tokens=16)
 
 @pytest.fixture(scope="module")
 def scenario(tiny_models, tmp_path_factory):
-    from workers.policy import PolicyWorker
-    from workers.rollout import RolloutWorker
+    from peer_rl.workers.policy import PolicyWorker
+    from peer_rl.workers.rollout import RolloutWorker
 
     policy = PolicyWorker(0, 1, "127.0.0.1", free_port(), tiny_models["policy"], PolicySettings(
         lr=5e-2, ppo_mini_batch_size=8, ppo_micro_batch_size=4, dtype="float32"), backend="gloo",

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from peer_rl.protocol import Prompt, SamplingConfig
-from peer_rl.reasoning import policy_messages
-from peer_rl.worker_settings import LoRASettings, PolicySettings, RolloutSettings
+from peer_rl.prompts.reasoning import policy_messages
+from peer_rl.config.worker_settings import LoRASettings, PolicySettings, RolloutSettings
 from sync_util import free_port, max_gap, push_policy, update_batch
 
 pytestmark = pytest.mark.e2e
@@ -20,8 +20,8 @@ HISTORY = [{"role": "seeker", "content": "I keep telling everyone I'm fine, but 
 
 @pytest.fixture(scope="module")
 def engines(tiny_models):
-    from workers.policy import PolicyWorker
-    from workers.rollout import RolloutWorker
+    from peer_rl.workers.policy import PolicyWorker
+    from peer_rl.workers.rollout import RolloutWorker
 
     # the policy's process group first: on CPU the engine joins the default group that exists
     policy = PolicyWorker(0, 1, "127.0.0.1", free_port(), tiny_models["policy"], PolicySettings(

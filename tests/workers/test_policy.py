@@ -23,9 +23,9 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from peer_rl.algos import sequence_advantages
 from peer_rl.protocol import UpdateBatch
-from peer_rl.worker_settings import LoRASettings, PolicySettings
+from peer_rl.config.worker_settings import LoRASettings, PolicySettings
 from lora_util import save_random_adapter
-from workers.policy import PolicyWorker
+from peer_rl.workers.policy import PolicyWorker
 
 pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
 
@@ -76,7 +76,7 @@ def _count_layer_forwards(w: PolicyWorker) -> list[int]:
     their recomputation in backward), beneath any checkpoint wrapper."""
     from functools import partial
 
-    from workers.fsdp import decoder_layers
+    from peer_rl.workers.fsdp import decoder_layers
 
     calls = [0]
 
@@ -119,9 +119,9 @@ def _sc_train(w: PolicyWorker, out: str, arg=None) -> dict:
 
 def _sc_ckpt(w: PolicyWorker, out: str, arg=None) -> dict:
     if arg:                                   # a rank's bytes per checkpoint file
-        import workers.fsdp
+        import peer_rl.workers.fsdp
 
-        workers.fsdp.SHARD_FILE_BYTES = arg
+        peer_rl.workers.fsdp.SHARD_FILE_BYTES = arg
     b = make_batch(seed=1)
     first = w.update(b)                       # one mini-batch: policy == reference throughout
     ckpt = os.path.join(out, "ckpt")
@@ -192,7 +192,7 @@ def vl_batch(model_path: str) -> UpdateBatch:
     from transformers import AutoProcessor
 
     from peer_rl.data.bundled import sample_root
-    from peer_rl.multimodal import attach_images
+    from peer_rl.prompts.multimodal import attach_images
 
     proc = AutoProcessor.from_pretrained(model_path)
     faces = sample_root() / "grpo" / "images"
@@ -866,7 +866,7 @@ def test_vl_ranks_with_and_without_images_stay_in_step(tiny_models, tmp_path):
 def test_checkpointed_layers_recompute_their_forward_in_backward(tiny_model):
     """Each decoder layer's forward runs twice per step under actor.gradient_checkpointing (the
     forward, then the recompute in backward) and once without; gradients are equal."""
-    from workers.fsdp import checkpoint_layers, decoder_layers
+    from peer_rl.workers.fsdp import checkpoint_layers, decoder_layers
 
     def run(checkpointed: bool):
         torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""peer_rl.activation_memory's per-layer count against what autograd really saves for backward
+"""peer_rl.compute.activation_memory's per-layer count against what autograd really saves for backward
 in the policy worker's own training forward (packed rows, SDPA, FSDP2 mixed precision, PEFT
 adapters): the saved tensors are collected with torch's saved-tensor hooks, parameters left
 out, and one decoder layer's share is the difference between a 3-layer and a 2-layer model."""
@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from peer_rl.activation_memory import Trained, adapted_linears, layer_activation_bytes
+from peer_rl.compute.activation_memory import Trained, adapted_linears, layer_activation_bytes
 from test_policy import free_port
 
 # widths chosen apart (h 64, MLP 96, 4 heads of 16, K/V 2 heads) so a wrong coefficient shows
@@ -27,8 +27,8 @@ CASES = {  # name: (dtype, lora rank, lora targets)
 
 
 def _saved_bytes(port: int, path: str, dtype: str, rank: int, targets: list[str]) -> int:
-    from peer_rl.worker_settings import LoRASettings, PolicySettings
-    from workers.policy import PolicyWorker
+    from peer_rl.config.worker_settings import LoRASettings, PolicySettings
+    from peer_rl.workers.policy import PolicyWorker
 
     w = PolicyWorker(0, 1, "127.0.0.1", port, path, PolicySettings(dtype=dtype),
                      lora_settings=LoRASettings(rank=rank, target_modules=targets))

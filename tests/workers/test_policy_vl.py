@@ -11,8 +11,8 @@ import torch
 
 from peer_rl.data.bundled import sample_root
 from peer_rl.protocol import Prompt, SamplingConfig, UpdateBatch
-from peer_rl.reasoning import policy_messages
-from peer_rl.worker_settings import PolicySettings, RolloutSettings
+from peer_rl.prompts.reasoning import policy_messages
+from peer_rl.config.worker_settings import PolicySettings, RolloutSettings
 from sync_util import free_port, max_gap, push_policy
 
 pytestmark = pytest.mark.e2e
@@ -23,8 +23,8 @@ HISTORY = [{"role": "seeker", "content": "I keep telling everyone I'm fine, but 
 
 @pytest.fixture(scope="module")
 def engines(tiny_models):
-    from workers.policy import PolicyWorker
-    from workers.rollout import RolloutWorker
+    from peer_rl.workers.policy import PolicyWorker
+    from peer_rl.workers.rollout import RolloutWorker
 
     # the policy's process group first: on CPU the engine runs in this process and joins the
     # default group that exists rather than creating a second one
@@ -98,7 +98,7 @@ def test_ids_and_images_that_disagree_are_refused(engines):
 
 def test_frozen_tower_stays_the_language_model_trains_and_only_it_is_synced(engines):
     rollout, policy = engines
-    from workers import fsdp
+    from peer_rl.workers import fsdp
 
     before = {k: v.clone() for k, v in fsdp.full_state_dict(policy.model).items()}
     tower = [k for k in before if ".visual." in f".{k}" and ".merger." not in k]

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from peer_rl.worker_settings import RedundancySettings
-from workers.redundancy import RedundancyWorker
+from peer_rl.config.worker_settings import RedundancySettings
+from peer_rl.workers.redundancy import RedundancyWorker
 
 
 @pytest.fixture(scope="module")

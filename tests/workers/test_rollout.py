@@ -6,12 +6,12 @@ import torch
 from transformers import AutoProcessor, AutoTokenizer
 
 from peer_rl.data.bundled import sample_root
-from peer_rl.multimodal import attach_images
+from peer_rl.prompts.multimodal import attach_images
 from peer_rl.protocol import Prompt, SamplingConfig
-from peer_rl.reasoning import policy_messages
-from peer_rl.worker_settings import RolloutSettings
+from peer_rl.prompts.reasoning import policy_messages
+from peer_rl.config.worker_settings import RolloutSettings
 from sync_util import push_state
-from workers.fsdp import load_pretrained, tied_duplicates, to_checkpoint_names
+from peer_rl.workers.fsdp import load_pretrained, tied_duplicates, to_checkpoint_names
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,7 @@ HISTORY_ZH = [{"role": "seeker", "content": "我又没考好，觉得自己很�
 
 @pytest.fixture(scope="module")
 def worker(tiny_models):
-    from workers.rollout import RolloutWorker
+    from peer_rl.workers.rollout import RolloutWorker
 
     t0 = time.perf_counter()
     # float32: log-probs are compared with transformers' float32 forward to 1e-4 and the KV
@@ -51,10 +51,10 @@ def test_a_cpu_engine_process_builds_no_inductor_kernels(worker, tmp_path, monke
 
 
 def test_the_engine_lays_out_as_many_tokens_as_the_sizing_counts(worker, tiny_models):
-    """peer_rl.kv_cache's bytes per token and block size are vLLM's own: the 0.75 GiB cache
+    """peer_rl.compute.kv_cache's bytes per token and block size are vLLM's own: the 0.75 GiB cache
     holds exactly 0.75 GiB / kv_bytes_per_token tokens in blocks of CPU_BLOCK_SIZE, so a cache
     sized from the step holds the step's sequences."""
-    from peer_rl.kv_cache import CPU_BLOCK_SIZE, kv_bytes_per_token, read_config
+    from peer_rl.compute.kv_cache import CPU_BLOCK_SIZE, kv_bytes_per_token, read_config
 
     cache = worker.llm.llm_engine.vllm_config.cache_config
     assert cache.block_size == CPU_BLOCK_SIZE

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from peer_rl.worker_settings import JudgeSettings
+from peer_rl.config.worker_settings import JudgeSettings
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def test_the_pooling_engine_scores_like_transformers(trained_rm):
 
     from peer_rl.supervised.bradley_terry import rm_messages
     from peer_rl.protocol import ScalarItem
-    from workers.scalar_reward import ScalarRewardWorker
+    from peer_rl.workers.scalar_reward import ScalarRewardWorker
 
     model_dir = str(trained_rm / "final")
     hist = [{"role": "seeker", "content": "I failed the exam again."}]

@@ -5,10 +5,10 @@ import pytest
 
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.protocol import JudgeItem
-from peer_rl.rewards import Preference
-from peer_rl.worker_settings import JudgeSettings
+from peer_rl.prompts.verdicts import Preference
+from peer_rl.config.worker_settings import JudgeSettings
 from peer_rl.prompts.judge_rounds import judge_result
-from workers.unifireward import UnifiRewardWorker
+from peer_rl.workers.unifireward import UnifiRewardWorker
 
 HISTORY = [{"role": "seeker", "content": "I failed my exam again and I feel useless."},
            {"role": "supporter", "content": "That sounds really painful."},

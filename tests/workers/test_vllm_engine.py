@@ -1,9 +1,9 @@
-"""workers.vllm_engine's pure helpers (no engine started)."""
+"""peer_rl.workers.vllm_engine's pure helpers (no engine started)."""
 from __future__ import annotations
 
 import pytest
 
-from workers.vllm_engine import lora_engine_args
+from peer_rl.workers.vllm_engine import lora_engine_args
 
 
 @pytest.mark.parametrize("rank, slots", [(1, 1), (2, 8), (8, 8), (9, 16), (64, 64), (65, 128),
@@ -21,7 +21,7 @@ def test_a_tensor_parallel_engine_runs_vllms_own_processes_inside_its_actor():
     """Issue 56.1: inside a Ray actor vLLM would otherwise choose its Ray executor for a world
     size above 1 and refuse the actor's bundle of tp GPUs; one worker stays in the actor's
     process. make_llm passes these on CPU and GPU alike."""
-    from workers.vllm_engine import executor_args
+    from peer_rl.workers.vllm_engine import executor_args
 
     assert executor_args(1) == {"distributed_executor_backend": "uni"}
     assert executor_args(2) == {"distributed_executor_backend": "mp"}

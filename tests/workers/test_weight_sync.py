@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from workers.weight_sync import TensorMeta, make_store, open_group, plan_buckets, receive, send
+from peer_rl.workers.weight_sync import TensorMeta, make_store, open_group, plan_buckets, receive, send
 
 
 def test_bucket_plan_by_hand():
@@ -90,7 +90,7 @@ def test_a_member_that_stops_taking_part_ends_the_send_within_its_timeout():
     ends the process)."""
     import time
 
-    from workers.weight_sync import SyncTimeout
+    from peer_rl.workers.weight_sync import SyncTimeout
 
     # larger than the sockets' buffers, so the sender really waits on the receiver
     metas = [TensorMeta("w", (16 << 20,), "float32")]
@@ -121,7 +121,7 @@ def test_an_adapter_is_received_on_the_engines_device():
     where the buffer went; a CPU worker receives the adapter whole."""
     from safetensors.torch import load_file
 
-    from workers.vllm_engine import WeightSyncExtension
+    from peer_rl.workers.vllm_engine import WeightSyncExtension
 
     metas = [TensorMeta("base_model.model.q.lora_A.weight", (2, 4), "float32")]
     state = [torch.arange(8, dtype=torch.float32).view(2, 4)]
@@ -155,7 +155,7 @@ def test_an_adapter_is_received_on_the_engines_device():
 
 def _send_quietly(store, state, metas, timeout_s):
     """Rank 0 of a test group: sends, and lets a receiver that failed end the send."""
-    from workers.weight_sync import SyncTimeout
+    from peer_rl.workers.weight_sync import SyncTimeout
 
     try:
         send(open_group(store, 0, 2, "gloo", timeout_s=timeout_s), state, metas, 1 << 20,

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from peer_rl.data.bundled import sample_root
-from peer_rl.data.out_paths import read_jsonl, write_atomic
+from peer_rl.files.out_paths import read_jsonl, write_atomic
 from peer_rl.evaluation.cases import load_probes
 from peer_rl.evaluation.config import EndpointConfig
 from peer_rl.evaluation.endpoints import LocalEndpoint, Request

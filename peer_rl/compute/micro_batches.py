@@ -1,0 +1,48 @@
+"""Micro-batches by token budget (verl's `ppo_max_token_len_per_gpu`), not by a fixed count.
+
+A fixed count of sequences per forward either wastes memory on short replies or runs out of it
+on long ones; a budget of tokens keeps the activation size of every forward about the same.
+Rows are padded only to the longest row of their own micro-batch, so rows of similar length go
+together (longest first). Every FSDP rank must run the same number of forwards (each one
+all-gathers the layers), so the caller agrees on the largest count over ranks and asks for
+exactly that many groups.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def _cost(group: list[int], lengths: Sequence[int], padded: bool = True) -> int:
+    if not padded:
+        return sum(lengths[i] for i in group)
+    return len(group) * max(lengths[i] for i in group)
+
+
+def by_token_budget(lengths: Sequence[int], budget: int, n_groups: int | None = None,
+                    padded: bool = True) -> list[list[int]]:
+    """Indices of `lengths`, longest first, cut into groups of at most `budget` tokens: padded
+    tokens (rows x longest row), or with `padded=False` (rows packed end to end,
+    peer_rl.compute.packing) the rows' own tokens; a row longer than the budget is a group of its own.
+    With `n_groups` (>= the natural count, <= len(lengths)) the costliest groups are halved
+    until there are that many."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and _cost(groups[-1] + [i], lengths, padded) <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if n_groups is not None:
+        if not len(groups) <= n_groups <= len(lengths):
+            raise ValueError(f"n_groups={n_groups}: expected between {len(groups)} and "
+                             f"{len(lengths)} for {len(lengths)} rows")
+        while len(groups) < n_groups:
+            g = max((g for g in groups if len(g) > 1), key=lambda g: _cost(g, lengths, padded))
+            k = groups.index(g)
+            groups[k:k + 1] = [g[:len(g) // 2], g[len(g) // 2:]]
+    return groups
+
+
+def by_count(n: int, size: int) -> list[list[int]]:
+    """Consecutive groups of `size` rows (the fixed `ppo_micro_batch_size` route)."""
+    return [list(range(s, min(s + size, n))) for s in range(0, n, size)]

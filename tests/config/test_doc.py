@@ -1,0 +1,95 @@
+"""docs/config.md is the generator's output for the schema and recipes as they are now, and it
+holds every key and recipe, checked by a second walk that does not use the generator."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from peer_rl.config import doc as config_doc
+from peer_rl.config.schema import PeerRLConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "config.md"
+
+
+def _rows() -> dict[str, list[str]]:
+    """{first cell's code: the row's cells} of the page's tables."""
+    out = {}
+    for line in PAGE.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\| `([^`]+)` \|(.*)\|$", line)
+        if m:
+            out[m.group(1)] = [c.strip() for c in re.split(r"(?<!\\)\|", m.group(2))]
+    return out
+
+
+def _leaves(node: DictConfig, prefix: str = "") -> dict:
+    """Every leaf key of the structured schema with its default, walked by omegaconf."""
+    out = {}
+    for key in node.keys():
+        value = node._get_node(key)
+        if isinstance(value, DictConfig):
+            out |= _leaves(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value._value()
+    return out
+
+
+def _recipes() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "recipes").rglob("*.yaml"))
+
+
+def test_page_is_the_generators_output():
+    assert PAGE.read_text(encoding="utf-8") == config_doc.render(), \
+        "docs/config.md differs from the schema or recipes: run `python -m peer_rl.config.doc`"
+
+
+def test_every_schema_key_is_on_the_page_with_its_default():
+    rows = _rows()
+    leaves = _leaves(OmegaConf.structured(PeerRLConfig))
+    assert len(leaves) > 100
+    missing = sorted(k for k in leaves if k not in rows)
+    assert not missing, f"schema keys not on docs/config.md: {missing}"
+    # defaults set by a parent section, not the field's class, and a null: by hand
+    assert rows["resources.redundancy.cpus_per_worker"][1] == "`0.5`"
+    assert rows["resources.rollout.cpus_per_worker"][1] == "`1.0`"
+    assert rows["actor.clip_ratio_low"][1] == "`null`"
+    assert rows["actor.gradient_checkpointing"][1] == '`"auto"`'
+    extra = sorted(k for k in rows if k not in leaves and k not in _recipes())
+    assert not extra, f"docs/config.md lists keys the schema lacks: {extra}"
+
+
+def test_comments_are_the_ones_beside_each_key():
+    rows = _rows()
+    # a comment beside the key, one above it, and one continued onto the next line, which
+    # must not leak into the key below it (retrieval.index -> retrieval.k)
+    assert rows["trainer.save_freq"][2] == "checkpoint every k steps (0: only at the end)"
+    assert rows["trainer.async_training.staleness"][2].startswith(
+        "0: each step's rollout waits for the previous update")
+    assert rows["retrieval.index"][2].endswith("exemplars/ into &lt;output_dir>/index")
+    assert rows["retrieval.k"][2] == "exemplars per query (the paper's best: 3)"
+    # ActorConfig redefines gradient_checkpointing: its own comment, not PolicySettings'
+    assert rows["actor.gradient_checkpointing"][2].startswith("true \\| false \\| auto")
+
+
+def test_every_recipe_is_listed():
+    rows = _rows()
+    recipes = _recipes()
+    assert len(recipes) > 30
+    missing = [r for r in recipes if r not in rows]
+    assert not missing, f"recipes not on docs/config.md: {missing}"
+    # the first sentence, cut after "al." and "Dr." only where a sentence ends
+    assert rows["peer_rur_drgrpo"][0].startswith("PEER-RUR with Dr. GRPO's objective (Liu et al. "
+                                                 "2025): advantages not divided")
+    assert rows["peer"][0] == ("PEER (arXiv 2508.09521): GRPO with the UnifiReward process + "
+                               "outcome reward, RUR off.")
+
+
+def test_check_mode_fails_on_a_stale_page(tmp_path, monkeypatch):
+    stale = tmp_path / "config.md"
+    stale.write_text(config_doc.render().replace("`actor.lr`", "`actor.learning_rate`"))
+    monkeypatch.setattr(config_doc, "PAGE", stale)
+    assert config_doc.main(["--check"]) == 1
+    stale.write_text(config_doc.render())
+    assert config_doc.main(["--check"]) == 0

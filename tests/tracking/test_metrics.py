@@ -1,0 +1,52 @@
+"""A run's append-only logs (metrics.jsonl, samples.jsonl, timeline.jsonl) torn by a crash
+mid-write do not stop resume=auto, and are cut back to the checkpoint's step."""
+import json
+
+import pytest
+
+from peer_rl.config.schema import ConfigError
+from peer_rl.tracking.metrics import MetricsSink, truncate_jsonl
+
+
+def _write(path, steps, tail=""):
+    path.write_text("".join(json.dumps({"step": s, "reward/mean": s / 10}) + "\n"
+                            for s in steps) + tail)
+
+
+def test_a_torn_last_line_is_dropped_with_a_warning(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    _write(path, [1, 2, 3], tail='{"step": 4, "rew')
+    sink = MetricsSink(tmp_path, ["jsonl"], resume_step=2)
+    assert "metrics.jsonl:4: dropped a torn last line" in capsys.readouterr().err
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2]
+    sink.log(3, {"reward/mean": 0.5})
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2, 3]
+    assert not (tmp_path / "metrics.jsonl.tmp").exists()
+
+
+def test_a_damaged_line_before_the_end_stops_the_resume_naming_it(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ConfigError, match=r"metrics.jsonl:2: not a JSON record"):
+        truncate_jsonl(path, 5)
+    assert path.read_text() == '{"step": 1}\nnot json\n{"step": 2}\n'
+
+
+def test_a_resume_cuts_every_log_back_to_the_checkpoint_and_repairs_its_tail(tmp_path):
+    """Steps 3 and 4 are redone after a resume from step 2: each appears once afterwards in
+    metrics, samples and the timeline; the timeline's torn tail is gone before the next
+    append; a fresh run's leftovers are not appended to."""
+    for name in ("metrics.jsonl", "samples.jsonl", "timeline.jsonl"):
+        _write(tmp_path / name, [1, 2, 3], tail='{"step": 4, "sta')
+    sink = MetricsSink(tmp_path, ["jsonl"], resume_step=2)
+    for name in ("metrics.jsonl", "samples.jsonl", "timeline.jsonl"):
+        text = (tmp_path / name).read_text()
+        assert [json.loads(x)["step"] for x in text.splitlines()] == [1, 2], name
+        assert text.endswith("\n")
+    from peer_rl.trainer.timeline import append_spans
+
+    append_spans(tmp_path / "timeline.jsonl", [{"step": 3, "stage": "rollout", "start": 0,
+                                                "end": 1}])
+    assert [json.loads(x)["step"] for x in
+            (tmp_path / "timeline.jsonl").read_text().splitlines()] == [1, 2, 3]
+    sink.close()
