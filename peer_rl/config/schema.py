@@ -413,7 +413,6 @@ def check_ranges(cfg: DictConfig, positive=(), non_negative=(), choices=None) ->
 
 # the metric sinks trainer.loggers may name (peer_rl.tracking.trackers writes them)
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
-STATE_FILE = "trackers.json"
 _PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
 _EXTRA = "pip install 'peer-rl[trackers]'"
 

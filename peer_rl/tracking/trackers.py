@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 from peer_rl.config.credentials import check_key_transport, key_variable, redact_text
 from peer_rl.errors import ConfigError
 
-from peer_rl.config.schema import LOGGERS, check_loggers  # noqa: F401  (the sinks a run may name)
+STATE_FILE = "trackers.json"
 
 
 def numeric(metrics: dict) -> dict[str, float]:
