@@ -99,21 +99,43 @@ def test_the_distribution_lists_every_package_and_maps_the_folders_in():
                                    "peer_rl.recipes": "recipes"}
 
 
-def test_outside_the_checkout_only_peer_rl_imports(tmp_path):
-    """From another directory `workers` and `recipes` are not import names, and peer_rl's own
-    workers are the ones beside the package that was imported (a checkout runs its own)."""
-    probe = ("import importlib.util, sys\n"
-             "for name in ('workers', 'recipes'):\n"
-             "    assert importlib.util.find_spec(name) is None, name\n"
-             "import peer_rl, peer_rl.workers, peer_rl.recipes\n"
-             "print(peer_rl.__file__); print(peer_rl.workers.__file__); "
-             "print(peer_rl.recipes.__file__)\n")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)
+def _python(code: str, cwd: Path, pythonpath: str | None = None) -> list[str]:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                         timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    package, workers, recipes = (Path(line).resolve() for line in out.stdout.split())
-    assert package.parent.parent == workers.parent.parent == recipes.parent.parent
-    assert (workers.parent.name, recipes.parent.name) == ("workers", "recipes")
+    return out.stdout.split()
+
+
+def test_outside_the_checkout_only_peer_rl_is_an_import_name(tmp_path):
+    """As installed (no PYTHONPATH), from another directory: `workers` and `recipes` are not
+    import names; `peer_rl.workers` and `peer_rl.recipes` are the folders beside the package."""
+    found = _python("import importlib.util\n"
+                    "print(*(importlib.util.find_spec(n) is None for n in ('workers', 'recipes')))\n"
+                    "import peer_rl, peer_rl.workers, peer_rl.recipes\n"
+                    "print(peer_rl.__file__, peer_rl.workers.__file__, peer_rl.recipes.__file__)",
+                    tmp_path)
+    assert found[:2] == ["True", "True"]
+    package, workers, recipes = (Path(p).resolve().parent for p in found[2:])
+    assert (workers.name, recipes.name) == ("workers", "recipes")
+    assert package.parent == workers.parent == recipes.parent
+
+
+def test_a_second_checkout_runs_its_own_workers(tmp_path):
+    """A checkout put on PYTHONPATH (a `ray job submit --working-dir` upload, a worktree) maps
+    its own folders, not those of the checkout installed in editable mode."""
+    other = tmp_path / "checkout"
+    for name in ("peer_rl", "workers", "recipes"):
+        (other / name).mkdir(parents=True)
+    (other / "peer_rl" / "__init__.py").write_bytes((ROOT / "peer_rl" / "__init__.py").read_bytes())
+    (other / "workers" / "__init__.py").write_text("")
+    (other / "recipes" / "__init__.py").write_text("")
+    (other / "pyproject.toml").write_text("")
+    found = _python("import peer_rl.workers, peer_rl.recipes\n"
+                    "print(peer_rl.workers.__file__, peer_rl.recipes.__file__)", tmp_path, str(other))
+    assert [Path(p).resolve().parent for p in found] == [other / "workers", other / "recipes"]
 
 
 @pytest.mark.parametrize("room", ROOMS[3:])
