@@ -213,11 +213,11 @@ class WeightSyncExtension:
         PEFT's format (adapter_model.safetensors + adapter_config.json), where the engine's
         LoRARequest reads it; returns #tensors. The engine's first worker writes it (every
         tensor-parallel worker receives the whole adapter and vLLM cuts its own shard when it
-        loads the directory). Written whole: into a temporary directory, then renamed."""
-        import shutil
-
+        loads the directory). Written whole: into a directory made beside it, then renamed
+        (not fsynced: this engine loads it now and it goes with the process)."""
         from safetensors.torch import save_file
 
+        from peer_rl.files.out_paths import staged_dir
         from peer_rl.workers import weight_sync
 
         if getattr(self, "_sync_group", None) is None:
@@ -230,13 +230,10 @@ class WeightSyncExtension:
                                           self._sync_timeout):
             tensors |= {name: t.to("cpu", copy=True) for name, t in bucket}   # for the file
         if int(getattr(self, "rank", 0)) == 0:
-            final = Path(directory)
-            tmp = final.with_name(final.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            save_file(tensors, str(tmp / "adapter_model.safetensors"))
-            (tmp / "adapter_config.json").write_text(self._sync_adapter_config, encoding="utf-8")
-            os.replace(tmp, final)
+            with staged_dir(directory, "refuse", durable=False) as tmp:
+                save_file(tensors, str(tmp / "adapter_model.safetensors"))
+                (tmp / "adapter_config.json").write_text(self._sync_adapter_config,
+                                                         encoding="utf-8")
         return len(tensors)
 
     def receive_weights(self) -> int:

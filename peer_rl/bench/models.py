@@ -8,9 +8,6 @@ Built once (with the tiny tokenizer) under the peer-rl cache, renamed into place
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 # --model names beyond the random shapes: a pinned real model and the data settings a benchmark
@@ -35,6 +32,7 @@ def real_model(name: str) -> tuple[str, list[str]]:
 
 def random_policy(name: str) -> str:
     """The directory of the random policy `name` (one of SHAPES), building it on first use."""
+    from peer_rl.files.out_paths import staged_dir
     from peer_rl.supervised.tiny_models import build_tiny_causal_lm, default_cache_dir, ensure_tiny_models
 
     if name not in SHAPES:
@@ -43,13 +41,9 @@ def random_policy(name: str) -> str:
     if (final / "model.safetensors").exists():
         return str(final)
     tokenizer = ensure_tiny_models(default_cache_dir())["policy"]
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=final.parent))
-    try:
-        build_tiny_causal_lm(tmp / name, tokenizer, seed=0, **SHAPES[name])
-        os.replace(tmp / name, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # another process that finished first keeps its copy
+    with staged_dir(final, "keep", complete=lambda d: (d / "model.safetensors").exists()) as tmp:
+        build_tiny_causal_lm(tmp, tokenizer, seed=0, **SHAPES[name])
     return str(final)
 
 

@@ -11,11 +11,11 @@ with resume=auto, the evaluations, the data jobs, a chain) claims its directory 
 How a file is opened for writing, everywhere: never through a link peer-rl did not make, never
 a name it did not create, never removing a path it cannot show it wrote. A new file or directory
 is made under a unique name beside its target (`O_CREAT | O_EXCL | O_NOFOLLOW`: `new_file`,
-`new_dir`) and renamed in (`write_whole`, `write_atomic`, `replace_dir`); an append-only log is
-opened without following a link (`open_append`); a file is set aside under a name no other file
-holds (`move_aside`); the `.lock` of `lock_dir` is made by it or refused; and what `replace_dir`
-drops of an earlier output is only what that output's marker says the command wrote: anything
-else found in it is carried into the new one.
+`new_dir`) and renamed in (`write_whole`, `write_atomic`; a directory: `staged_dir`); an
+append-only log is opened without following a link (`open_append`); a file is set aside under a
+name no other file holds (`move_aside`); the `.lock` of `lock_dir` is made by it or refused; and
+what `staged_dir` drops of an earlier output is only what that output's marker says the command
+wrote: anything else found in it is carried into the new one.
 
 Files that a resume, a chain or a later stage reads are written whole (beside, fsync, rename)
 and read back by `read_json`, whose error names a damaged file. Append-only logs are read
@@ -29,6 +29,7 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,7 +107,7 @@ def _marker_held(directory: Path):
 
 def mark_dir(directory: str | Path, command: str, wrote: list[str] | None = None) -> None:
     """`directory` is `command`'s output (its files may be replaced by `command --force`).
-    `wrote`: the names `command` put there (a directory `replace_dir` swaps in: what a later
+    `wrote`: the names `command` put there (a directory `staged_dir` swaps in: what a later
     replacement may drop)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -307,8 +308,8 @@ def new_file(directory: str | Path, name: str, suffix: str = ".tmp", mode: int =
 
 
 def new_dir(directory: str | Path, name: str, suffix: str = ".tmp") -> Path:
-    """A directory made now beside `name` in `directory` (a staging directory for
-    `replace_dir` or a rename); its permissions are the umask's, as any new directory's."""
+    """A directory made now beside `name` in `directory` (`staged_dir`'s, or scratch space
+    removed after); its permissions are the umask's, as any new directory's."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     return _unique(d, name, suffix, lambda p: os.mkdir(p, 0o777))[1]
@@ -385,8 +386,6 @@ def write_whole(path: str | Path, fill, mode: int | None = None) -> Path:
 
 def copy_file(src: str | Path, dst: str | Path) -> Path:
     """`src`'s bytes and times into `dst`, written whole as `write_whole` writes."""
-    import shutil
-
     with open(src, "rb") as fh_in:
         write_whole(dst, lambda fh: shutil.copyfileobj(fh_in, fh, 1 << 20))
     shutil.copystat(src, dst, follow_symlinks=False)
@@ -398,54 +397,119 @@ def save_figure(fig, path: str | Path, dpi: int = 100) -> Path:
     return write_whole(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
 
 
-def replace_dir(staging: str | Path, out: str | Path, command: str = "") -> Path:
-    """`staging` (made by this process beside `out`: `new_dir`) becomes `out`, so a reader
-    meets the old whole or the new whole. `command`: the staging directory is marked as its
-    output, naming what it wrote. Of an earlier `out` only the names its marker lists as
-    written (or, where it lists none, the names the new one writes) are dropped; anything else
-    in it (a user's notes) is carried into the new `out`. An earlier `out` marked by another
-    command is refused. Returns `out`."""
-    import shutil
+@contextmanager
+def staged_dir(target: str | Path, exists: str = "replace", *, command: str = "",
+               refused: str = "it is never written over", complete=None, durable: bool = True):
+    """`with staged_dir(target) as tmp:` the body writes `target`'s content into `tmp`, a
+    directory made now beside it (`new_dir`); on a clean exit `tmp` is fsynced and renamed in,
+    so a reader meets the old whole or the new whole, never half of either. A failure before
+    it is in (the body's, the fsync's, a refused swap) removes `tmp`, all of it made here, and
+    leaves `target` as it was.
 
+    `exists`, what a `target` already there gets:
+      "replace": swapped out as `_replace_dir` says (`command` marks the new one as its output;
+                 files of the old one it did not write are carried over);
+      "refuse":  never written over (a checkpoint): OutputError "<target>: exists; `refused`",
+                 and the finished `tmp` is kept beside it, named in the error;
+      "keep":    a copy another process finished first, when `complete(target)` says so, stays
+                 and ours is dropped (a cache filled by two processes at once); else the
+                 rename's error.
+    `durable=False`: no fsync (a directory read at once by this process and gone with it)."""
     from peer_rl.files.durable import fsync_dir, fsync_tree
 
-    staging, out = Path(staging), Path(out)
+    if exists not in ("replace", "refuse", "keep"):
+        raise ValueError(f"exists={exists!r}: expected replace, refuse or keep")
+    target = Path(target)
+    staged = new_dir(target.parent, target.name)
+    kept = False
+    try:
+        yield staged
+        if exists == "replace":
+            _replace_dir(staged, target, command, durable)
+            return
+        if durable:
+            fsync_tree(staged)           # on disk before its name says it is complete
+        try:
+            os.rename(staged, target)    # onto an empty directory at most (nothing lost)
+        except OSError:
+            if exists == "refuse":
+                kept = True              # finished: left beside it for the user
+                raise OutputError(f"{target}: exists; {refused} (this one is left in "
+                                  f"{staged.name})") from None
+            if not complete(target):
+                raise
+            shutil.rmtree(staged)        # another process's whole copy stays
+            return
+        if durable:
+            fsync_dir(target.parent)
+    except BaseException:
+        if not kept and staged.is_dir() and not staged.is_symlink():
+            shutil.rmtree(staged)        # made here, never swapped in
+        raise
+
+
+def _replace_dir(staging: Path, out: Path, command: str, durable: bool) -> None:
+    """`staging` becomes `out`. `command`: the staging directory is marked as its output,
+    naming what it wrote. Of an earlier `out` only the names its marker lists as written (or,
+    where it lists none, the names the new one writes) are dropped; anything else in it (a
+    user's notes) is carried into the new `out`, and back into the old one if the swap fails.
+    An earlier `out` marked by another command, a file or a link is refused."""
+    from peer_rl.files.durable import fsync_dir, fsync_tree
+
     wrote = [p.name for p in staging.iterdir() if p.name != MARKER]
     if command:
         mark_dir(staging, command, wrote)
-    fsync_tree(staging)                  # on disk before it replaces the old one
+    if durable:
+        fsync_tree(staging)              # on disk before it replaces the old one
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise OutputError(f"{out}: exists and is not a directory; it is left as it is")
     if not out.exists():
         os.rename(staging, out)          # a directory made meanwhile: refused unless empty
-        fsync_dir(out.parent)
-        return out
+        if durable:
+            fsync_dir(out.parent)
+        return
     old = read_marker(out)
     if command and old.get("command", command) != command:
         raise OutputError(f"{out}: holds the output of `peer-rl {old['command']}`; it is left "
                           "as it is")
     ours = set(old["wrote"]) if isinstance(old.get("wrote"), list) else set(wrote)
     ours.add(MARKER)
-    for p in sorted(out.iterdir()):      # not ours: carried into the new output
-        if p.name not in ours and not os.path.lexists(staging / p.name):
-            os.rename(p, staging / p.name)
-    aside = new_dir(out.parent, out.name, ".old")
-    os.rename(out, aside / out.name)
-    try:
-        os.rename(staging, out)
-    except BaseException:
-        os.rename(aside / out.name, out)  # the old one back in place
-        raise
-    fsync_dir(out.parent)
+    aside = _swap_carrying(staging, out, ours)
+    if durable:
+        fsync_dir(out.parent)
     left = sorted(p.name for p in (aside / out.name).iterdir() if p.name not in ours)
     if left:                             # a name of ours the user also used: kept, said
         import sys
 
         print(f"[peer-rl] {aside / out.name}: kept (holds {', '.join(left[:3])}, not written "
               f"by peer-rl, under names the new {out.name} also has)", file=sys.stderr)
-        return out
+        return
     shutil.rmtree(aside)
-    return out
+
+
+def _swap_carrying(staging: Path, out: Path, ours: set[str]) -> Path:
+    """`staging` in place of `out`, with what `out` holds under names not in `ours` carried
+    over; the old `out` is set aside in a directory made now, which is returned. A failure puts
+    the old `out` and the carried names back as they were."""
+    carried = []
+    try:
+        for p in sorted(out.iterdir()):  # not ours: carried into the new output
+            if p.name not in ours and not os.path.lexists(staging / p.name):
+                os.rename(p, staging / p.name)
+                carried.append(p.name)
+        aside = new_dir(out.parent, out.name, ".old")
+        os.rename(out, aside / out.name)
+        try:
+            os.rename(staging, out)
+        except BaseException:
+            os.rename(aside / out.name, out)  # the old one back in place
+            aside.rmdir()
+            raise
+    except BaseException:
+        for name in carried:
+            os.rename(staging / name, out / name)
+        raise
+    return aside
 
 
 def read_json(path: str | Path, what: str = ""):

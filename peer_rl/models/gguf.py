@@ -8,7 +8,6 @@ fresh model built from the same config without that key takes them with every ke
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 # what a converted directory holds; a directory missing any of them is not finished
@@ -59,10 +58,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     plain.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id)
-    from peer_rl.files.out_paths import new_dir, replace_dir
+    from peer_rl.files.out_paths import staged_dir
 
-    tmp = new_dir(out_dir.parent, out_dir.name)
-    try:
+    with staged_dir(out_dir) as tmp:     # on disk before the card marks it fetched
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         if not tokenizer.chat_template:
@@ -70,8 +68,4 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
                             "policy and judge prompts need one")
         info = {"source": str(gguf_path), "dtype": dtype, **(provenance or {})}
         (tmp / "converted_from.json").write_text(json.dumps(info, indent=2) + "\n")
-        replace_dir(tmp, out_dir)        # on disk before the card marks it fetched
-    finally:
-        if tmp.exists():                 # made here, never swapped in
-            shutil.rmtree(tmp)
     return out_dir

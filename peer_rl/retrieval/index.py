@@ -23,7 +23,6 @@ space.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +115,7 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
                 batch_size: int = 256, progress=None, marker: str = "",
                 source_splits: dict | None = None) -> dict:
     """Embed every exemplar (`encode(texts)` -> unit rows) and write the index directory
-    whole (a directory made beside it, swapped in by peer_rl.files.out_paths.replace_dir: files
+    whole (a directory made beside it, swapped in by peer_rl.files.out_paths.staged_dir: files
     of an earlier index that it did not write stay). `marker`: the command whose output it is
     (peer_rl.files.out_paths); `source_splits`: rows per split of the source files, recorded in
     index.json. Returns index.json's content."""
@@ -146,19 +145,14 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
             "kind": kind, "key": "last seeker turn + reply", "source_sha256": source_sha256,
             **({"splits": dict(source_splits)} if source_splits is not None else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    from peer_rl.files.out_paths import new_dir, replace_dir
+    from peer_rl.files.out_paths import staged_dir
 
-    tmp = new_dir(out.parent, out.name)
-    try:
+    with staged_dir(out, command=marker) as tmp:   # the old index stays whole until this is in
         faiss.write_index(index, str(tmp / INDEX_FILE))
         with open(tmp / META_FILE, "w", encoding="utf-8") as fh:
             for e in exemplars:
                 fh.write(json.dumps(e, ensure_ascii=False) + "\n")
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
-        replace_dir(tmp, out, marker)  # the old index stays whole until the new one is in
-    finally:
-        if tmp.exists():               # made in this call, never swapped in
-            shutil.rmtree(tmp)
     return info
 
 

@@ -258,21 +258,16 @@ def default_cache_dir() -> Path:
 def ensure_tiny_reward_model(cache_dir: str | Path, seed: int = 2) -> str:
     """The tiny scalar reward model (untrained), built once beside the tiny policy and judge
     with their tokenizer."""
+    from peer_rl.files.out_paths import staged_dir
+
     cache_dir = Path(cache_dir)
     final = cache_dir / "reward"
     if (final / "config.json").exists() and (final / "model.safetensors").exists():
         return str(final)
     policy = ensure_tiny_models(cache_dir)["policy"]
-    tmp = Path(tempfile.mkdtemp(prefix=".build-reward-", dir=cache_dir))
-    try:
-        build_tiny_reward_model(tmp / "reward", policy, seed=seed)
-        try:
-            os.replace(tmp / "reward", final)
-        except OSError:   # another process finished first
-            if not (final / "model.safetensors").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # another process that finished first keeps its copy
+    with staged_dir(final, "keep", complete=lambda d: (d / "model.safetensors").exists()) as tmp:
+        build_tiny_reward_model(tmp, policy, seed=seed)
     return str(final)
 
 
@@ -280,9 +275,11 @@ def ensure_tiny_models(cache_dir: str | Path, seed: int = 0) -> dict[str, str]:
     """Build the tiny vision-language policy (Qwen2.5-VL-shaped, seed) and judge
     (Qwen2-VL-shaped, seed + 1) once, sharing one tokenizer.
 
-    Each model is written to a temp dir and renamed into place, so a crash never leaves a half
-    model and a complete one is never rebuilt.
+    Each model is written to a directory made beside it and renamed into place
+    (peer_rl.files.out_paths.staged_dir), so a crash never leaves a half model and a complete
+    one is never rebuilt.
     """
+    from peer_rl.files.out_paths import staged_dir
     from peer_rl.prompts.judge import JudgeTemplate
 
     cache_dir = Path(cache_dir)
@@ -297,17 +294,14 @@ def ensure_tiny_models(cache_dir: str | Path, seed: int = 0) -> dict[str, str]:
         build_tokenizer(tmp / "tokenizer")
         for name, model_seed in todo:
             final = cache_dir / name
-            build_tiny_vl(tmp / name, tmp / "tokenizer", family=TINY_FAMILIES[name],
-                          seed=model_seed)
-            if name == "judge":  # the judge's prompt wording travels with its weights
-                JudgeTemplate().save(tmp / name)
-            if final.exists() and not _complete(final):  # leftover of an older layout
-                shutil.rmtree(final, ignore_errors=True)
-            try:
-                os.replace(tmp / name, final)
-            except OSError:  # another process finished first
-                if not _complete(final):
-                    raise
+            # another process that finished first keeps its copy
+            with staged_dir(final, "keep", complete=_complete) as staged:
+                build_tiny_vl(staged, tmp / "tokenizer", family=TINY_FAMILIES[name],
+                              seed=model_seed)
+                if name == "judge":  # the judge's prompt wording travels with its weights
+                    JudgeTemplate().save(staged)
+                if final.exists() and not _complete(final):  # leftover of an older layout
+                    shutil.rmtree(final, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

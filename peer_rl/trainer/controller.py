@@ -21,8 +21,6 @@ pi_old / pi_behavior per token (actor.behavior_weight_cap) from the engine's log
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +32,7 @@ import ray
 from peer_rl.algos import sequence_advantages
 from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
                                  prune_checkpoints, resume_checkpoint, unseen_files)
-from peer_rl.files.durable import fsync_dir, fsync_tree
+from peer_rl.files.durable import fsync_tree
 from peer_rl.data.prompt_loader import Cursor, PromptLoader
 from peer_rl.trainer.dynamic_sampling import refill, zero_variance_metrics
 from peer_rl.methods import Groups, method_class
@@ -132,11 +130,10 @@ class Controller:
         batch: a batch already drawn and scored for the next step (trainer.async_training) is
         drawn and sampled again on resume. A step_N already there is never written over (a
         resume that would write over one is refused at start-up: trainer.run.check_fresh_output)."""
-        from peer_rl.files.out_paths import OutputError, new_dir
+        from peer_rl.files.out_paths import staged_dir
 
         final = self.out / "checkpoints" / f"step_{self.step}"
-        tmp = new_dir(final.parent, final.name)
-        try:
+        with staged_dir(final, "refuse", refused="a checkpoint is never written over") as tmp:
             (tmp / "policy").mkdir()
             reports = self.policy.call("save_checkpoint", str(tmp / "policy"),
                                        self.cfg.trainer.save_hf_model)
@@ -154,17 +151,6 @@ class Controller:
                 json.dumps({"ids": [r["id"] for r in self.loader.rows]}), encoding="utf-8")
             fsync_tree(tmp)
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
-            fsync_tree(tmp)
-            try:
-                os.rename(tmp, final)    # onto an empty directory at most (nothing lost)
-            except OSError:
-                raise OutputError(f"{final}: exists; a checkpoint is never written over (this "
-                                  f"one is left in {tmp.name})") from None
-        except BaseException:
-            if tmp.exists() and not (tmp / STATE_FILE).exists():
-                shutil.rmtree(tmp)       # made here, incomplete
-            raise
-        fsync_dir(final.parent)
         prune_checkpoints(self.out, self.cfg.trainer.max_actor_ckpt_to_keep, upto=self.step)
         return final
 
@@ -210,18 +196,14 @@ class Controller:
     def export_final(self) -> Path:
         """<output_dir>/final: the trained policy as a plain Hugging Face model directory
         (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and swapped in
-        like `train-rm`'s final/ (peer_rl.files.out_paths.replace_dir)."""
-        from peer_rl.files.out_paths import new_dir, replace_dir
+        like `train-rm`'s final/ (peer_rl.files.out_paths.staged_dir)."""
+        from peer_rl.files.out_paths import staged_dir
 
         final = self.out / "final"
-        tmp = new_dir(self.out, final.name)
-        try:
+        with staged_dir(final) as tmp:
             self.policy.call("export_hf", str(tmp))
             self._write_side_files(tmp)
-            return replace_dir(tmp, final)
-        finally:
-            if tmp.exists():             # made here, never swapped in
-                shutil.rmtree(tmp)
+        return final
 
     # ---------------------------------------------------------------- engine weights
     def _sync_weights(self) -> None:

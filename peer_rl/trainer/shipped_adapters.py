@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from peer_rl.trainer.supervised_run import _log, install_final, run_supervised
+from peer_rl.trainer.supervised_run import _log, run_supervised
 from peer_rl.trainer.tiny_cache import (MANIFEST, config_inputs, inputs_sha256, read_manifest,
                                         shipped_model, swap_in)
 
@@ -85,12 +85,11 @@ def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name:
     swapped in whole."""
     from peft import PeftModel
 
-    from peer_rl.files.out_paths import new_dir
+    from peer_rl.files.out_paths import staged_dir
     from peer_rl.workers.fsdp import copy_model_files, load_pretrained
 
     entry = manifest["models"][name]
-    tmp = new_dir(final.parent, final.name)
-    try:
+    with staged_dir(final) as tmp:
         copy_model_files(base, tmp)
         # PEFT loads a bfloat16 adapter into float32 (autocast_adapter_dtype) and merges W + s B A
         merged = PeftModel.from_pretrained(load_pretrained(base),
@@ -105,10 +104,7 @@ def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name:
         (tmp / SHIPPED_FROM).write_text(json.dumps(
             {"adapter": str(adapter_dir), "built": manifest.get("built"),
              "inputs_sha256": entry["inputs_sha256"]}, indent=1), encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(tmp)             # made here
-        raise
-    return install_final(tmp, final)
+    return final
 
 
 def ship_adapter(trained_adapter: Path, dest: Path) -> None:

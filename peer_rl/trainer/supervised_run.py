@@ -177,31 +177,15 @@ class TemplateMismatch(ValueError):
 
 
 def _export_final(ckpt_dir: Path, out: Path) -> Path:
-    """<out>/final from a checkpoint's model/: written beside, then swapped in whole."""
-    from peer_rl.files.out_paths import new_dir
+    """<out>/final from a checkpoint's model/: written beside, then swapped in whole
+    (peer_rl.files.out_paths.staged_dir), so a reader never meets half of either."""
+    from peer_rl.files.out_paths import staged_dir
 
-    tmp = new_dir(out, "final")
-    try:
+    with staged_dir(out / "final") as tmp:
         shutil.copytree(ckpt_dir / "model", tmp, dirs_exist_ok=True)
         (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
                                       encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(tmp)             # made here
-        raise
-    return install_final(tmp, out / "final")
-
-
-def install_final(tmp: Path, final: Path) -> Path:
-    """`tmp` (a directory made beside `final`: peer_rl.files.out_paths.new_dir), written whole,
-    becomes the stage's `final`: fsynced, then swapped in (replace_dir), so a reader never
-    meets half of either."""
-    from peer_rl.files.out_paths import replace_dir
-
-    try:
-        return replace_dir(tmp, final)
-    finally:
-        if tmp.exists():               # made here, never swapped in
-            shutil.rmtree(tmp)
+    return out / "final"
 
 
 @dataclass

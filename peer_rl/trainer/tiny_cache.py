@@ -274,17 +274,12 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
 
 def swap_in(staging: Path, out_dir: Path, manifest: dict, built_by: str) -> None:
     """`staging` with its manifest becomes `out_dir`: copied into a directory made beside it,
-    then swapped in (peer_rl.files.out_paths.replace_dir), so a reader never meets a
+    then swapped in (peer_rl.files.out_paths.staged_dir), so a reader never meets a
     half-written copy; files of the earlier `out_dir` that the build did not write stay."""
-    from peer_rl.files.out_paths import new_dir, replace_dir
+    from peer_rl.files.out_paths import staged_dir
 
     for name, entry in manifest["models"].items():
         entry["files"] = file_digests(staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    new = new_dir(out_dir.parent, out_dir.name)
-    try:
+    with staged_dir(out_dir, command=built_by) as new:   # marked: what a later build may replace
         shutil.copytree(staging, new, dirs_exist_ok=True)
-        replace_dir(new, out_dir, built_by)    # marked: what a later build may replace
-    finally:
-        if new.exists():                       # made here, never swapped in
-            shutil.rmtree(new)

@@ -206,25 +206,23 @@ def test_a_whole_write_never_follows_a_planted_tmp_link(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["tpl.json", "tpl.json.tmp"]
 
 
-def test_replace_dir_keeps_what_the_old_output_did_not_write(tmp_path):
+def test_a_staged_dir_keeps_what_the_old_output_did_not_write(tmp_path):
     """Findings 58.3 and 58.4 (the helper): OUT.old / OUT.new of the user's were deleted, and
     so were their files inside the earlier output. Now the swap uses names it makes, and of the
     old output drops only what its marker says the command wrote."""
-    from peer_rl.files.out_paths import MARKER, new_dir, read_marker, replace_dir
+    from peer_rl.files.out_paths import MARKER, read_marker, staged_dir
 
     out = tmp_path / "idx"
     for suffix in (".old", ".new", ".tmp"):
         (tmp_path / f"idx{suffix}").mkdir()
         (tmp_path / f"idx{suffix}" / "index.json").write_text(f"their {suffix} copy")
-    first = new_dir(tmp_path, "idx")
-    (first / "index.json").write_text("1")
-    (first / "stale.bin").write_text("written by the first build only")
-    replace_dir(first, out, "index build")
+    with staged_dir(out, command="index build") as first:
+        (first / "index.json").write_text("1")
+        (first / "stale.bin").write_text("written by the first build only")
     assert read_marker(out) == {"command": "index build", "wrote": ["index.json", "stale.bin"]}
     (out / "notes.txt").write_text("mine")
-    second = new_dir(tmp_path, "idx")
-    (second / "index.json").write_text("2")
-    replace_dir(second, out, "index build")
+    with staged_dir(out, command="index build") as second:
+        (second / "index.json").write_text("2")
     assert sorted(p.name for p in out.iterdir()) == [MARKER, "index.json", "notes.txt"]
     assert (out / "index.json").read_text() == "2" and (out / "notes.txt").read_text() == "mine"
     for suffix in (".old", ".new", ".tmp"):
@@ -233,7 +231,8 @@ def test_replace_dir_keeps_what_the_old_output_did_not_write(tmp_path):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / MARKER).write_text('{"command": "data sample"}')
     with pytest.raises(OutputError, match="data sample"):
-        replace_dir(new_dir(tmp_path, "other"), tmp_path / "other", "index build")
+        with staged_dir(tmp_path / "other", command="index build"):
+            pass
 
 
 def test_a_damaged_mark_set_aside_never_replaces_an_earlier_copy(tmp_path):
