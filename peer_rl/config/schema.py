@@ -541,7 +541,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
     if check is not None:
         check(cfg)
     OmegaConf.set_readonly(cfg, True)
-    _RAW[id(cfg)] = raw
+    _keep_raw(cfg, raw)
     return cfg
 
 
@@ -563,7 +563,7 @@ def public_config(cfg: DictConfig) -> dict:
     from peer_rl.config.credentials import redact_text
 
     data = OmegaConf.to_container(cfg, resolve=True)
-    raws = _RAW.get(id(cfg), {})
+    raws = _raw_of(cfg)
     secrets = _environment_values(data, raws)
     for keys, raw in raws.items():
         node = data
@@ -641,9 +641,25 @@ def env_kept(node):
     return _ENV_CALL.sub(lambda m: "\\" + m[0], node) if isinstance(node, str) else node
 
 
-_RAW: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: its value before resolution}
 _ENV_CALL = re.compile(r"(?<!\\)\$\{\s*oc\.env\s*:")
 _PROBE = "__peer_rl_environment_probe__"
+
+
+_RAW_ATTR = "_peer_rl_raw"     # not a key: a DictConfig keeps its keys in _content
+
+
+def _keep_raw(cfg: DictConfig, raw: dict[tuple, str]) -> None:
+    """Hold `raw` ({key path: its value before resolution}) on the config itself, so that it
+    lives and dies with the config and travels with it (a pickle to another process keeps it).
+    A table keyed by id(cfg) outlives the config and hands its values to the next object given
+    that id. OmegaConf's own copies (merge, deepcopy) leave it behind: redact the config that
+    load_config returned."""
+    object.__setattr__(cfg, _RAW_ATTR, raw)
+
+
+def _raw_of(cfg: DictConfig) -> dict[tuple, str]:
+    """What _keep_raw held for `cfg`; nothing for a config load_config did not make."""
+    return cfg.__dict__.get(_RAW_ATTR, {})
 
 
 def _interpolations(node, path: tuple = ()) -> dict[tuple, str]:
