@@ -177,3 +177,37 @@ def test_a_ladder_hands_its_rungs_the_environment_reference(tmp_path, monkeypatc
     _, runs = load_ladder(str(path), [])
     assert runs == [["judge.url=https://judge.example.com/${oc.env:PEER_RL_TEST_TOKEN}/v1",
                      "model.path=/ckpt/a"]]
+
+
+def test_two_configs_loaded_one_after_another_never_mix(monkeypatch):
+    """The values a config had before resolution live on the config itself: dropping the first
+    leaves nothing behind for the second (or any later object) to be redacted with."""
+    import gc
+
+    from peer_rl.config.schema import public_config
+
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-first-777")
+    first = load_config(["eval.judge_url=https://judge.example.com/${oc.env:PEER_RL_TEST_TOKEN}",
+                         "eval.judge_model=${eval.judge_url}"])
+    assert public_config(first)["eval"]["judge_model"] == "${eval.judge_url}"
+    del first
+    gc.collect()
+    second = load_config(["eval.judge_url=https://other.example.com/v1",
+                          "eval.judge_model=plain-model"])
+    public = public_config(second)["eval"]
+    assert public["judge_model"] == "plain-model"
+    assert public["judge_url"] == "https://other.example.com/v1"
+
+
+def test_a_config_sent_to_another_process_still_hides_its_secrets(monkeypatch):
+    """A pickled config (as Ray hands it to an actor) is another object: its raw values go with
+    it, so public_config there writes the interpolation, not the token."""
+    import pickle
+
+    from peer_rl.config.schema import public_config
+
+    monkeypatch.setenv("PEER_RL_TEST_TOKEN", "tok-pickled-31")
+    cfg = load_config(["ray.dashboard_host=${oc.env:PEER_RL_TEST_TOKEN}"])
+    there = pickle.loads(pickle.dumps(cfg))
+    assert there.ray.dashboard_host == "tok-pickled-31"
+    assert public_config(there)["ray"]["dashboard_host"] == "${oc.env:PEER_RL_TEST_TOKEN}"

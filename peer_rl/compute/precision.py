@@ -10,7 +10,11 @@ nothing of the project.
 """
 from __future__ import annotations
 
-DTYPES = ("auto", "float32", "bfloat16")
+from typing import Literal, get_args
+
+# the config's dtype fields are typed DType, so OmegaConf refuses another value at the merge
+DType = Literal["auto", "float32", "bfloat16"]
+DTYPES = get_args(DType)
 BYTES = {"float32": 4, "bfloat16": 2}
 
 

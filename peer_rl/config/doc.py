@@ -17,6 +17,7 @@ import re
 import sys
 import textwrap
 import tokenize
+import typing
 from pathlib import Path
 
 from peer_rl.config.schema import RECIPES_DIR, PeerRLConfig
@@ -87,6 +88,15 @@ def _cell(text: str) -> str:
     return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
 
 
+def _type(cls: type, f: dataclasses.Field) -> str:
+    """The field's annotation as written, or a Literal's choices spelled out ("auto" or
+    "float32" or ...): an alias such as DType names none of them."""
+    hint = typing.get_type_hints(cls)[f.name]
+    if typing.get_origin(hint) is typing.Literal:
+        return " or ".join(json.dumps(v) for v in typing.get_args(hint))
+    return str(f.type).replace(" | ", " or ")
+
+
 def schema_rows(obj=None, prefix: str = "") -> list[tuple[str, list]]:
     """[(section, [(key, type, default, comment), ...])] in the schema's order, one section per
     dataclass (nested sections after their parent's plain keys). Defaults are read off an
@@ -98,7 +108,7 @@ def schema_rows(obj=None, prefix: str = "") -> list[tuple[str, list]]:
         if dataclasses.is_dataclass(value):
             nested += schema_rows(value, key + ".")
             continue
-        own.append((key, str(f.type).replace(" | ", " or "), value, _comment(cls, f.name)))
+        own.append((key, _type(cls, f), value, _comment(cls, f.name)))
     return ([(prefix.rstrip(".") or "top level", own)] if own else []) + nested
 
 

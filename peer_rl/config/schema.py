@@ -12,12 +12,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from peer_rl import recipes
-from peer_rl.compute.precision import DTYPES
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.schema.ConfigError)
 from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
@@ -114,7 +114,7 @@ class RewardModelConfig(JudgeSettings):
     # retrieval.enable, else one)
     # prm_orm: a separate process model (path, `train-rm recipe=prm`) and outcome model
     # (outcome_path, recipe=orm) in place of UnifiReward, scored the same way (PEER's baseline)
-    kind: str = "unifireward"
+    kind: Literal["unifireward", "scalar", "prm_orm"] = "unifireward"
     path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
     outcome_path: str = ""               # prm_orm only: the outcome model's directory
     # unifireward: a LoRA adapter of `path` in PEFT's format (`train-rm model.lora.rank=R`
@@ -158,11 +158,11 @@ class FilterGroupsConfig:
     enable: bool = False
     # reward: the reward model's r_i; final: what the advantages are computed from (r~_i
     # after RUR, r_i without); format: Step 1-4 complete (0/1)
-    metric: str = "final"
+    metric: Literal["final", "reward", "format"] = "final"
     max_num_gen_batches: int = 0
     # raise: stop the run, as verl's DAPO recipe does; train_short: train on the groups kept
     # (on the first batch when none was) and say so
-    on_limit: str = "raise"
+    on_limit: Literal["raise", "train_short"] = "raise"
 
 
 @dataclass
@@ -195,7 +195,7 @@ class AsyncTrainingConfig:
     `async` is a Python keyword, so a typed schema cannot hold it)."""
     # 0: each step's rollout waits for the previous update (synchronous); 1: the rollout, judging
     # and redundancy of step t+1 run while step t updates, so samples are one update old
-    staleness: int = 0
+    staleness: Literal[0, 1] = 0
 
 
 @dataclass
@@ -204,7 +204,7 @@ class WandbConfig:
     is named experiment_name, its directory is <output_dir>/wandb."""
     # auto: online when a key is known (WANDB_API_KEY or `wandb login`) and the server answers,
     # offline otherwise (said at start-up; `wandb sync <output_dir>/wandb/offline-run-*` later)
-    mode: str = "auto"                   # auto | online | offline
+    mode: Literal["auto", "online", "offline"] = "auto"
     entity: str = ""                     # the W&B team or user; "" = the key's default
 
 
@@ -377,18 +377,21 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
                  "actor.num_threads", "data.max_history_turns", "model.lora.rank",
                  "actor.malloc_mmap_threshold_mib")
-_CHOICES = {"algorithm.rur.history_agg": ("max", "mean"), "algorithm.rur.group_agg": ("mean", "max"),
-            "actor.kl_loss_type": ("low_var_kl", "kl"),
-            "algorithm.adv_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
-            "actor.policy_loss.loss_mode": ("vanilla", "gspo"),
-            "actor.loss_agg_mode": ("token-mean", "token-sum", "seq-mean-token-sum",
-                                    "seq-mean-token-mean", "seq-mean-token-sum-norm"),
-            "algorithm.filter_groups.metric": ("final", "reward", "format"),
-            "algorithm.filter_groups.on_limit": ("raise", "train_short"),
-            "reward_model.kind": ("unifireward", "scalar", "prm_orm"),
-            "trainer.async_training.staleness": (0, 1),
-            "trainer.wandb.mode": ("auto", "online", "offline"),
-            "actor.dtype": DTYPES, "rollout.dtype": DTYPES, "reward_model.dtype": DTYPES}
+
+
+def registered_choices() -> dict[str, tuple]:
+    """The keys whose names peer_rl.algos holds (its registries, LOSS_AGG_MODES), with the
+    names it holds now.
+    These stay `str` in the schema and are read at validation, not at import: an estimator or
+    policy loss a plug-in registers (register_adv_est, register_policy_loss) before load_config
+    is accepted like verl's own. The schema's other closed choices are Literal-typed fields,
+    refused by OmegaConf at the merge."""
+    from peer_rl.algos.advantages import ADV_ESTIMATORS
+    from peer_rl.algos.losses import LOSS_AGG_MODES, POLICY_LOSSES
+
+    return {"algorithm.adv_estimator": tuple(ADV_ESTIMATORS),
+            "actor.policy_loss.loss_mode": tuple(POLICY_LOSSES),
+            "actor.loss_agg_mode": LOSS_AGG_MODES}
 
 
 def check_lora(lora) -> None:
@@ -436,8 +439,10 @@ def _check_values(cfg: DictConfig) -> None:
     # a YAML or command-line true/false arrives in this str field as "True"/"False"
     cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
     cfg.model.lora.merge = str(cfg.model.lora.merge).lower()
-    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, {**_CHOICES, "actor.gradient_checkpointing": SETTINGS,
-                                                 "model.lora.merge": ("auto", "true", "false")})
+    # these two also take true/false (a bool, normalised above), so they are not Literal fields
+    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE,
+                 {**registered_choices(), "actor.gradient_checkpointing": SETTINGS,
+                  "model.lora.merge": ("auto", "true", "false")})
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
     check_loggers(cfg.trainer)
@@ -540,7 +545,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
     if check is not None:
         check(cfg)
     OmegaConf.set_readonly(cfg, True)
-    _RAW[id(cfg)] = raw
+    _keep_raw(cfg, raw)
     return cfg
 
 
@@ -562,7 +567,7 @@ def public_config(cfg: DictConfig) -> dict:
     from peer_rl.config.credentials import redact_text
 
     data = OmegaConf.to_container(cfg, resolve=True)
-    raws = _RAW.get(id(cfg), {})
+    raws = _raw_of(cfg)
     secrets = _environment_values(data, raws)
     for keys, raw in raws.items():
         node = data
@@ -640,9 +645,25 @@ def env_kept(node):
     return _ENV_CALL.sub(lambda m: "\\" + m[0], node) if isinstance(node, str) else node
 
 
-_RAW: dict[int, dict[tuple, str]] = {}   # id(cfg) -> {key path: its value before resolution}
 _ENV_CALL = re.compile(r"(?<!\\)\$\{\s*oc\.env\s*:")
 _PROBE = "__peer_rl_environment_probe__"
+
+
+_RAW_ATTR = "_peer_rl_raw"     # not a key: a DictConfig keeps its keys in _content
+
+
+def _keep_raw(cfg: DictConfig, raw: dict[tuple, str]) -> None:
+    """Hold `raw` ({key path: its value before resolution}) on the config itself, so that it
+    lives and dies with the config and travels with it (a pickle to another process keeps it).
+    A table keyed by id(cfg) outlives the config and hands its values to the next object given
+    that id. OmegaConf's own copies (merge, deepcopy) leave it behind: redact the config that
+    load_config returned."""
+    object.__setattr__(cfg, _RAW_ATTR, raw)
+
+
+def _raw_of(cfg: DictConfig) -> dict[tuple, str]:
+    """What _keep_raw held for `cfg`; nothing for a config load_config did not make."""
+    return cfg.__dict__.get(_RAW_ATTR, {})
 
 
 def _interpolations(node, path: tuple = ()) -> dict[tuple, str]:

@@ -4,12 +4,16 @@ The run configuration's sections extend these (peer_rl.config.schema: `actor` is
 the group's size, `rollout` a RolloutSettings plus sampling, ...), so a key's default and comment
 live here once. The placement layer hands each worker its settings with `narrow`; a worker built
 without Ray (a benchmark, the GPU check, a test) takes the same dataclass. Like peer_rl.protocol,
-this module imports nothing of the project: workers read their settings without the schema.
+this module imports nothing of the project but the dtype choices (peer_rl.compute.precision, which
+imports nothing either): workers read their settings without the schema. A closed choice is a
+Literal field, which OmegaConf checks at the merge.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TypeVar
+from typing import Literal, TypeVar
+
+from peer_rl.compute.precision import DType
 
 T = TypeVar("T")
 
@@ -38,7 +42,7 @@ class PolicySettings:
     # seq-mean-token-sum-norm's constant divisor (Dr. GRPO); null = rollout.response_length
     loss_scale_factor: float | None = None
     kl_loss_coef: float = 0.001
-    kl_loss_type: str = "low_var_kl"
+    kl_loss_type: Literal["low_var_kl", "kl"] = "low_var_kl"
     entropy_coeff: float = 0.0
     # prompts per optimizer step, as in verl: each brings its rollout.n samples, so a step
     # takes ppo_mini_batch_size x rollout.n sequences
@@ -78,7 +82,7 @@ class PolicySettings:
     # compute dtype of the policy's and the reference's forwards and backward: auto | float32 |
     # bfloat16 (float32 master weights, optimizer and gradient reduction either way; log-probs
     # in float32). auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.compute.precision)
-    dtype: str = "auto"
+    dtype: DType = "auto"
 
 
 @dataclass
@@ -116,7 +120,7 @@ class EngineSettings:
     enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
     # the engine's weights, activations and KV cache: auto | float32 | bfloat16 (vLLM's dtype);
     # auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.compute.precision)
-    dtype: str = "auto"
+    dtype: DType = "auto"
 
 
 @dataclass
@@ -143,8 +147,8 @@ class RedundancySettings:
     alpha: float = 0.5
     beta: float = 5.0
     cjk_chars_per_word: float = 1.5      # reply length L in words: CJK characters / this
-    history_agg: str = "max"             # max | mean over history utterances
-    group_agg: str = "mean"              # mean | max over the other G-1 replies
+    history_agg: Literal["max", "mean"] = "max"      # over history utterances
+    group_agg: Literal["mean", "max"] = "mean"       # over the other G-1 replies
     batch_size: int = 64
 
 

@@ -10,7 +10,7 @@ import torch
 from peer_rl.algos import (ADV_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, agg_loss,
                            compute_grpo_outcome_advantage, get_adv_estimator_fn,
                            get_policy_loss_fn, kl_penalty, masked_mean, sequence_advantages)
-from peer_rl.config.schema import _CHOICES
+from peer_rl.config.schema import ConfigError, load_config, registered_choices
 
 
 def _outcome(scores, lengths):
@@ -82,13 +82,27 @@ def test_sequence_advantages_are_the_estimators_value_per_row():
 
 
 def test_registries_and_the_config_choices_agree():
-    assert set(_CHOICES["algorithm.adv_estimator"]) == set(ADV_ESTIMATORS)
-    assert set(_CHOICES["actor.policy_loss.loss_mode"]) == set(POLICY_LOSSES)
-    assert set(_CHOICES["actor.loss_agg_mode"]) == set(LOSS_AGG_MODES)
+    assert set(ADV_ESTIMATORS) == {"grpo", "rloo", "reinforce_plus_plus_baseline"}
+    assert set(POLICY_LOSSES) == {"vanilla", "gspo"}
+    choices = registered_choices()
+    assert set(choices["algorithm.adv_estimator"]) == set(ADV_ESTIMATORS)
+    assert set(choices["actor.policy_loss.loss_mode"]) == set(POLICY_LOSSES)
+    assert set(choices["actor.loss_agg_mode"]) == set(LOSS_AGG_MODES)
     with pytest.raises(KeyError, match="adv_estimator='gae'"):
         get_adv_estimator_fn("gae")
     with pytest.raises(KeyError, match="loss_mode='sapo'"):
         get_policy_loss_fn("sapo")
+
+
+def test_a_plugin_estimator_and_policy_loss_are_accepted_by_the_config(monkeypatch):
+    """The config reads the registries when it is loaded, so what a plug-in registers first is
+    a choice like verl's own (and not before it is registered)."""
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator='my_est'"):
+        load_config(["algorithm.adv_estimator=my_est"])
+    monkeypatch.setitem(ADV_ESTIMATORS, "my_est", lambda *a, **k: None)
+    monkeypatch.setitem(POLICY_LOSSES, "my_loss", lambda *a, **k: None)
+    cfg = load_config(["algorithm.adv_estimator=my_est", "actor.policy_loss.loss_mode=my_loss"])
+    assert (cfg.algorithm.adv_estimator, cfg.actor.policy_loss.loss_mode) == ("my_est", "my_loss")
 
 
 # ---------------------------------------------------------------- aggregation

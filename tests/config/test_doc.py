@@ -56,6 +56,9 @@ def test_every_schema_key_is_on_the_page_with_its_default():
     assert rows["resources.rollout.cpus_per_worker"][1] == "`1.0`"
     assert rows["actor.clip_ratio_low"][1] == "`null`"
     assert rows["actor.gradient_checkpointing"][1] == '`"auto"`'
+    # a Literal field's type is its choices, an alias (DType) spelled out
+    assert rows["actor.dtype"][0] == '`"auto" or "float32" or "bfloat16"`'
+    assert rows["trainer.async_training.staleness"][0] == "`0 or 1`"
     extra = sorted(k for k in rows if k not in leaves and k not in _recipes())
     assert not extra, f"docs/config.md lists keys the schema lacks: {extra}"
 

@@ -22,13 +22,22 @@ def test_recipes_by_name_with_overrides():
     ("rollout.num_workers=-1", "rollout.num_workers=-1: expected a positive value"),
     ("actor.world_size=0", "actor.world_size=0: expected a positive value"),
     ("rollout.n=1", "rollout.n=1: GRPO needs at least 2"),
-    ("algorithm.rur.history_agg=median", "algorithm.rur.history_agg='median'"),
+    # a Literal field: OmegaConf's own message, on the project's one line naming the key
+    ("algorithm.rur.history_agg=median", "config key 'algorithm.rur.history_agg': Invalid value "
+                                         "'median', expected one of ['max', 'mean']"),
     ("recipe=nope", "recipe='nope': no such recipe"),
     ("resume=/does/not/exist", "resume='/does/not/exist'"),
     ("actor.ppo_micro_batch_size=3", "must be a multiple of actor.ppo_micro_batch_size=3"),
     ("bogus", "expected key=value"),
-    ("trainer.async_training.staleness=2",
-     "trainer.async_training.staleness=2: expected one of (0, 1)"),
+    ("trainer.async_training.staleness=2", "config key 'trainer.async_training.staleness': "
+                                           "Invalid value '2', expected one of [0, 1]"),
+    ("actor.dtype=float16", "config key 'actor.dtype': Invalid value 'float16', expected one "
+                            "of ['auto', 'float32', 'bfloat16']"),
+    ("trainer.wandb.mode=cloud", "config key 'trainer.wandb.mode': Invalid value 'cloud'"),
+    # a registry's key: checked against the names registered when the config is loaded
+    ("algorithm.adv_estimator=gae", "algorithm.adv_estimator='gae': expected one of ('grpo', "
+                                    "'rloo', 'reinforce_plus_plus_baseline')"),
+    ("actor.loss_agg_mode=mean", "actor.loss_agg_mode='mean': expected one of"),
     ("trainer.async.staleness=1", "config key 'trainer.async'"),
     ("actor.behavior_weight_cap=-1", "actor.behavior_weight_cap=-1.0: expected a value >= 0"),
     ("actor.num_threads=-2", "actor.num_threads=-2: expected a value >= 0"),
@@ -84,7 +93,8 @@ def test_prompts_per_file_is_checked_against_train_files():
 def test_retrieval_needs_the_scalar_reward_model_and_escrag_recipe_loads():
     with pytest.raises(ConfigError, match="set reward_model.kind=scalar"):
         load_config(["retrieval.enable=true"])
-    with pytest.raises(ConfigError, match="reward_model.kind='generative'"):
+    with pytest.raises(ConfigError, match="config key 'reward_model.kind': Invalid value "
+                                          "'generative'"):
         load_config(["reward_model.kind=generative"])
     cfg = load_config(["recipe=escrag_r1_tiny"])
     assert cfg.retrieval.enable and cfg.retrieval.k == 3 and cfg.reward_model.kind == "scalar"

@@ -116,7 +116,8 @@ def test_the_draw_limit_defaults_to_none_and_at_the_limit_the_run_stops_as_in_ve
     fg = load_config(["algorithm.filter_groups.enable=true"]).algorithm.filter_groups
     assert (fg.max_num_gen_batches, fg.on_limit) == (0, "raise")
     assert FilterGroupsConfig().max_num_gen_batches == 0
-    with pytest.raises(ConfigError, match="on_limit='keep': expected one of"):
+    with pytest.raises(ConfigError, match="config key 'algorithm.filter_groups.on_limit': "
+                                          "Invalid value 'keep', expected one of"):
         load_config(["algorithm.filter_groups.on_limit=keep"])
 
 
