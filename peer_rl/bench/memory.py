@@ -26,6 +26,7 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
     import yaml
 
     from peer_rl.compute.activation_memory import GiB
+    from peer_rl.config.reward_kinds import reward_kind
     from peer_rl.config.schema import load_config
     from peer_rl.planning import memory
     from peer_rl.planning.shapes import model_shape
@@ -46,7 +47,8 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
            "rollout": memory.cpu_engine("rollout", p_params,
                                         factory.engine_settings("rollout").kv_cache_gib,
                                         memory.cpu_device(dtype["rollout"])).parts}
-    if cfg.reward_model.kind == "unifireward":        # one vLLM judge engine
+    kind = reward_kind(cfg.reward_model.kind)
+    if kind.writes and len(kind.models) == 1:        # one vLLM judge engine
         out["reward_model"] = memory.cpu_engine(
             "reward_model", model_shape(judge)[1],
             factory.engine_settings("reward_model").kv_cache_gib,

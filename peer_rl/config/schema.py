@@ -21,6 +21,7 @@ from peer_rl import recipes
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.schema.ConfigError)
 from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
+from peer_rl.config.reward_kinds import registered_kinds, reward_kind
 from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: actor.policy_loss)
     JudgeSettings,
     LoRASettings,
@@ -113,8 +114,9 @@ class RewardModelConfig(JudgeSettings):
     # runner (ESCRAG-R1; the policy writes <think>...</think> then the reply, in two passes with
     # retrieval.enable, else one)
     # prm_orm: a separate process model (path, `train-rm recipe=prm`) and outcome model
-    # (outcome_path, recipe=orm) in place of UnifiReward, scored the same way (PEER's baseline)
-    kind: Literal["unifireward", "scalar", "prm_orm"] = "unifireward"
+    # (outcome_path, recipe=orm) in place of UnifiReward, scored the same way (PEER's baseline);
+    # each kind is registered in peer_rl.config.reward_kinds with what it needs
+    kind: str = "unifireward"
     path: str = ""                       # model dir; "" = the tiny trained judge / scalar RM
     outcome_path: str = ""               # prm_orm only: the outcome model's directory
     # unifireward: a LoRA adapter of `path` in PEFT's format (`train-rm model.lora.rank=R`
@@ -433,6 +435,38 @@ def check_loggers(trainer) -> None:
                               f"installed: {_EXTRA}")
 
 
+def _kinds_that(has) -> str:
+    """The registered reward_model.kind values for which `has(kind)` holds, as a hint."""
+    return " or ".join(name for name in registered_kinds() if has(reward_kind(name)))
+
+
+def _check_reward_kind(cfg: DictConfig) -> None:
+    """What the run asks of reward_model.kind against what the kind declares
+    (peer_rl.config.reward_kinds)."""
+    rm = cfg.reward_model
+    kind = reward_kind(rm.kind)
+    if rm.lora_path and not kind.lora_adapter:
+        raise ConfigError(f"reward_model.lora_path with reward_model.kind={kind.name}: only the "
+                          f"{_kinds_that(lambda k: k.lora_adapter)} judge is served with an "
+                          "adapter; merge it (train-rm's final/ is merged) and set "
+                          "reward_model.path")
+    if cfg.trainer.eval_freq and cfg.eval.safety_probes and not kind.writes \
+            and not cfg.eval.judge_url:
+        raise ConfigError("trainer.eval_freq with eval.safety_probes > 0 needs a judge that "
+                          f"writes, and reward_model.kind={kind.name} only scores: set "
+                          "eval.judge_url (an OpenAI-compatible base URL) or eval.safety_probes=0")
+    if not kind.tiny and not all(rm[key] for key in kind.models):
+        roles = kind.judge_roles or ("",) * len(kind.models)
+        raise ConfigError(f"reward_model.kind={kind.name}: set " + " and ".join(
+            f"reward_model.{key}" + (f" (the {role} model)" if role else "")
+            for key, role in zip(kind.models, roles)))
+    if cfg.retrieval.enable and not kind.retrieval:
+        raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
+                          "reasoning-response format: set reward_model.kind="
+                          f"{_kinds_that(lambda k: k.retrieval)} (reward_model.kind={kind.name} "
+                          "scores another)")
+
+
 def _check_values(cfg: DictConfig) -> None:
     from peer_rl.compute.activation_memory import SETTINGS
 
@@ -442,7 +476,8 @@ def _check_values(cfg: DictConfig) -> None:
     # these two also take true/false (a bool, normalised above), so they are not Literal fields
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE,
                  {**registered_choices(), "actor.gradient_checkpointing": SETTINGS,
-                  "model.lora.merge": ("auto", "true", "false")})
+                  "model.lora.merge": ("auto", "true", "false"),
+                  "reward_model.kind": registered_kinds()})
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
     check_loggers(cfg.trainer)
@@ -456,11 +491,7 @@ def _check_values(cfg: DictConfig) -> None:
         raise ConfigError("algorithm.filter_groups.enable=true with retrieval.train_initial=true: "
                           "the initial replies' groups are not filtered; set one of them false")
     check_lora(cfg.model.lora)
-    if cfg.reward_model.lora_path and cfg.reward_model.kind != "unifireward":
-        raise ConfigError(f"reward_model.lora_path with reward_model.kind="
-                          f"{cfg.reward_model.kind}: only the unifireward judge is served with "
-                          "an adapter; merge it (train-rm's final/ is merged) and set "
-                          "reward_model.path")
+    _check_reward_kind(cfg)
     if a.clip_ratio_c <= 1.0:
         raise ConfigError(f"actor.clip_ratio_c={a.clip_ratio_c}: the dual-clip bound must exceed 1")
     tp, gpus = cfg.rollout.tensor_model_parallel_size, cfg.resources.rollout.gpus_per_worker
@@ -471,26 +502,12 @@ def _check_values(cfg: DictConfig) -> None:
                           f"GPUs, but resources.rollout.gpus_per_worker={gpus:g}: set "
                           f"resources.rollout.gpus_per_worker={tp} so that each engine's "
                           "placement bundle holds its GPUs")
-    if cfg.trainer.eval_freq and cfg.eval.safety_probes and cfg.reward_model.kind == "scalar" \
-            and not cfg.eval.judge_url:
-        raise ConfigError("trainer.eval_freq with eval.safety_probes > 0 needs a judge that "
-                          "writes, and reward_model.kind=scalar only scores: set eval.judge_url "
-                          "(an OpenAI-compatible base URL) or eval.safety_probes=0")
-    if cfg.reward_model.kind == "prm_orm" and not (cfg.reward_model.path and
-                                                   cfg.reward_model.outcome_path):
-        raise ConfigError("reward_model.kind=prm_orm: set reward_model.path (the process model, "
-                          "`train-rm recipe=prm`) and reward_model.outcome_path (the outcome "
-                          "model, `train-rm recipe=orm`)")
     from peer_rl.retrieval.corpus import parse_splits
 
     try:
         parse_splits(list(cfg.retrieval.splits), "retrieval.splits")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if cfg.retrieval.enable and cfg.reward_model.kind != "scalar":
-        raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
-                          "reasoning-response format: set reward_model.kind=scalar (UnifiReward "
-                          "judges PEER's Steps 1-4)")
     for pool in ("rollout", "reward_model", "redundancy", "retrieval", "actor"):
         res = cfg.resources[pool]
         # one node's at most (nan fails too): a worker's bundle is placed on one node

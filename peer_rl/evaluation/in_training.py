@@ -9,6 +9,7 @@ from collections import defaultdict
 from functools import partial
 from pathlib import Path
 
+from peer_rl.config.reward_kinds import reward_kind
 from peer_rl.evaluation.cases import load_diversity_prompts, load_probes
 from peer_rl.evaluation.diversity import diversity_case, diversity_metrics
 from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint, Reply,
@@ -92,8 +93,8 @@ class InTrainingEval:
         root = Path(cfg.data.root or sample_root())
         self.cfg, self.e = cfg, e
         # the policy is asked as its training rows ask it (peer_rl.prompts.policy)
-        self.style = Supporter("escrag") if cfg.reward_model.kind == "scalar" else \
-            Supporter("peer", policy_template)
+        kind = reward_kind(cfg.reward_model.kind)
+        self.style = Supporter(kind.style, policy_template if kind.rows_prompt else None)
         self.prompts = load_diversity_prompts(root, e.diversity_pattern,
                                               cfg.data.skip_invalid).items[:e.diversity_prompts]
         self.probes = (spread_over_groups(load_probes(root, cfg.data.skip_invalid).items,

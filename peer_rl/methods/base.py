@@ -4,7 +4,8 @@ declaration of the pools it needs, which placement reads to decide what to start
 
 A method never sees the controller: the step it works for is an argument, G and the sampling
 settings are read once from the config when it is built. Methods register by name
-(`@register`); the one a run uses is the one that serves its `reward_model.kind`.
+(`@register`); the one a run uses is the one its `reward_model.kind` names
+(peer_rl.config.reward_kinds: RewardKind.method).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
+from peer_rl.config.reward_kinds import reward_kind
 from peer_rl.errors import ConfigError
 from peer_rl.protocol import SamplingConfig
 from peer_rl.methods.scored_batch import ScoredBatch
@@ -44,8 +46,7 @@ class Settings:
 
 
 class Method(ABC):
-    name: ClassVar[str]
-    reward_kinds: ClassVar[tuple[str, ...]]   # the reward_model.kind values this method scores
+    name: ClassVar[str]     # what a RewardKind's `method` names
 
     @classmethod
     def pools(cls, cfg) -> set[str]:
@@ -80,11 +81,10 @@ def registered() -> dict[str, type[Method]]:
 
 
 def method_class(cfg) -> type[Method]:
-    """The registered method that serves `reward_model.kind`."""
-    kind = cfg.reward_model.kind
-    found = [m for m in _REGISTRY.values() if kind in m.reward_kinds]
-    if len(found) != 1:
-        raise ConfigError(f"reward_model.kind={kind!r}: expected a kind one method scores; "
-                          + "; ".join(f"{m.name}: {', '.join(m.reward_kinds)}"
-                                      for m in _REGISTRY.values()))
-    return found[0]
+    """The registered method that scores with `reward_model.kind` (the kind names it)."""
+    kind = reward_kind(cfg.reward_model.kind)
+    if kind.method not in _REGISTRY:
+        raise ConfigError(f"reward_model.kind={kind.name!r} is scored by method "
+                          f"{kind.method!r}, which is not registered; registered: "
+                          f"{', '.join(_REGISTRY)}")
+    return _REGISTRY[kind.method]

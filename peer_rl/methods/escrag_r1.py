@@ -44,7 +44,6 @@ def retrieval_queries(rows: list[dict], initial: list, parsed: list) -> list[Ret
 @register
 class EscragR1(Method):
     name = "escrag_r1"
-    reward_kinds = ("scalar",)
 
     def __init__(self, groups: Groups, settings: Settings, retrieval: RetrievalSettings):
         self.groups, self.settings, self.retrieval = groups, settings, retrieval

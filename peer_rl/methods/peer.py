@@ -19,7 +19,6 @@ from peer_rl.methods.scored_batch import ScoredBatch, judge_frames
 @register
 class Peer(Method):
     name = "peer"
-    reward_kinds = ("unifireward", "prm_orm")
 
     def __init__(self, groups: Groups, settings: Settings):
         self.groups, self.settings = groups, settings

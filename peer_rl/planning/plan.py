@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from peer_rl.compute.activation_memory import GiB
+from peer_rl.config.reward_kinds import reward_kind
 from peer_rl.planning import memory
 from peer_rl.planning.cluster import Node
 from peer_rl.planning.placement import Placement, Slot, Unplaced
@@ -38,6 +39,13 @@ class Plan:
         return use
 
 
+def _more_reward_models(cfg) -> dict[str, str]:
+    """role -> reward_model key of each model a reward engine loads beside the judge (path):
+    its kind's others, named by their key (outcome_path: outcome)."""
+    keys = reward_kind(cfg.reward_model.kind).models[1:]
+    return {key.removesuffix("_path"): key for key in keys}
+
+
 def _models(cfg) -> dict[str, str]:
     """role -> model directory or named shape: the recipe's, else the shipped tiny ones."""
     from peer_rl.models.local import BUNDLED
@@ -46,9 +54,7 @@ def _models(cfg) -> dict[str, str]:
     rm = cfg.reward_model
     out = {"policy": cfg.model.path or str(shipped / "policy"),
            "judge": rm.path or str(shipped / "judge")}
-    if rm.kind == "prm_orm":
-        out["outcome"] = rm.outcome_path
-    return out
+    return out | {role: rm[key] for role, key in _more_reward_models(cfg).items()}
 
 
 def make_plan(cfg, nodes: list[Node]) -> Plan:
@@ -97,7 +103,7 @@ def _estimates(cfg, pool: str, shapes: dict, gpu_gib: float) -> list[memory.Esti
                               r.gpu_memory_utilization, gpu_gib, r.tensor_model_parallel_size)]
     if pool == "reward_model":
         rm = cfg.reward_model
-        roles = ("judge", "outcome") if rm.kind == "prm_orm" else ("judge",)
+        roles = ("judge", *_more_reward_models(cfg))
         share = rm.gpu_memory_utilization / len(roles)   # two engines in one actor split it
         return [memory.engine("reward_model", shapes[r][0], shapes[r][1], rm.max_model_len,
                               share, gpu_gib) for r in roles]

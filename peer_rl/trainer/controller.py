@@ -24,6 +24,7 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,9 +44,56 @@ from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.trainer.step_batch import update_batch
 from peer_rl.trainer.sync_group import WeightSyncGroup
 from peer_rl.trainer.timeline import Timing, append_spans, covered, overlap, plot_timeline
-from peer_rl.trainer.worker_group import PolicyGroup, Pools, WorkerGroup, WorkerRestarted
+from peer_rl.trainer.worker_group import (GroupHooks, PolicyGroup, Pools, WorkerGroup,
+                                          WorkerRestarted)
 
 TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
+
+
+@dataclass(frozen=True)
+class ScoredStep:
+    """A step's prompts with its stages 2-5 done: what the look-ahead (trainer.async_training)
+    scores during one update and hands to the next train_step."""
+    rows: list[dict]
+    scored: ScoredBatch
+    timing: Timing
+
+
+class RunHooks(GroupHooks):
+    """The controller's answers to every worker group: the step in progress (1-based), the
+    run's newest complete checkpoint, a worker past its restarts replaced by the placement
+    layer."""
+
+    def __init__(self, controller: "Controller"):
+        self.controller = controller
+
+    def step(self) -> int:
+        return self.controller.step + 1
+
+    def last_checkpoint(self) -> Path | None:
+        return latest_checkpoint(self.controller.out)
+
+    def replace(self, pool: str, i: int):
+        restart = self.controller.pools.restart
+        return restart(pool, i) if restart is not None else None
+
+
+class RolloutHooks(RunHooks):
+    """The engines hold the policy's weights: a restarted one is re-synced, and samples from
+    weights other than the synced ones are refused (the engine restarted while idle)."""
+
+    def on_restart(self, i: int) -> None:
+        self.controller._resync_restarted(i)
+
+    def check(self, i: int, method: str, result) -> None:
+        self.controller._check_engine_weights(i, method, result)
+
+
+class RetrievalHooks(RunHooks):
+    """A retrieval worker names its process in every answer, so a restart while idle counts."""
+
+    def identity(self, result):
+        return result.pids[0]
 
 
 class Controller:
@@ -63,20 +111,16 @@ class Controller:
         self.step = 0
         self.staleness = cfg.trainer.async_training.staleness
         t = cfg.trainer
-        self.policy = PolicyGroup(pools.actor, pools.classes["actor"],
-                                  lambda: latest_checkpoint(self.out),
-                                  lambda: self.step + 1)
+        hooks = RunHooks(self)
+        self.policy = PolicyGroup(pools.actor, pools.classes["actor"], hooks.last_checkpoint,
+                                  hooks.step)
 
-        def group(name: str, **hooks) -> WorkerGroup:
+        def group(name: str, hooks: GroupHooks = hooks) -> WorkerGroup:
             return WorkerGroup(name, getattr(pools, name), t.max_actor_restarts,
-                               t.recovery_timeout_s, pools.restart,
-                               step=lambda: self.step + 1,
-                               last_checkpoint=lambda: latest_checkpoint(self.out),
-                               cls=pools.classes.get(name), **hooks)
-        self.rollout = group("rollout", on_restart=self._resync_restarted,
-                             check=self._check_engine_weights)
+                               t.recovery_timeout_s, hooks, cls=pools.classes.get(name))
+        self.rollout = group("rollout", RolloutHooks(self))
         self.reward_model, self.redundancy = group("reward_model"), group("redundancy")
-        self.retrieval = group("retrieval", identity=lambda r: r.pids[0])
+        self.retrieval = group("retrieval", RetrievalHooks(self))
         method = method_class(cfg)
         needs = method.pools(cfg)
         self.method = method.from_config(Groups(**{
@@ -268,26 +312,28 @@ class Controller:
             print(f"[peer-rl] {note}", file=sys.stderr, flush=True)
         return out_rows, out
 
-    def _score_ahead(self, batch_rows: list[dict] | None = None
-                     ) -> tuple[list[dict], ScoredBatch, Timing]:
+    def _scored_step(self, batch_rows: list[dict] | None, step: int) -> ScoredStep:
+        """Stages 2-5 of step `step` (1-based), timed under that step."""
+        timing = Timing(step)
+        rows, scored = self._score_step(batch_rows, timing)
+        return ScoredStep(rows, scored, timing)
+
+    def _score_ahead(self, batch_rows: list[dict] | None = None) -> ScoredStep:
         """Stages 2-5 of the next step (run in a second thread while this step updates)."""
-        timing = Timing(self.step + 2)
-        return (*self._score_step(batch_rows, timing), timing)
+        return self._scored_step(batch_rows, self.step + 2)
 
     # ---------------------------------------------------------------- one step
-    def train_step(self, batch_rows: list[dict] | None = None, scored: ScoredBatch | None = None,
-                   timing: Timing | None = None, look_ahead: bool = False
-                   ) -> tuple[dict, tuple | None]:
-        """One GRPO step. `scored`/`timing`: its stages 2-5, when they already ran during the
-        previous update (`batch_rows` their prompts); else its prompts are drawn (or
-        `batch_rows`) and scored now. `look_ahead`: the next step's prompts are drawn and
-        scored while this step updates (trainer.async_training). Returns (metrics,
-        (rows, scored, timing) of the next step, or None)."""
+    def train_step(self, batch_rows: list[dict] | None = None, ready: ScoredStep | None = None,
+                   look_ahead: bool = False) -> tuple[dict, ScoredStep | None]:
+        """One GRPO step. `ready`: its stages 2-5, when they already ran during the previous
+        update; else its prompts are drawn (or `batch_rows`) and scored now. `look_ahead`: the
+        next step's prompts are drawn and scored while this step updates
+        (trainer.async_training). Returns (metrics, the next step scored ahead or None)."""
         cfg = self.cfg
         start = time.time()
-        if scored is None:                                               # 2-5.
-            timing = Timing(self.step + 1)
-            batch_rows, scored = self._score_step(batch_rows, timing)
+        if ready is None:                                                # 2-5.
+            ready = self._scored_step(batch_rows, self.step + 1)
+        batch_rows, scored, timing = ready.rows, ready.scored, ready.timing
         # the data cursor after this step's draws and before the next step's: what a
         # checkpoint of this step saves
         self.resume_cursor = self.loader.cursor.state()
@@ -323,11 +369,11 @@ class Controller:
         # wall time of this call: with the overlap, this step's stages 2-5 ran in the previous
         # call and the next step's run inside this one (timing/overlap: inside the update)
         end = time.time()
-        spans = timing.spans + (ahead[2].spans if ahead else [])
+        spans = timing.spans + (ahead.timing.spans if ahead else [])
         m["timing/step"] = end - start
         m["timing/controller"] = m["timing/step"] - covered(spans, start, end)
         update_span = next(x for x in timing.spans if x["stage"] == "update")
-        m["timing/overlap"] = overlap(ahead[2].spans, update_span) if ahead else 0.0
+        m["timing/overlap"] = overlap(ahead.timing.spans, update_span) if ahead else 0.0
         append_spans(self.out / TIMELINE_FILE, timing.spans)
         if cfg.logging.log_samples:
             self._log_samples(batch_rows, scored)
@@ -404,9 +450,8 @@ class Controller:
         with (nullcontext(stop) if stop is not None else StopRequest()) as stop, \
                 self.metrics.closed_on_error():
             while self.step < total and not stop.signal:
-                rows, scored, timing = ahead or (None, None, None)
                 look_ahead = bool(self.staleness) and self.step + 1 < total and not stop.signal
-                metrics, ahead = self.train_step(rows, scored, timing, look_ahead)
+                metrics, ahead = self.train_step(None, ahead, look_ahead)
                 self.step += 1
                 # after a stop signal the checkpoint comes first: an evaluation against a slow
                 # judge endpoint could outlast the scheduler's grace period and lose the step

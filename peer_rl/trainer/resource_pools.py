@@ -19,6 +19,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from peer_rl.planning.pools import ORDER, bundle, pool_sizes, start_waves, strategy
+from peer_rl.config.reward_kinds import reward_kind
 from peer_rl.compute.precision import BYTES, cpu_has_bf16, dtype_line, resolve_dtype
 from peer_rl.trainer.faults import with_faults
 from peer_rl.trainer.worker_group import Pools
@@ -33,11 +34,9 @@ from peer_rl.config.worker_settings import (
 )
 from peer_rl.workers.devices import pool_env
 
-# pool -> worker class ("module:Class"; the reward model's by reward_model.kind)
+# pool -> worker class ("module:Class"); the reward model's is its kind's
+# (peer_rl.config.reward_kinds: RewardKind.worker)
 WORKERS = {"rollout": "peer_rl.workers.rollout:RolloutWorker",
-           "reward_model": {"unifireward": "peer_rl.workers.unifireward:UnifiRewardWorker",
-                            "prm_orm": "peer_rl.workers.unifireward:PairRewardWorker",
-                            "scalar": "peer_rl.workers.scalar_reward:ScalarRewardWorker"},
            "redundancy": "peer_rl.workers.redundancy:RedundancyWorker",
            "retrieval": "peer_rl.workers.retrieval:RetrievalWorker",
            "actor": "peer_rl.workers.policy:PolicyWorker"}
@@ -112,14 +111,20 @@ class PoolFactory:
         self.index_dir = index_dir
         self.pgs: dict = {}
         self.ready_s: dict[str, float] = {}      # pool -> seconds until its workers were up
+        self.kind = reward_kind(cfg.reward_model.kind)
+
+    def reward_paths(self) -> tuple[str, ...]:
+        """The models each reward engine loads, in its worker's argument order: the judge
+        (reward_model.path, or the tiny one resolved for it), then the kind's others."""
+        rm = self.cfg.reward_model
+        return (self.judge_path, *(rm[key] for key in self.kind.models[1:]))
 
     def worker_class(self, pool: str) -> type:
-        """The worker class of a pool (WORKERS), imported only when its pool starts."""
+        """The worker class of a pool (WORKERS, the reward model's kind), imported only when its
+        pool starts."""
         import importlib
 
-        entry = WORKERS[pool]
-        if isinstance(entry, dict):
-            entry = entry[self.cfg.reward_model.kind]
+        entry = self.kind.worker if pool == "reward_model" else WORKERS[pool]
         module, name = entry.split(":")
         return getattr(importlib.import_module(module), name)
 
@@ -171,12 +176,11 @@ class PoolFactory:
         if pool == "rollout":
             return fit_kv_cache(settings, self.policy_path, self.step_sequences(pool),
                                 self._rollout_row(), dtype_bytes=BYTES[dtype])
-        path = self.judge_path
-        if self.cfg.reward_model.kind == "prm_orm":   # one size for both: the larger model's
+        path, *more = self.reward_paths()
+        if more:                                   # one size for all: the largest model's
             from peer_rl.compute.kv_cache import kv_bytes_per_token, read_config
 
-            path = max((self.judge_path, self.cfg.reward_model.outcome_path),
-                       key=lambda m: kv_bytes_per_token(read_config(m)))
+            path = max((path, *more), key=lambda m: kv_bytes_per_token(read_config(m)))
         return fit_kv_cache(settings, path, self.step_sequences(pool), dtype_bytes=BYTES[dtype])
 
     def engine_dtype(self, pool: str) -> str:
@@ -227,10 +231,9 @@ class PoolFactory:
 
     def _reward_model_args(self, i, _):
         c = self.cfg.reward_model
-        paths = (self.judge_path, c.outcome_path) if c.kind == "prm_orm" else (self.judge_path,)
-        extra = {"lora_path": c.lora_path} if c.lora_path else {}   # unifireward only
-        return (*paths, self.engine_settings("reward_model")), {"seed": self.cfg.trainer.seed,
-                                                                 **extra}
+        extra = {"lora_path": c.lora_path} if c.lora_path else {}   # a kind with lora_adapter
+        return (*self.reward_paths(), self.engine_settings("reward_model")), {
+            "seed": self.cfg.trainer.seed, **extra}
 
     def _redundancy_args(self, i, _):
         return (narrow(RedundancySettings, self.cfg.algorithm.rur),), {}

@@ -7,6 +7,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from peer_rl.config.reward_kinds import reward_kind
 from peer_rl.config.schema import load_config, save_config
 from peer_rl.files.out_paths import claim_run_dir
 from peer_rl.trainer.runtime import init_ray, quiet_driver
@@ -16,15 +17,15 @@ def resolve_models(cfg) -> tuple[str, str]:
     """Policy and judge paths. Empty paths mean the tiny models after their tiny supervised
     stages, built offline once and cached: for PEER a judge that answers in the verdict format
     and a policy that writes Steps 1-4 (peer_rl.trainer.tiny_cache.ensure_trained_tiny_models); for
-    reward_model.kind=scalar (ESCRAG-R1) the Bradley-Terry reward model and the policy after the
-    `<think>` cold start."""
+    a reward kind of the escrag style (reward_model.kind=scalar, ESCRAG-R1) the Bradley-Terry
+    reward model and the policy after the `<think>` cold start."""
     policy, judge = cfg.model.path, cfg.reward_model.path
     if not policy or not judge:
         from peer_rl.supervised.tiny_models import default_cache_dir
         from peer_rl.trainer import tiny_cache
 
         cache, address = cfg.model.tiny_cache_dir or default_cache_dir(), cfg.ray.address
-        if cfg.reward_model.kind == "scalar":
+        if reward_kind(cfg.reward_model.kind).style == "escrag":
             judge = judge or tiny_cache.ensure_trained_tiny_reward_model(cache, address)
             policy = policy or tiny_cache.ensure_trained_tiny_escrag_policy(cache, address)
         else:
@@ -44,12 +45,12 @@ def check_judges(cfg, judge: str) -> None:
     from peer_rl.config.schema import ConfigError
     from peer_rl.prompts.judge import JudgeTemplate, TemplateError
 
-    kind = cfg.reward_model.kind
-    if kind == "scalar":
+    kind = reward_kind(cfg.reward_model.kind)
+    if not kind.writes:                  # a scoring model: no template to read
         return
-    slots = ([("reward_model.path", judge, "process"),
-              ("reward_model.outcome_path", cfg.reward_model.outcome_path, "outcome")]
-             if kind == "prm_orm" else [("reward_model.path", judge, "unified")])
+    paths = (judge, *(cfg.reward_model[key] for key in kind.models[1:]))
+    slots = [(f"reward_model.{key}", path, role)
+             for key, path, role in zip(kind.models, paths, kind.judge_roles)]
     from peer_rl.models.local import check_adapter_dir, check_model_dir
     from peer_rl.prompts.judge import TEMPLATE_FILE
 
@@ -66,7 +67,7 @@ def check_judges(cfg, judge: str) -> None:
             raise ConfigError(f"{key}: {exc}") from None
         if found != role:
             raise ConfigError(f"{key}={path!r}: its judge_template.json has role {found!r}; "
-                              f"reward_model.kind={kind} needs a {role} judge here")
+                              f"reward_model.kind={kind.name} needs a {role} judge here")
 
 
 def resolve_index(cfg, out: Path) -> str:
@@ -247,11 +248,12 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
 
 def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
     """The longest PEER prompt in the policy's tokens, each checked to leave room for its reply
-    (peer_rl.trainer.prompt_lengths); 0 for ESCRAG-R1, whose prompts the method builds. Either
-    way the policy's tokenizer and image processor are loaded here first, before any pool."""
+    (peer_rl.trainer.prompt_lengths); 0 where the method builds the prompts (ESCRAG-R1: the
+    reward kind's rows_prompt is false). Either way the policy's tokenizer and image processor
+    are loaded here first, before any pool."""
     from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
 
-    if cfg.reward_model.kind == "scalar":
+    if not reward_kind(cfg.reward_model.kind).rows_prompt:
         load_processors(policy)
         return 0
 
@@ -297,7 +299,7 @@ def _train(cfg, out: Path) -> Path:
           flush=True)
     rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
     template = None
-    if cfg.reward_model.kind != "scalar":        # PEER: the rows' own Steps 1-4 instruction
+    if reward_kind(cfg.reward_model.kind).rows_prompt:   # the rows' own Steps 1-4 instruction
         from peer_rl.prompts.policy import training_template
 
         template, line = training_template(rows)

@@ -5,12 +5,13 @@ GRPO loop alone.
 names the method; how it is split and gathered is what the worker class declares on it
 (peer_rl.protocol.dispatch: SHARD gives each worker its chunk and gathers the answers in item
 order, ONE gives the whole call to the first worker). A worker that dies mid-call is
-restarted by Ray (`max_restarts`); the group waits for it, runs its `on_restart` hook (the
+restarted by Ray (`max_restarts`); the group waits for it, runs its hooks' `on_restart` (the
 rollout pool re-syncs the policy's weights into the new engine) and redoes only that worker's
 chunk, so a retried step counts once. `check` may reject a result that a restarted worker gave
 (an engine restarted while idle answers from the initial checkpoint); it is retried the same way.
 A stateless worker restarted while idle answers correctly; `identity` (its process id, read off
-the result) still lets the group count that restart.
+the result) still lets the group count that restart. What a group asks of the run around it is
+one `GroupHooks` object with a named method per question; the controller subclasses it.
 `PolicyGroup` calls every FSDP rank together: a dead rank cannot be worked around (the
 collective is broken), so the survivors are killed rather than left hanging and the step fails
 with `PolicyGroupFailed`, naming the checkpoint to resume from.
@@ -62,21 +63,44 @@ class WorkerRestarted(RuntimeError):
     """A worker answered as a freshly started one would: it was restarted between calls."""
 
 
+class GroupHooks:
+    """What a worker group asks of the run it serves. These defaults are a group on its own (a
+    test): step 0, no checkpoint, no replacement, nothing redone after a restart, every answer
+    accepted, restarts between calls not counted."""
+
+    def step(self) -> int:
+        """The step in progress, as the group's messages name it."""
+        return 0
+
+    def last_checkpoint(self) -> Path | None:
+        """Where a failed run resumes from, named in the error."""
+        return None
+
+    def replace(self, pool: str, i: int):
+        """A new handle for worker i of `pool` once Ray has given up restarting it; None: it
+        cannot be replaced and the run stops."""
+        return None
+
+    def on_restart(self, i: int) -> None:
+        """Worker i came back from a crash; called before its chunk is redone."""
+
+    def check(self, i: int, method: str, result) -> None:
+        """Raise WorkerRestarted to refuse `result`, worker i's answer to `method`."""
+
+    def identity(self, result):
+        """The process that gave `result`, so a restart between calls is counted; None: not
+        read."""
+        return None
+
+
 class WorkerGroup:
     def __init__(self, name: str, handles: list, max_restarts: int, recovery_timeout_s: float,
-                 replace: Callable[[str, int], object] | None = None,
-                 on_restart: Callable[[int], None] | None = None,
-                 check: Callable[[int, str, object], None] | None = None,
-                 step: Callable[[], int] = lambda: 0,
-                 identity: Callable[[object], object] | None = None,
-                 last_checkpoint: Callable[[], Path | None] | None = None,
-                 cls: type | None = None):
+                 hooks: GroupHooks | None = None, cls: type | None = None):
         self.name, self.handles = name, handles        # the list Pools holds: kept in sync
         self.cls = cls                                 # the worker class: its dispatch modes
-        self.last_checkpoint = last_checkpoint
+        self.hooks = hooks or GroupHooks()
         self.max_restarts, self.recovery_timeout_s = max_restarts, recovery_timeout_s
-        self.replace, self.on_restart, self.check, self.step = replace, on_restart, check, step
-        self.identity, self.seen = identity, {}        # worker -> the process that answered last
+        self.seen: dict = {}                           # worker -> the process that answered last
         self.restarts = 0                              # workers recovered, cumulative
 
     def __len__(self) -> int:
@@ -85,7 +109,7 @@ class WorkerGroup:
     def map(self, method: str, chunks: list, *args, step: int | None = None) -> list:
         """`method(chunk, *args)` on each worker with a non-empty chunk; results in order.
         `step`: the step the call works for, as messages name it (default: the group's)."""
-        step = self.step() if step is None else step
+        step = self.hooks.step() if step is None else step
         refs = {i: getattr(h, method).remote(c, *args)
                 for i, (h, c) in enumerate(zip(self.handles, chunks)) if c}
         out: dict[int, object] = {}
@@ -93,8 +117,7 @@ class WorkerGroup:
             for attempt in range(self.max_restarts + 1):
                 try:
                     result = ray.get(ref)
-                    if self.check is not None:
-                        self.check(i, method, result)
+                    self.hooks.check(i, method, result)
                     out[i] = result
                     self._note_identity(i, result, recovered=attempt > 0)
                     break
@@ -104,23 +127,22 @@ class WorkerGroup:
                             f"{self.name} worker {i} failed {attempt + 1} time(s) in step "
                             f"{step} (trainer.max_actor_restarts={self.max_restarts}); "
                             f"giving up ({type(exc).__name__}). "
-                            + _resume_hint(self.last_checkpoint)) from None
+                            + _resume_hint(self.hooks.last_checkpoint)) from None
                     what = ("was restarted between calls" if isinstance(exc, WorkerRestarted)
                             else f"died during step {step}")
                     print(f"[peer-rl] {self.name} worker {i} {what} ({type(exc).__name__}); "
                           "retrying its chunk", file=sys.stderr, flush=True)
                     self.restarts += 1
                     handle = self.wait_alive(i)
-                    if self.on_restart is not None:
-                        self.on_restart(i)
+                    self.hooks.on_restart(i)
                     ref = getattr(handle, method).remote(chunks[i], *args)
         return [out[i] for i in sorted(out)]
 
     def _note_identity(self, i: int, result, recovered: bool) -> None:
         """Count a restart the call did not see (the worker died while idle)."""
-        if self.identity is None:
+        who = self.hooks.identity(result)
+        if who is None:
             return
-        who = self.identity(result)
         if not recovered and i in self.seen and self.seen[i] != who:
             self.restarts += 1
             print(f"[peer-rl] {self.name} worker {i} was restarted between calls; its answer "
@@ -143,18 +165,19 @@ class WorkerGroup:
                 ray.get(handle.health.remote(), timeout=60)
                 return handle
             except ray.exceptions.ActorDiedError as exc:
-                if self.replace is None:
+                handle = self.hooks.replace(self.name, i)
+                if handle is None:
                     raise WorkerGroupFailed(f"{self.name} worker {i} died and cannot be "
                                             f"restarted: {exc}. "
-                                            + _resume_hint(self.last_checkpoint)) from None
-                self.handles[i] = self.replace(self.name, i)
+                                            + _resume_hint(self.hooks.last_checkpoint)) from None
+                self.handles[i] = handle
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 pass
             if time.monotonic() > deadline:
                 raise WorkerGroupFailed(f"{self.name} worker {i} did not come back within "
                                         f"{self.recovery_timeout_s:.0f} s "
                                         "(trainer.recovery_timeout_s). "
-                                        + _resume_hint(self.last_checkpoint))
+                                        + _resume_hint(self.hooks.last_checkpoint))
             time.sleep(2.0)
 
     def health(self) -> list[dict]:

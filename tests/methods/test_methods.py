@@ -68,7 +68,7 @@ def test_the_pools_a_method_declares_follow_its_config():
 
 def test_a_second_method_with_a_taken_name_is_refused():
     class Again(Method):
-        name, reward_kinds = "peer", ("other",)
+        name = "peer"
     with pytest.raises(ValueError, match="registered twice"):
         register(Again)
 

@@ -2,8 +2,9 @@
 and what the factory constructs each worker with fits that class (no Ray started)."""
 import inspect
 
+from peer_rl.config.reward_kinds import registered_kinds
 from peer_rl.config.schema import load_config
-from peer_rl.trainer.resource_pools import WORKERS, PoolFactory
+from peer_rl.trainer.resource_pools import PoolFactory
 from peer_rl.trainer.tiny_cache import SHIPPED_DIR
 from peer_rl.config.worker_settings import (
     JudgeSettings,
@@ -16,7 +17,7 @@ from peer_rl.config.worker_settings import (
 
 def test_every_pool_and_reward_kind_resolves_to_its_worker_class():
     got = {}
-    for kind in WORKERS["reward_model"]:
+    for kind in registered_kinds():
         factory = PoolFactory(load_config([f"reward_model.kind={kind}", "reward_model.path=a",
                                            "reward_model.outcome_path=b"]), "p", "j")
         got[kind] = factory.worker_class("reward_model").__name__

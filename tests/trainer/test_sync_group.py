@@ -9,7 +9,16 @@ import time
 
 import pytest
 
+from peer_rl.trainer.worker_group import GroupHooks
+
 pytestmark = pytest.mark.e2e
+
+
+class ByPid(GroupHooks):
+    """A restart between calls is told by the engine's process id."""
+
+    def identity(self, result):
+        return result["pid"]
 
 
 def _engine_class():
@@ -63,7 +72,7 @@ def test_an_engine_that_never_answers_a_sync_call_is_named_restarted_and_synced(
     healthy = engine.remote("", str(tmp_path / "healthy"))
     stuck = engine.remote(call, str(tmp_path / "stuck"))
     group = WorkerGroup("rollout", [stuck, healthy], max_restarts=1, recovery_timeout_s=120,
-                        identity=lambda r: r["pid"])
+                        hooks=ByPid())
     first_pid = ray.get(stuck.health.remote())["pid"]
     sync = WeightSyncGroup(_policy_call, lambda: group.handles, group.wait_alive,
                            max_retries=1, timeout_s=1.0)

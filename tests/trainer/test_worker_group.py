@@ -3,7 +3,25 @@ import time
 
 import pytest
 
+from peer_rl.trainer.worker_group import GroupHooks
+
 pytestmark = pytest.mark.e2e
+
+
+class Hooks(GroupHooks):
+    """The group's questions answered as a test sets them (the defaults: GroupHooks')."""
+
+    def __init__(self, step: int = 0, checkpoint=None, by_pid: bool = False):
+        self._step, self._checkpoint, self.by_pid = step, checkpoint, by_pid
+
+    def step(self) -> int:
+        return self._step
+
+    def last_checkpoint(self):
+        return self._checkpoint
+
+    def identity(self, result):
+        return result["pid"] if self.by_pid else None
 
 
 def _echo_class():
@@ -26,7 +44,7 @@ def test_a_restart_between_calls_is_counted_once_and_the_answer_stands(ray_sessi
     ray = ray_session
     handle = ray.remote(max_restarts=2, num_cpus=0)(_echo_class()).remote()
     group = WorkerGroup("echo", [handle], max_restarts=2, recovery_timeout_s=60,
-                        identity=lambda r: r["pid"])
+                        hooks=Hooks(by_pid=True))
     first = group.map("ask", [[1, 2]])
     assert first[0]["items"] == [1, 2] and group.restarts == 0
     assert group.map("ask", [[3]])[0]["pid"] == first[0]["pid"] and group.restarts == 0
@@ -66,7 +84,7 @@ def test_a_worker_killed_mid_call_is_restarted_and_only_its_chunk_redone(ray_ses
     handles = [ray.remote(max_restarts=2, num_cpus=0)(cls).remote()
                for cls in (armed, _echo_class())]
     group = WorkerGroup("echo", handles, max_restarts=2, recovery_timeout_s=60,
-                        step=lambda: 7)
+                        hooks=Hooks(step=7))
     first = group.map("ask", [[1], [2]])
     assert [r["items"] for r in first] == [[1], [2]] and group.restarts == 0
     again = group.map("ask", [[3, 4], [5, 6]])
@@ -84,7 +102,7 @@ def test_a_worker_that_dies_past_max_actor_restarts_ends_the_step_with_the_way_o
     cls = _armed_echo(monkeypatch, tmp_path, "Echo.ask@2x9")
     handle = ray.remote(max_restarts=1, num_cpus=0)(cls).remote()
     group = WorkerGroup("echo", [handle], max_restarts=1, recovery_timeout_s=60,
-                        step=lambda: 4, last_checkpoint=lambda: tmp_path / "step_3")
+                        hooks=Hooks(step=4, checkpoint=tmp_path / "step_3"))
     assert group.map("ask", [[1]])[0]["items"] == [1]
     with pytest.raises(PoolFailed) as info:
         group.map("ask", [[2]])                                 # dies, restarted, dies again
