@@ -93,8 +93,9 @@ def test_prompts_per_file_is_checked_against_train_files():
 def test_retrieval_needs_the_scalar_reward_model_and_escrag_recipe_loads():
     with pytest.raises(ConfigError, match="set reward_model.kind=scalar"):
         load_config(["retrieval.enable=true"])
-    with pytest.raises(ConfigError, match="config key 'reward_model.kind': Invalid value "
-                                          "'generative'"):
+    # a registry-backed key (peer_rl.config.reward_kinds): the registered kinds are named
+    with pytest.raises(ConfigError, match=r"reward_model.kind='generative': expected one of "
+                                          r"\('unifireward', 'scalar', 'prm_orm'\)"):
         load_config(["reward_model.kind=generative"])
     cfg = load_config(["recipe=escrag_r1_tiny"])
     assert cfg.retrieval.enable and cfg.retrieval.k == 3 and cfg.reward_model.kind == "scalar"
