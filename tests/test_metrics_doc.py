@@ -133,7 +133,7 @@ def test_collector_finds_the_families_it_expands():
     assert {"rur/s_hist", "rur/tau", "advantages"} <= summarised
     keys = emitted_keys()
     for key in ("reward/mean", "timing/step", "actor/kl_loss", "timing/rollout",
-                "advantages/min", "eval/diversity/distinct_2", "groups/zero_variance_share/final",
+                "advantages/min", "eval/diversity/distinct_2", "groups/zero_variance_share/reweighted",
                 "eval/safety/<g>_pass_rate", "retrieval/top_score_mean", "async/staleness_max"):
         assert key in keys, key
     assert not {k for k in keys if "<prefix>" in k or k.startswith("timing/<")}
