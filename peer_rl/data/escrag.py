@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from peer_rl.prompts.escrag import final_messages, format_reasoned, initial_messages
+from peer_rl.prompts.escrag import format_reasoned, initial_messages, refined_messages
 
 PERSPECTIVES = ("client", "counselor", "judge")
 PASSES = ("initial", "final")
@@ -69,7 +69,7 @@ def cold_start_rows(targets: list[dict], reasoning: Callable[[dict], str]) -> li
                 and o["lang"] == lang and o["dialogue"] != t["dialogue"]]
         guidelines = [t["alt_good"]] + same[:2]
         rows.append({"id": f"{t['id']}-final", **base, "pass": "final",
-                     "messages": final_messages(t["history"], lang, t["poor"], guidelines)
+                     "messages": refined_messages(t["history"], lang, t["poor"], guidelines)
                      + [{"role": "assistant", "content": format_reasoned(
                          why + (" " if lang == "en" else "") + _REVISE[lang], t["text"])}]})
     return rows

@@ -10,7 +10,7 @@ Each drawn context teaches one of the policy's two prompts (peer_rl.prompts.escr
 GRPO asks:
 
 - pass 1 (`initial_messages`): the teacher answers the dialogue;
-- pass 2 (`final_messages`, the prompt whose reply the reward scores and GRPO trains): the
+- pass 2 (`refined_messages`, the prompt whose reply the reward scores and GRPO trains): the
   teacher first answers pass 1, its reply is the initial response, `cold_start.k` exemplars are
   retrieved for it as the training loop retrieves (the seeker's last turn and the initial reply,
   none of the context's own dialogue) from `cold_start.index` (default: ROOT's train exemplars),
@@ -38,8 +38,8 @@ from pathlib import Path
 from peer_rl.data.layout import file_split
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import Row, load_rows, row_source
-from peer_rl.prompts.escrag import (final_messages, format_reasoned, initial_messages,
-                                    parse_reasoned)
+from peer_rl.prompts.escrag import (format_reasoned, initial_messages, parse_reasoned,
+                                    refined_messages)
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
 from peer_rl.evaluation.supporter import Query
@@ -97,15 +97,16 @@ def demo_case(case: ContextCase, k: int = 3):
         return {**record, "raw": raw, "complete": parse_reasoned(raw).complete}
     draft = parse_reasoned(raw).reply          # the initial response, as the trainer takes it
     [exemplars] = yield "retrieval", [Query(history, draft, k, d.get("dialogue"))]
-    final = (yield "teacher", Request(final_messages(history, lang, draft, list(exemplars))))[0]
+    refined = (yield "teacher", Request(refined_messages(history, lang, draft,
+                                                         list(exemplars))))[0]
     return {**record, "initial_raw": raw, "draft": draft, "exemplars": list(exemplars),
-            "raw": final, "complete": parse_reasoned(final).complete}
+            "raw": refined, "complete": parse_reasoned(refined).complete}
 
 
 def demo_messages(rec: dict, row: dict) -> list[dict]:
     """The prompt a finished case's demonstration answers: the one the teacher was asked."""
     if rec["pass"] == "final":
-        return final_messages(row["history"], row["language"], rec["draft"], rec["exemplars"])
+        return refined_messages(row["history"], row["language"], rec["draft"], rec["exemplars"])
     return initial_messages(row["history"], row["language"])
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from peer_rl.prompts.escrag import final_messages, initial_messages, parse_reasoned
+from peer_rl.prompts.escrag import initial_messages, parse_reasoned, refined_messages
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.parse import strip_think
 from peer_rl.prompts.multimodal import attach_images
@@ -102,7 +102,7 @@ def supporter_turn(style: "str | Supporter", history: list[dict], lang: str, n: 
         return [Turn(t, *shown_reply(t, style)) for t in texts]
     first = [parse_reasoned(t).reply for t in texts]
     found = yield "retrieval", [Query(history, f, rag_k) for f in first]
-    second = yield "model", [Request(final_messages(history, lang, f, ex)) for f, ex in
+    second = yield "model", [Request(refined_messages(history, lang, f, ex)) for f, ex in
                              zip(first, found)]
     return [Turn(t2[0], *shown_reply(t2[0], style), initial_raw=t1, exemplars=tuple(ex))
             for t1, ex, t2 in zip(texts, found, second)]

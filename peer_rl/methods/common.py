@@ -28,10 +28,11 @@ def reweight(redundancy, rows: list[dict], replies: list[str], rewards: np.ndarr
     r~ = r / P for r >= 0, r * P for r < 0, P = (1 + tau s_hist)(1 + tau s_group)
     (peer_rl.algos.rewards.rur_reweight). Without a redundancy pool (RUR off): r~ = r."""
     t = time.perf_counter()
-    red, final = None, rewards
+    similarities, reweighted = None, rewards
     if redundancy is not None:
         histories = [[u["content"] for u in r["history"]] for r in rows]
-        red = redundancy.call("similarities", replies, histories, n, step=step)
-        final = rur_reweight(rewards, red.s_hist, red.s_group, red.tau)
+        similarities = redundancy.call("similarities", replies, histories, n, step=step)
+        reweighted = rur_reweight(rewards, similarities.s_hist, similarities.s_group,
+                                  similarities.tau)
     timing["redundancy"] = time.perf_counter() - t
-    return red, final
+    return similarities, reweighted

@@ -5,10 +5,11 @@ one pass: the G initial replies are the GRPO samples.
 
 Per prompt the rollout pool writes G initial replies (the therapist prompt, reasoning in
 <think></think>); the retrieval pool returns `retrieval.k` exemplars for each (queried with the
-seeker's last turn and the initial reply); the rollout pool then writes one final reply per
-initial one, conditioned on the dialogue, that initial reply and its exemplars. The reward pool
-scores both passes' replies (the initial scores are a metric: what retrieval adds); the final
-replies are the GRPO samples, each with its own full prompt, grouped by the prompt they answer.
+seeker's last turn and the initial reply); the rollout pool then writes one refined reply
+(pass 2) per initial one, conditioned on the dialogue, that initial reply and its exemplars. The
+reward pool scores both passes' replies (the initial scores are a metric: what retrieval adds);
+the refined replies are the GRPO samples, each with its own full prompt, grouped by the prompt
+they answer.
 With `retrieval.train_initial` the initial replies join the batch as groups of their own.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 import numpy as np
 
-from peer_rl.prompts.escrag import final_messages, initial_messages, parse_reasoned
+from peer_rl.prompts.escrag import initial_messages, parse_reasoned, refined_messages
 from peer_rl.methods.base import Groups, Method, Settings, register
 from peer_rl.methods.common import generate, reweight
 from peer_rl.protocol import Prompt, RetrievalQuery, ScalarItem
@@ -85,26 +86,27 @@ class EscragR1(Method):
         timing["retrieval"] = time.perf_counter() - t
 
         t = time.perf_counter()                                           # pass 2
-        finals = generate(self.groups.rollout, [Prompt(uid=s.uid, messages=final_messages(
+        refined = generate(self.groups.rollout, [Prompt(uid=s.uid, messages=refined_messages(
             rows[s.uid]["history"], rows[s.uid]["language"], p.reply,
             [e["response"] for e in hs])) for s, p, hs in zip(initial, init_parsed, hits)],
             dataclasses.replace(self.settings.sampling, n=1), step, "rollout_final")
         timing["rollout_final"] = time.perf_counter() - t
-        parsed = [parse_reasoned(s.text) for s in finals]
+        parsed = [parse_reasoned(s.text) for s in refined]
         replies = [p.reply for p in parsed]
 
         t = time.perf_counter()                                    # scalar reward, both passes
-        scores = self._rewards(rows, finals + initial, parsed + init_parsed, step)
+        scores = self._rewards(rows, refined + initial, parsed + init_parsed, step)
         rewards, init_rewards = scores[:B * n], scores[B * n:]
         timing["judge"] = time.perf_counter() - t
-        red, final = reweight(self.groups.redundancy, rows, replies, rewards, n, step, timing)
+        redundancy, reweighted = reweight(self.groups.redundancy, rows, replies, rewards, n, step,
+                                          timing)
 
         metrics = {
             "reward/format_rate": float(np.mean([p.complete for p in parsed])),
             "reward/initial_format_rate": float(np.mean([p.complete for p in init_parsed])),
             "reward/initial_mean": float(init_rewards.mean()),
-            "reward/final_mean": float(rewards.mean()),
-            "reward/final_minus_initial": float((rewards - init_rewards).mean()),
+            "reward/refined_mean": float(rewards.mean()),
+            "reward/refined_minus_initial": float((rewards - init_rewards).mean()),
             "retrieval/search_seconds": search_s,
             "retrieval/top_score_mean": float(np.mean([hs[0]["score"] for hs in hits if hs])),
             "retrieval/exemplars_per_query": float(np.mean([len(hs) for hs in hits])),
@@ -112,16 +114,17 @@ class EscragR1(Method):
             "retrieval/excluded_per_query": float(np.mean(excluded)),
         }
         if not self.retrieval.train_initial:
-            return ScoredBatch(samples=finals, parsed=parsed, replies=replies, rewards=rewards,
-                               final=final, redundancy=red, metrics=metrics,
-                               judge_raw=[None] * len(finals))
+            return ScoredBatch(samples=refined, parsed=parsed, replies=replies, rewards=rewards,
+                               reweighted=reweighted, redundancy=redundancy, metrics=metrics,
+                               judge_raw=[None] * len(refined))
         for s in initial:      # initial replies as groups of their own (uid + B)
             s.uid += B
-        samples = finals + initial
+        samples = refined + initial
         return ScoredBatch(samples=samples, parsed=parsed, replies=replies +
                            [p.reply for p in init_parsed],
                            rewards=np.concatenate([rewards, init_rewards]),
-                           final=np.concatenate([final, init_rewards]), redundancy=red,
+                           reweighted=np.concatenate([reweighted, init_rewards]),
+                           redundancy=redundancy,
                            metrics=metrics, judge_raw=[None] * len(samples))
 
     def _one_pass(self, rows, step, timing, initial, parsed) -> ScoredBatch:
@@ -130,10 +133,10 @@ class EscragR1(Method):
         rewards = self._rewards(rows, initial, parsed, step)
         timing["judge"] = time.perf_counter() - t
         replies = [p.reply for p in parsed]
-        red, final = reweight(self.groups.redundancy, rows, replies, rewards, self.settings.n,
-                              step, timing)
+        redundancy, reweighted = reweight(self.groups.redundancy, rows, replies, rewards,
+                                          self.settings.n, step, timing)
         return ScoredBatch(samples=initial, parsed=parsed, replies=replies, rewards=rewards,
-                           final=final, redundancy=red,
+                           reweighted=reweighted, redundancy=redundancy,
                            metrics={"reward/format_rate":
                                     float(np.mean([p.complete for p in parsed]))},
                            judge_raw=[None] * len(initial))

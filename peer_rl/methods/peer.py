@@ -62,10 +62,11 @@ class Peer(Method):
         timing["judge"] = time.perf_counter() - t
         rewards = np.array([r.reward for r in results], dtype=np.float64)
 
-        red, final = reweight(self.groups.redundancy, rows, replies, rewards,   # 5. RUR
-                              self.settings.n, step, timing)
+        redundancy, reweighted = reweight(self.groups.redundancy, rows, replies,  # 5. RUR
+                                          rewards, self.settings.n, step, timing)
         return ScoredBatch(samples=samples, parsed=parsed, replies=replies, rewards=rewards,
-                           final=final, redundancy=red, metrics=judge_metrics(parsed, results),
+                           reweighted=reweighted, redundancy=redundancy,
+                           metrics=judge_metrics(parsed, results),
                            judge_raw=[r.raw for r in results])
 
 

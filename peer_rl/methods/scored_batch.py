@@ -16,7 +16,7 @@ class ScoredBatch:
     parsed: list               # each sample's parsed output (the reasoning steps, the reply)
     replies: list[str]         # the text each sample is judged and compared by
     rewards: np.ndarray        # r_i from the reward model
-    final: np.ndarray          # r~_i after RUR (r_i when RUR is off): the advantages' input
+    reweighted: np.ndarray     # r~_i after RUR (r_i when RUR is off): the advantages' input
     redundancy: Similarities | None   # s_hist, s_group, tau, n_words per sample (RUR on)
     metrics: dict              # the stages' own metrics (reward/..., judge/..., retrieval/...)
     judge_raw: list            # the judge's answers per sample (None for a scalar RM)

@@ -2,7 +2,7 @@
 
 The policy is a therapist who reasons before replying: `<think>reasoning</think>` then the
 reply the client reads. Pass 1 sees the dialogue; pass 2 sees the dialogue, its own initial
-reply and the retrieved exemplars ("guidelines from an external library") and writes the final
+reply and the retrieved exemplars ("guidelines from an external library") and writes the refined
 reply, which is what the reward scores and the client reads.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ _INITIAL = {
     "en": "The conversation so far:\n{history}\n\nThink in <think></think>, then reply.",
     "zh": "目前的对话：\n{history}\n\n先在<think></think>中思考，再回复。",
 }
-_FINAL = {
+_REFINED = {
     "en": ("The conversation so far:\n{history}\n\nYour initial response:\n{initial}\n\n"
            "Guidelines from an external library (replies counselors preferred in similar "
            "moments):\n{exemplars}\n\nUse what helps from the guidelines, keep your own voice "
@@ -45,11 +45,11 @@ def initial_messages(history: list[dict], lang: str) -> list[dict]:
                 history=render_history(history, lang))}]
 
 
-def final_messages(history: list[dict], lang: str, initial_reply: str,
+def refined_messages(history: list[dict], lang: str, initial_reply: str,
                    exemplars: list[str]) -> list[dict]:
     listed = "\n".join(f"{i + 1}. {e}" for i, e in enumerate(exemplars)) or "(none)"
     return [{"role": "system", "content": _SYSTEM[lang]},
-            {"role": "user", "content": _FINAL[lang].format(
+            {"role": "user", "content": _REFINED[lang].format(
                 history=render_history(history, lang), initial=initial_reply,
                 exemplars=listed)}]
 

@@ -53,6 +53,26 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
     return 1 if torn else 0
 
 
+# one word per idea, adopted in issue 59: an old name on the left is read back as the one on its
+# right, so metrics.jsonl files written before still plot and report
+RENAMED = {"reward/final_mean": "reward/refined_mean",
+           "reward/final_minus_initial": "reward/refined_minus_initial",
+           "groups/zero_variance_share/final": "groups/zero_variance_share/reweighted"}
+
+
+def current_name(key: str) -> str:
+    """`key` under today's name (RENAMED); a key never renamed comes back as it is."""
+    return RENAMED.get(key, key)
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """metrics.jsonl's records under today's names; a torn last line (a crash mid-append) is
+    left out, a damaged line elsewhere raises peer_rl.files.out_paths.DamagedFile."""
+    from peer_rl.files.out_paths import read_jsonl
+
+    return [{current_name(k): v for k, v in rec.items()} for rec in read_jsonl(path)[0]]
+
+
 # the append-only logs of a run directory: a resume cuts each back to its checkpoint's step
 LOGS = ("metrics.jsonl", "samples.jsonl", "timeline.jsonl")
 

@@ -176,8 +176,8 @@ class Controller:
         resume that would write over one is refused at start-up: trainer.run.check_fresh_output)."""
         from peer_rl.files.out_paths import staged_dir
 
-        final = self.out / "checkpoints" / f"step_{self.step}"
-        with staged_dir(final, "refuse", refused="a checkpoint is never written over") as tmp:
+        step_dir = self.out / "checkpoints" / f"step_{self.step}"
+        with staged_dir(step_dir, "refuse", refused="a checkpoint is never written over") as tmp:
             (tmp / "policy").mkdir()
             reports = self.policy.call("save_checkpoint", str(tmp / "policy"),
                                        self.cfg.trainer.save_hf_model)
@@ -196,7 +196,7 @@ class Controller:
             fsync_tree(tmp)
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
         prune_checkpoints(self.out, self.cfg.trainer.max_actor_ckpt_to_keep, upto=self.step)
-        return final
+        return step_dir
 
     def write_memory(self) -> dict:
         """memory.json: each pool's peak resident memory per worker (GiB) and the dtype its
@@ -340,7 +340,7 @@ class Controller:
         samples = scored.samples
 
         adv = sequence_advantages(                                        # 6. advantages
-            cfg.algorithm.adv_estimator, scored.final, np.array([s.uid for s in samples]),
+            cfg.algorithm.adv_estimator, scored.reweighted, np.array([s.uid for s in samples]),
             [len(s.response_ids) for s in samples],
             norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
 
@@ -381,12 +381,12 @@ class Controller:
 
     def _step_metrics(self, batch_rows: list[dict], scored: ScoredBatch, adv: np.ndarray,
                       actor_metrics: dict, timing: Timing) -> dict:
-        samples, red, final = scored.samples, scored.redundancy, scored.final
+        samples, redundancy = scored.samples, scored.redundancy
         m: dict = {}
-        if red is not None:
-            m |= summarise("rur/s_hist", red.s_hist) | summarise("rur/s_group", red.s_group)
-            m |= summarise("rur/tau", red.tau)
-            m["reward/rur_mean"] = float(final.mean())
+        if redundancy is not None:
+            m |= summarise("rur/s_hist", redundancy.s_hist)
+            m |= summarise("rur/s_group", redundancy.s_group) | summarise("rur/tau", redundancy.tau)
+            m["reward/rur_mean"] = float(scored.reweighted.mean())
         n_tokens = sum(len(s.response_ids) for s in samples)
         m |= scored.metrics
         m |= {
@@ -408,7 +408,7 @@ class Controller:
 
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
-        red = scored.redundancy
+        redundancy = scored.redundancy
         from peer_rl.files.out_paths import open_append
 
         with open_append(self.out / "samples.jsonl") as fh:
@@ -416,10 +416,10 @@ class Controller:
                 rec = {"step": self.step + 1, "prompt_id": rows[s.uid % len(rows)].get("id"),
                        "uid": s.uid, "text": s.text, "judge": scored.judge_raw[k],
                        "reward": float(scored.rewards[k]),
-                       "final_reward": float(scored.final[k])}
-                if red is not None:
-                    rec |= {key: float(getattr(red, key)[k]) for key in ("s_hist", "s_group",
-                                                                         "tau")}
+                       "reweighted_reward": float(scored.reweighted[k])}
+                if redundancy is not None:
+                    rec |= {key: float(getattr(redundancy, key)[k])
+                            for key in ("s_hist", "s_group", "tau")}
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
     def evaluate(self) -> dict:

@@ -27,17 +27,17 @@ class DynamicSamplingLimit(RuntimeError):
 
 
 def group_values(scored: ScoredBatch, metric: str, group_size: int) -> np.ndarray:
-    """(groups, G) of the chosen per-sample value: reward (r_i), final (r~_i, what the
+    """(groups, G) of the chosen per-sample value: reward (r_i), reweighted (r~_i, what the
     advantages use) or format (all four steps present)."""
     if metric == "reward":
         values = np.asarray(scored.rewards, dtype=np.float64)
-    elif metric == "final":
-        values = np.asarray(scored.final, dtype=np.float64)
+    elif metric == "reweighted":
+        values = np.asarray(scored.reweighted, dtype=np.float64)
     elif metric == "format":
         values = np.array([float(p.complete) for p in scored.parsed])
     else:
-        raise ValueError(f"algorithm.filter_groups.metric={metric!r}; expected reward, final "
-                         "or format")
+        raise ValueError(f"algorithm.filter_groups.metric={metric!r}; expected reward, "
+                         "reweighted or format")
     uids = np.array([s.uid for s in scored.samples])
     groups = np.unique(uids)
     return np.stack([values[uids == g] for g in groups]) if len(groups) else \
@@ -58,12 +58,12 @@ def select_groups(rows: list[dict], scored: ScoredBatch, keep: list[int]
     idx = [k for k, s in enumerate(scored.samples) if s.uid in new_uid]
     idx.sort(key=lambda k: (new_uid[scored.samples[k].uid], k))
     pick = np.asarray(idx, dtype=np.int64)
-    red = scored.redundancy.take(pick) if scored.redundancy is not None else None
+    redundancy = scored.redundancy.take(pick) if scored.redundancy is not None else None
     return [rows[g] for g in keep], ScoredBatch(
         samples=[replace(scored.samples[k], uid=new_uid[scored.samples[k].uid]) for k in idx],
         parsed=[scored.parsed[k] for k in idx], replies=[scored.replies[k] for k in idx],
-        rewards=np.asarray(scored.rewards)[pick], final=np.asarray(scored.final)[pick],
-        redundancy=red, metrics=dict(scored.metrics),
+        rewards=np.asarray(scored.rewards)[pick], reweighted=np.asarray(scored.reweighted)[pick],
+        redundancy=redundancy, metrics=dict(scored.metrics),
         judge_raw=[scored.judge_raw[k] for k in idx])
 
 
@@ -71,7 +71,7 @@ def concat(parts: list[tuple[list[dict], ScoredBatch]]) -> tuple[list[dict], Sco
     """Several batches' rows and samples as one, uids shifted past the earlier batches'."""
     rows: list[dict] = []
     samples, parsed, replies, judge_raw = [], [], [], []
-    rewards, final, reds = [], [], []
+    rewards, reweighted, similarities = [], [], []
     for part_rows, sb in parts:
         samples += [replace(s, uid=s.uid + len(rows)) for s in sb.samples]
         rows += part_rows
@@ -79,15 +79,15 @@ def concat(parts: list[tuple[list[dict], ScoredBatch]]) -> tuple[list[dict], Sco
         replies += sb.replies
         judge_raw += sb.judge_raw
         rewards.append(np.asarray(sb.rewards))
-        final.append(np.asarray(sb.final))
-        reds.append(sb.redundancy)
-    red = None
-    if parts and all(r is not None for r in reds):
-        red = Similarities.concat(reds)
+        reweighted.append(np.asarray(sb.reweighted))
+        similarities.append(sb.redundancy)
+    redundancy = None
+    if parts and all(r is not None for r in similarities):
+        redundancy = Similarities.concat(similarities)
     return rows, ScoredBatch(samples=samples, parsed=parsed, replies=replies,
                              rewards=np.concatenate(rewards) if rewards else np.zeros(0),
-                             final=np.concatenate(final) if final else np.zeros(0),
-                             redundancy=red, metrics={}, judge_raw=judge_raw)
+                             reweighted=np.concatenate(reweighted) if reweighted else np.zeros(0),
+                             redundancy=redundancy, metrics={}, judge_raw=judge_raw)
 
 
 def merge_metrics(batches: list[ScoredBatch]) -> dict:
@@ -106,10 +106,10 @@ def merge_metrics(batches: list[ScoredBatch]) -> dict:
 
 
 def zero_variance_metrics(batches: list[ScoredBatch], group_size: int) -> dict:
-    """Share of the step's drawn groups whose reward, or whose final (advantage-input) value,
-    is the same for every sample."""
+    """Share of the step's drawn groups whose reward, or whose reweighted (advantage-input)
+    value, is the same for every sample."""
     out = {}
-    for metric in ("reward", "final"):
+    for metric in ("reward", "reweighted"):
         flags = np.concatenate([zero_variance(group_values(b, metric, group_size))
                                 for b in batches]) if batches else np.zeros(0)
         out[f"groups/zero_variance_share/{metric}"] = float(flags.mean()) if flags.size else 0.0
@@ -165,12 +165,13 @@ def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, gro
 
 def first_batch_note(scored: ScoredBatch, metric: str, group_size: int) -> str:
     """What training on a batch whose groups all tie on `metric` means for its advantages,
-    which come from `final`: all 0 only when `final` ties in every group too."""
-    if metric == "final":
+    which come from `reweighted`: all 0 only when `reweighted` ties in every group too."""
+    if metric == "reweighted":
         return "the first batch, whose advantages are all 0"
-    final_tied = zero_variance(group_values(scored, "final", group_size))
-    if final_tied.all():
-        return f"the first batch, whose {metric} and final both tie in every group: advantages all 0"
-    return (f"the first batch: its {metric} ties in every group, but final (what the advantages "
-            f"are computed from) varies in {int((~final_tied).sum())} of its {len(final_tied)} "
+    tied = zero_variance(group_values(scored, "reweighted", group_size))
+    if tied.all():
+        return (f"the first batch, whose {metric} and reweighted both tie in every group: "
+                "advantages all 0")
+    return (f"the first batch: its {metric} ties in every group, but reweighted (what the "
+            f"advantages are computed from) varies in {int((~tied).sum())} of its {len(tied)} "
             "group(s), whose advantages are not 0")

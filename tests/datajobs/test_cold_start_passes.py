@@ -10,7 +10,7 @@ import pytest
 from evaluation.scripted import Scripted, last_user
 from peer_rl.datajobs.cold_start import run_cold_start
 from peer_rl.datajobs.config import load_job_config
-from peer_rl.prompts.escrag import final_messages, initial_messages
+from peer_rl.prompts.escrag import initial_messages, refined_messages
 
 URL = "http://127.0.0.1:9/v1"
 SEEKER = {f"d{i}": text for i, text in enumerate(
@@ -118,10 +118,10 @@ def test_cold_start_writes_both_passes_in_the_set_share(root, tmp_path):
             assert d["messages"][:-1] == initial_messages(history, "en")
             assert d["messages"][-1]["content"] == f"<think>Stage: exploration.</think>\n{DRAFT}"
             continue
-        # pass 2: the trainer's builder (peer_rl.methods.escrag_r1 calls final_messages) for the
+        # pass 2: the trainer's builder (peer_rl.methods.escrag_r1 calls refined_messages) for the
         # same dialogue, initial reply and exemplars; the own dialogue's exemplar (score 1.0) is
         # passed over and the other three come in score order A (0.707), B (0.636), C (0.566)
-        expected = final_messages(history, "en", DRAFT,
+        expected = refined_messages(history, "en", DRAFT,
                                   [EXEMPLARS["A"], EXEMPLARS["B"], EXEMPLARS["C"]])
         assert d["messages"][:-1] == expected
         assert d["messages"][1]["content"] == (

@@ -148,7 +148,7 @@ def expected(trained_judge) -> dict:
         replies, [[u["content"] for u in g["row"]["history"]] for g in GROUPS], N)
     rewards = np.array([r.reward for r in results])
     return {"results": results, "rewards": rewards, "sims": sims, "parsed": parsed,
-            "final": rur_reweight(rewards, sims.s_hist, sims.s_group, sims.tau)}
+            "reweighted": rur_reweight(rewards, sims.s_hist, sims.s_group, sims.tau)}
 
 
 def test_the_manager_reads_each_response_and_uid_it_was_given(report):
@@ -173,7 +173,7 @@ def test_rewards_and_rur_factors_equal_peer_rls_own_scoring(report, expected):
                       ("rur/s_group", expected["sims"].s_group),
                       ("rur/tau", expected["sims"].tau)):
         assert np.abs(np.array(extra[key]) - want).max() <= 1e-6, key
-    assert np.abs(np.array(got["rewards"]) - expected["final"]).max() <= 1e-6
+    assert np.abs(np.array(got["rewards"]) - expected["reweighted"]).max() <= 1e-6
     for k in (1, 2, 3):
         assert extra[f"reward/step{k}_true"] == [float(r.step_verdicts[k - 1] is True)
                                                  for r in expected["results"]]

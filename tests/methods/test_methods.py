@@ -88,8 +88,8 @@ def test_peer_scoring_is_a_function_of_rows_and_step_and_names_the_step_in_every
     coins = [it.candidate_first for it in judge.calls[0][2]]
     assert coins == [it.candidate_first for it in judge.calls[2][2]]
     assert coins == list(np.random.default_rng([7, 4]).random(6) < 0.5)
-    np.testing.assert_array_equal(first.final, again.final)
-    np.testing.assert_array_equal(first.final, first.rewards)       # RUR off: r~ = r
+    np.testing.assert_array_equal(first.reweighted, again.reweighted)
+    np.testing.assert_array_equal(first.reweighted, first.rewards)  # RUR off: r~ = r
     assert first.rewards.tolist() == [0.0, 1.0, 2.0, 3.0, 0.0, 1.0]
     # half the samples have the four steps: format rate 0.5; step 3 true for items 0 and 3
     assert first.metrics["reward/format_rate"] == 0.5
@@ -99,14 +99,14 @@ def test_peer_scoring_is_a_function_of_rows_and_step_and_names_the_step_in_every
 def test_peer_rur_divides_by_the_redundancy_pools_answer():
     cfg = load_config(["algorithm.rur.enable=true", "rollout.n=2"])
     s = np.array([0.5, 0.0, 1.0, 0.25])
-    red = Recorder(lambda m, replies, hist, n: Similarities(s, s[::-1], np.ones(4), np.ones(4)))
+    rur = Recorder(lambda m, replies, hist, n: Similarities(s, s[::-1], np.ones(4), np.ones(4)))
     method = Peer.from_config(Groups(rollout=Recorder(_rollout), reward_model=Recorder(_judge),
-                                     redundancy=red), cfg)
+                                     redundancy=rur), cfg)
     out = method.score(_rows(2), 3, Timing(3))
-    assert red.calls[0][:2] == ("similarities", 3)
-    assert red.calls[0][3] == ([["seeker says 0"], ["seeker says 1"]], 2)   # histories, G
+    assert rur.calls[0][:2] == ("similarities", 3)
+    assert rur.calls[0][3] == ([["seeker says 0"], ["seeker says 1"]], 2)   # histories, G
     # r = [0, 1, 2, 3]; r~ = r / ((1 + s_hist)(1 + s_group)), worked out by hand
-    np.testing.assert_allclose(out.final, [0.0, 1 / (1.0 * 2.0), 2 / (2.0 * 1.0),
+    np.testing.assert_allclose(out.reweighted, [0.0, 1 / (1.0 * 2.0), 2 / (2.0 * 1.0),
                                            3 / (1.25 * 1.5)])
 
 
@@ -147,14 +147,14 @@ def test_every_pool_of_a_peer_step_sees_the_history_in_the_policys_prompt(k):
         text = r["messages"][-1]["content"]
         assert all(t in text for t in s) and not any(t in text for t in w[:len(w) - len(s)])
     cfg = load_config(["algorithm.rur.enable=true", "rollout.n=2"])
-    red = Recorder(lambda m, replies, hist, n: Similarities(*[np.zeros(len(replies))] * 4))
+    rur = Recorder(lambda m, replies, hist, n: Similarities(*[np.zeros(len(replies))] * 4))
     judge = Recorder(_judge)
     rollout = Recorder(_rollout)
-    Peer.from_config(Groups(rollout=rollout, reward_model=judge, redundancy=red), cfg).score(
+    Peer.from_config(Groups(rollout=rollout, reward_model=judge, redundancy=rur), cfg).score(
         rows, 1, Timing(1))
     assert [p.messages for p in rollout.calls[0][2]] == [r["messages"] for r in rows]
     assert [_contents(it.history) for it in judge.calls[0][2]] == [s for s in seen for _ in "ab"]
-    assert red.calls[0][3][0] == seen                                   # RUR's s_hist
+    assert rur.calls[0][3][0] == seen                                   # RUR's s_hist
 
 
 @pytest.mark.parametrize("k", [0, 3])
@@ -174,11 +174,11 @@ def test_every_pass_of_an_escrag_step_sees_the_history_in_the_policys_prompt(k):
         [[{"score": 1.0, "id": "e", "response": "an exemplar"}]] * len(queries),
         [0] * len(queries), 0.0, [0]))
     rm = Recorder(lambda m, items: [1.0] * len(items))
-    red = Recorder(lambda m, replies, hist, n: Similarities(*[np.zeros(len(replies))] * 4))
-    EscragR1.from_config(Groups(rollout=rollout, reward_model=rm, redundancy=red,
+    rur = Recorder(lambda m, replies, hist, n: Similarities(*[np.zeros(len(replies))] * 4))
+    EscragR1.from_config(Groups(rollout=rollout, reward_model=rm, redundancy=rur,
                                 retrieval=retrieval), cfg).score(rows, 1, Timing(1))
-    first, final = rollout.calls[0][2], rollout.calls[1][2]
-    for prompts, per_prompt in ((first, 1), (final, 2)):
+    initial, refined = rollout.calls[0][2], rollout.calls[1][2]
+    for prompts, per_prompt in ((initial, 1), (refined, 2)):
         for p in prompts:
             text, s, w = p.messages[-1]["content"], seen[p.uid], whole[p.uid]
             assert all(t in text for t in s) and not any(t in text for t in w[:len(w) - len(s)])
@@ -186,6 +186,6 @@ def test_every_pass_of_an_escrag_step_sees_the_history_in_the_policys_prompt(k):
     queries = retrieval.calls[0][2]
     assert [_contents(q.history) for q in queries] == [s for s in seen for _ in "ab"]
     assert [_contents(q.dialogue_history) for q in queries] == [w for w in whole for _ in "ab"]
-    # final replies then initial ones, each prompt-major
+    # refined replies then initial ones, each prompt-major
     assert [_contents(it.history) for it in rm.calls[0][2]] == [s for s in seen for _ in "ab"] * 2
-    assert red.calls[0][3][0] == seen
+    assert rur.calls[0][3][0] == seen

@@ -92,7 +92,7 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
     assert off.method.groups.redundancy is None       # RUR off: the method never asks for it
     np.testing.assert_array_equal(a.rewards, b.rewards)
     assert a.rewards.max() > 0  # the trained judge gives credit: the comparison is not 0 == 0
-    np.testing.assert_array_equal(b.final, b.rewards)  # RUR off: r~ = r
+    np.testing.assert_array_equal(b.reweighted, b.rewards)      # RUR off: r~ = r
     # the penalties worked out here from the embedding model's vectors, loop by loop (not with
     # peer_rl.algos.rewards): s_hist = max cosine to the prompt's own utterances, s_group = mean cosine
     # to the other G-1 replies (both clipped to [0, 1]), tau = sigmoid(0.5 (L - 5))
@@ -107,15 +107,15 @@ def test_rur_on_and_off_differ_exactly_as_the_formula(system, grpo_models, tmp_p
         cos = [float(e[0] @ e[i]) for i in range(1, len(e))]
         s_hist[k] = min(max(max(cos[:len(utterances)]), 0.0), 1.0)
         s_group[k] = min(max(sum(cos[len(utterances):]) / (G - 1), 0.0), 1.0)
-    red = a.redundancy
-    tau = 1.0 / (1.0 + np.exp(-0.5 * (red.n_words - 5.0)))
-    np.testing.assert_allclose(red.s_hist, s_hist, atol=1e-4)
-    np.testing.assert_allclose(red.s_group, s_group, atol=1e-4)
-    np.testing.assert_allclose(red.tau, tau, rtol=1e-9)
+    similarities = a.redundancy
+    tau = 1.0 / (1.0 + np.exp(-0.5 * (similarities.n_words - 5.0)))
+    np.testing.assert_allclose(similarities.s_hist, s_hist, atol=1e-4)
+    np.testing.assert_allclose(similarities.s_group, s_group, atol=1e-4)
+    np.testing.assert_allclose(similarities.tau, tau, rtol=1e-9)
     expected = a.rewards / ((1 + tau * s_hist) * (1 + tau * s_group))
-    np.testing.assert_allclose(a.final, expected, rtol=1e-3)
-    assert np.all(red.s_group > 0) and np.all(red.tau > 0)
-    assert np.all(a.final[a.rewards > 0] < a.rewards[a.rewards > 0])  # penalised
+    np.testing.assert_allclose(a.reweighted, expected, rtol=1e-3)
+    assert np.all(similarities.s_group > 0) and np.all(similarities.tau > 0)
+    assert np.all(a.reweighted[a.rewards > 0] < a.rewards[a.rewards > 0])  # penalised
 
 
 def _kill_later(pid: int, delay: float) -> threading.Thread:

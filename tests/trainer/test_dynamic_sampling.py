@@ -18,15 +18,15 @@ class Parsed:
         self.complete = complete
 
 
-def scored(rewards, final=None, complete=None, G=2, tag="x"):
+def scored(rewards, reweighted=None, complete=None, G=2, tag="x"):
     n = len(rewards)
-    final = rewards if final is None else final
+    reweighted = rewards if reweighted is None else reweighted
     complete = [True] * n if complete is None else complete
     samples = [Sample(uid=k // G, prompt_ids=[1], response_ids=[k], response_logprobs=[0.0],
                       text=f"{tag}{k}") for k in range(n)]
     return ScoredBatch(samples=samples, parsed=[Parsed(c) for c in complete],
                        replies=[f"{tag}{k}" for k in range(n)],
-                       rewards=np.array(rewards, float), final=np.array(final, float),
+                       rewards=np.array(rewards, float), reweighted=np.array(reweighted, float),
                        redundancy=Similarities(s_hist=np.arange(n) / 10.0 + 1,
                                                s_group=np.arange(n) / 10.0 + 2,
                                                tau=np.arange(n) / 10.0,
@@ -36,12 +36,12 @@ def scored(rewards, final=None, complete=None, G=2, tag="x"):
 
 
 def test_group_values_per_metric_and_zero_variance():
-    sb = scored([1.5, 1.5, 2.0, 3.0, 0.5, 0.5], final=[1.4, 1.5, 1.0, 1.0, 0.2, 0.2],
+    sb = scored([1.5, 1.5, 2.0, 3.0, 0.5, 0.5], reweighted=[1.4, 1.5, 1.0, 1.0, 0.2, 0.2],
                 complete=[True, True, False, True, False, False])
     np.testing.assert_array_equal(group_values(sb, "reward", 2), [[1.5, 1.5], [2.0, 3.0],
                                                                   [0.5, 0.5]])
     assert zero_variance(group_values(sb, "reward", 2)).tolist() == [True, False, True]
-    assert zero_variance(group_values(sb, "final", 2)).tolist() == [False, True, True]
+    assert zero_variance(group_values(sb, "reweighted", 2)).tolist() == [False, True, True]
     assert zero_variance(group_values(sb, "format", 2)).tolist() == [True, False, True]
     with pytest.raises(ValueError, match="filter_groups.metric='acc'"):
         group_values(sb, "acc", 2)
@@ -70,7 +70,7 @@ def test_batches_join_with_uids_past_the_earlier_ones():
     assert [r["id"] for r in rows] == [1, 3, 4]
     assert [s.uid for s in out.samples] == [0, 0, 1, 1, 2, 2]
     assert [s.text for s in out.samples] == ["x0", "x1", "y0", "y1", "y2", "y3"]
-    np.testing.assert_array_equal(out.final, [1.0, 2.0, 0.0, 1.0, 2.0, 0.0])
+    np.testing.assert_array_equal(out.reweighted, [1.0, 2.0, 0.0, 1.0, 2.0, 0.0])
     assert len(out.redundancy.tau) == 6
 
 
@@ -84,14 +84,14 @@ def test_metrics_of_a_step_count_and_weigh_every_batch():
     assert z["groups/zero_variance_share/reward"] == pytest.approx(2 / 3)
 
 
-def test_the_final_share_counts_ties_of_the_reweighted_values_not_the_rewards():
+def test_the_reweighted_share_counts_ties_after_rur_not_of_the_rewards():
     """Two drawn batches of groups of 2: rewards tie in 3 of 4 groups; after RUR's reweighting
-    (final) a tied reward of 1 splits (0.5 vs 0.7) and a tied 0 stays tied: 2 of 4."""
-    a = scored([1.0, 1.0, 5.0, 5.0], final=[0.5, 0.7, 2.0, 2.0])
-    b = scored([0.0, 0.0, 1.0, 3.0], final=[0.0, 0.0, 0.4, 1.5])
+    (reweighted) a tied reward of 1 splits (0.5 vs 0.7) and a tied 0 stays tied: 2 of 4."""
+    a = scored([1.0, 1.0, 5.0, 5.0], reweighted=[0.5, 0.7, 2.0, 2.0])
+    b = scored([0.0, 0.0, 1.0, 3.0], reweighted=[0.0, 0.0, 0.4, 1.5])
     z = zero_variance_metrics([a, b], 2)
     assert z["groups/zero_variance_share/reward"] == pytest.approx(3 / 4)
-    assert z["groups/zero_variance_share/final"] == pytest.approx(2 / 4)
+    assert z["groups/zero_variance_share/reweighted"] == pytest.approx(2 / 4)
 
 
 def _draws(*batches):
@@ -105,8 +105,8 @@ def _draws(*batches):
     return draw, calls
 
 
-def _batch(tag, rewards, final=None):
-    return [{"id": f"{tag}{g}"} for g in range(len(rewards) // 2)], scored(rewards, final,
+def _batch(tag, rewards, reweighted=None):
+    return [{"id": f"{tag}{g}"} for g in range(len(rewards) // 2)], scored(rewards, reweighted,
                                                                             tag=tag)
 
 
@@ -119,6 +119,19 @@ def test_the_draw_limit_defaults_to_none_and_at_the_limit_the_run_stops_as_in_ve
     with pytest.raises(ConfigError, match="config key 'algorithm.filter_groups.on_limit': "
                                           "Invalid value 'keep', expected one of"):
         load_config(["algorithm.filter_groups.on_limit=keep"])
+
+
+def test_the_metrics_old_name_final_still_reads_as_reweighted_in_recipes_and_overrides(tmp_path):
+    """`final` was the advantages' input's name until issue 59: a recipe or a command line that
+    says it keeps working, and means `reweighted`."""
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("base: tiny\nalgorithm:\n  filter_groups:\n    metric: final\n")
+    assert load_config([f"recipe={recipe}"]).algorithm.filter_groups.metric == "reweighted"
+    old = load_config(["algorithm.filter_groups.metric=final"]).algorithm.filter_groups
+    assert old.metric == "reweighted"
+    assert load_config([]).algorithm.filter_groups.metric == "reweighted"      # the default
+    with pytest.raises(ConfigError, match="metric='finale'"):
+        load_config(["algorithm.filter_groups.metric=finale"])
 
 
 def test_without_a_limit_batches_are_drawn_until_the_batch_is_full():
@@ -135,8 +148,9 @@ def test_at_the_limit_a_short_batch_raises_unless_on_limit_says_train_short():
     second = _batch("b", [0.0, 0.0, 1.0, 1.0])           # none does
     fg = FilterGroupsConfig(enable=True, max_num_gen_batches=2)
     with pytest.raises(DynamicSamplingLimit,
-                       match=r"step 4: dynamic sampling kept 1 of 2 group\(s\) whose final varies "
-                       r"after 2 batch\(es\) \(algorithm.filter_groups.max_num_gen_batches=2\); "
+                       match=r"step 4: dynamic sampling kept 1 of 2 group\(s\) whose reweighted "
+                       r"varies after 2 batch\(es\) "
+                       r"\(algorithm.filter_groups.max_num_gen_batches=2\); "
                        r"algorithm.filter_groups.on_limit=raise"):
         refill(first, _draws(second)[0], fg, 2, 2, step=4)
     fg.on_limit = "train_short"
@@ -145,11 +159,11 @@ def test_at_the_limit_a_short_batch_raises_unless_on_limit_says_train_short():
     assert out.metrics["filter/short"] == 1.0 and out.metrics["filter/kept_groups"] == 1
 
 
-def _grpo_advantages(final, G=2):
+def _grpo_advantages(reweighted, G=2):
     """GRPO's (r - mean) / (std + eps) per group, unbiased std, by hand."""
     out = []
-    for g in range(0, len(final), G):
-        x = np.array(final[g:g + G], float)
+    for g in range(0, len(reweighted), G):
+        x = np.array(reweighted[g:g + G], float)
         out += list((x - x.mean()) / (x.std(ddof=1) + 1e-6))
     return np.array(out)
 
@@ -157,16 +171,17 @@ def _grpo_advantages(final, G=2):
 def test_the_line_for_a_batch_with_no_signal_says_what_its_advantages_are():
     fg = FilterGroupsConfig(enable=True, metric="reward", max_num_gen_batches=1,
                             on_limit="train_short")
-    # every group ties on the judge's reward, but RUR's final varies in the first group
-    rewards, final = [2.0, 2.0, 1.0, 1.0], [1.5, 1.2, 0.8, 0.8]
-    _, out, note = refill(_batch("r", rewards, final), None, fg, 2, 2, step=1)
-    assert np.abs(_grpo_advantages(out.final)).max() > 0.5       # not all 0
+    # every group ties on the judge's reward, but RUR's reweighted varies in the first group
+    rewards, reweighted = [2.0, 2.0, 1.0, 1.0], [1.5, 1.2, 0.8, 0.8]
+    _, out, note = refill(_batch("r", rewards, reweighted), None, fg, 2, 2, step=1)
+    assert np.abs(_grpo_advantages(out.reweighted)).max() > 0.5       # not all 0
     assert "advantages are all 0" not in note and "all 0" not in note
-    assert "final (what the advantages are computed from) varies in 1 of its 2 group(s)" in note
-    fg.metric = "final"
+    assert ("reweighted (what the advantages are computed from) varies in 1 of its 2 group(s)"
+            in note)
+    fg.metric = "reweighted"
     _, out, note = refill(_batch("f", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, 2, step=1)
-    assert np.abs(_grpo_advantages(out.final)).max() == 0.0
+    assert np.abs(_grpo_advantages(out.reweighted)).max() == 0.0
     assert note.endswith("training on the first batch, whose advantages are all 0")
     fg.metric = "reward"
     _, _, note = refill(_batch("g", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, 2, step=1)
-    assert note.endswith("whose reward and final both tie in every group: advantages all 0")
+    assert note.endswith("whose reward and reweighted both tie in every group: advantages all 0")

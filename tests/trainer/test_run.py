@@ -63,7 +63,7 @@ def test_killed_run_kept_complete_steps_metrics_and_checkpoints(run_dir):
         # advantages as (r~ - group mean) / (unbiased group std + 1e-6) over each prompt's G
         step = [s for s in samples if s["step"] == m["step"]]
         assert m["reward/mean"] == pytest.approx(np.mean([s["reward"] for s in step]))
-        final = np.array([s["final_reward"] for s in step])
+        final = np.array([s["reweighted_reward"] for s in step])
         assert m["reward/rur_mean"] == pytest.approx(final.mean())
         uids = np.array([s["uid"] for s in step])
         adv = np.concatenate([(final[uids == u] - final[uids == u].mean())
@@ -152,7 +152,7 @@ def test_logged_rur_factors_combine_by_the_formula_per_sample(run_dir):
     assert any(s["reward"] > 0 for s in samples)
     for s in samples:
         expected = s["reward"] / ((1 + s["tau"] * s["s_hist"]) * (1 + s["tau"] * s["s_group"]))
-        assert s["final_reward"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        assert s["reweighted_reward"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
 def test_resume_auto_after_the_kill_continues_with_the_same_data_order(run_dir, grpo_models,

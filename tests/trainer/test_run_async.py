@@ -99,10 +99,10 @@ def test_resume_trains_each_step_once_in_the_uninterrupted_data_order(runs):
         ids = [pid for pid, _ in kept[step]]
         share = rec["filter/zero_variance_share"]       # groups tied on the filter's metric
         assert rec["groups/zero_variance_share/reward"] == pytest.approx(share)
-        # the final share over all drawn groups, which samples.jsonl (the trained groups) does
+        # the reweighted share over all drawn groups, which samples.jsonl (the trained groups) does
         # not hold: its arithmetic is tests/trainer/test_dynamic_sampling.py's; here, a group
         # whose reweighted value ties had tied rewards (RUR splits a tie of nonzero rewards)
-        assert 0.0 <= rec["groups/zero_variance_share/final"] <= share + 1e-9
+        assert 0.0 <= rec["groups/zero_variance_share/reweighted"] <= share + 1e-9
         if n_kept == 0:       # nothing had a signal: the first batch, trained as it is
             assert ids == batches[0] and draws == MAX_DRAWS and share == 1.0
             continue

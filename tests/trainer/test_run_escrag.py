@@ -39,17 +39,17 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
     assert restarts and set(restarts) == {"retrieval"}, stderr[-4000:]
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     for r in recs:
-        # the final pass's mean reward is the mean of the step's samples' scalar rewards
+        # the refined pass's mean reward is the mean of the step's samples' scalar rewards
         step = [s["reward"] for s in samples if s["step"] == r["step"]]
-        assert r["reward/final_mean"] == pytest.approx(sum(step) / len(step), rel=1e-9)
+        assert r["reward/refined_mean"] == pytest.approx(sum(step) / len(step), rel=1e-9)
         assert r["retrieval/exemplars_per_query"] == 3.0 and r["timing/retrieval"] > 0
         # the sample's prompts come from dialogues the corpus also holds: their own turns are
         # passed over (the same seeker turn makes them the nearest neighbours)
         assert r["retrieval/excluded_per_query"] > 0
         assert r["timing/rollout_final"] > 0
-        assert r["reward/final_minus_initial"] == pytest.approx(
-            r["reward/final_mean"] - r["reward/initial_mean"], abs=1e-9)
-    # the GRPO batch is the final replies only (retrieval.train_initial=false): B x G per step
+        assert r["reward/refined_minus_initial"] == pytest.approx(
+            r["reward/refined_mean"] - r["reward/initial_mean"], abs=1e-9)
+    # the GRPO batch is the refined replies only (retrieval.train_initial=false): B x G per step
     assert len(samples) == 3 * 4 * 4
     assert json.loads((out / "index" / "index.json").read_text())["count"] == 152
 
@@ -81,18 +81,18 @@ def test_vanilla_grpo_is_one_pass_with_the_same_prompt_and_reward(tmp_path, tiny
         assert rec["reward/mean"] == pytest.approx(sum(s["reward"] for s in mine) / len(mine))
 
 
-def test_the_loss_covers_the_final_reply_only_given_its_full_prompt():
-    """README: the GRPO samples are the final replies, the loss on their response tokens, with
+def test_the_loss_covers_the_refined_reply_only_given_its_full_prompt():
+    """README: the GRPO samples are the refined replies, the loss on their response tokens, with
     dialogue + initial reply + exemplars as (unmasked) context."""
     import numpy as np
 
     from peer_rl.trainer.step_batch import update_batch
     from peer_rl.protocol import Sample
 
-    final = Sample(uid=0, prompt_ids=list(range(100, 112)), response_ids=[7, 8, 9],
-                   response_logprobs=[0.0] * 3, text="")
+    refined = Sample(uid=0, prompt_ids=list(range(100, 112)), response_ids=[7, 8, 9],
+                     response_logprobs=[0.0] * 3, text="")
     short = Sample(uid=0, prompt_ids=[1, 2], response_ids=[5], response_logprobs=[0.0], text="")
-    batch = update_batch([final, short], np.array([1.0, -1.0]))
+    batch = update_batch([refined, short], np.array([1.0, -1.0]))
     assert batch.input_ids[0].tolist() == list(range(100, 112)) + [7, 8, 9]
     assert batch.response_mask[0].tolist() == [0] * 12 + [1, 1, 1]
     assert batch.response_mask[1].tolist() == [0, 0, 1] + [0] * 12
