@@ -130,7 +130,8 @@ def test_the_metrics_old_name_final_still_reads_as_reweighted_in_recipes_and_ove
     old = load_config(["algorithm.filter_groups.metric=final"]).algorithm.filter_groups
     assert old.metric == "reweighted"
     assert load_config([]).algorithm.filter_groups.metric == "reweighted"      # the default
-    with pytest.raises(ConfigError, match="metric='finale'"):
+    with pytest.raises(ConfigError, match=r"'algorithm.filter_groups.metric': Invalid value 'finale', "
+                                          r"expected one of \['reweighted', 'reward', 'format'\]"):
         load_config(["algorithm.filter_groups.metric=finale"])
 
 
