@@ -289,6 +289,7 @@ class Trainee:
 
 
 class StepResult(NamedTuple):
+    """One optimizer step's numbers, the same on every rank (summed over the ranks)."""
     loss: float             # the global batch's mean loss
     accuracy: float         # hits per unit (bt: the pairwise accuracy; 0 otherwise)
     units: float            # what the mean is over: target tokens or pairs
