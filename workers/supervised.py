@@ -23,9 +23,17 @@ the newest checkpoint, in a restarted worker group (FailureConfig.max_failures) 
 `peer-rl train-rm`/`sft` call on the same output_dir (`resume=auto`, the default). The data order
 is a function of (seed, step), so a resumed run sees the batches an uninterrupted one would.
 
-Loss: token-mean cross-entropy over the target tokens of the whole global batch (labels from
-peer_rl.supervised.examples, -100 on prompt tokens), so world_size 1 and 2 take the same step;
-with trainer.verdict_balance a weighted mean, each verdict's tokens at its class weight.
+The loop is one loop for every kind: `train_loop(config)` (a
+peer_rl.supervised.config.TrainLoopConfig the launcher builds) joins the group, reads the
+examples, loads the model (from the newest checkpoint on a resume), then takes each step
+(`_train_step`), logs the window of steps since the last log line (`_log_window`) and saves
+(`_save_step`). What differs between kinds is the objective, which gives the examples and
+scores a micro-batch: TokenCrossEntropy (sft, rm, prm, orm: token-mean cross-entropy over the
+target tokens of the whole global batch, labels from peer_rl.supervised.examples, -100 on prompt
+tokens; with trainer.verdict_balance a weighted mean, each verdict's tokens at its class
+weight) or BradleyTerry (bt: the mean -log sigmoid(r_chosen - r_rejected) over the global
+batch's pairs, and the train pairwise accuracy). Either loss is a mean over the whole global
+batch, so world_size 1 and 2 take the same step.
 """
 from __future__ import annotations
 
@@ -33,7 +41,13 @@ import json
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from peer_rl.config.worker_settings import LoRASettings
+    from peer_rl.supervised.config import TrainLoopConfig
 
 RUN_NAME = "run"                 # RunConfig(name); storage_path = <output_dir>/ray_train
 STATE_FILE = "trainer_state.json"
@@ -92,29 +106,26 @@ def image_token_counter(vision):
     return vision.image_token_id, lambda path: vision.tokens(path)
 
 
-def lora_weights(config: dict, resume_dir: Path | None):
-    """What a stage trains (peer_rl.workers.lora): full weights, or LoRA adapters of config["lora"]
+def lora_weights(settings: LoRASettings, model_path: str, resume_dir: Path | None):
+    """What a stage trains (peer_rl.workers.lora): full weights, or LoRA adapters of `settings`
     (model.lora) that a resume takes from its checkpoint's model/adapter/. A checkpoint of the
     other kind stops the resume naming the key."""
-    from peer_rl.config.worker_settings import LoRASettings
     from peer_rl.workers import lora
 
-    settings = dict(config.get("lora") or {})
     saved = resume_dir is not None and (resume_dir / "model" / "adapter").is_dir()
-    if resume_dir is not None and saved != bool(settings.get("rank")):
+    if resume_dir is not None and saved != bool(settings.rank):
         what = "LoRA adapters" if saved else "full weights"
         raise ValueError(f"{resume_dir}: the checkpoint holds {what}, but {lora.KEY}.rank="
-                         f"{settings.get('rank', 0)}: resume with the setting it was trained with")
-    if not settings.get("rank"):
+                         f"{settings.rank}: resume with the setting it was trained with")
+    if not settings.rank:
         return lora.FullWeights()
     if saved:
-        settings["lora_adapter_path"] = str(resume_dir / "model" / "adapter")
-    return lora.Adapters(LoRASettings(**settings), config["model_path"])
+        settings = replace(settings, lora_adapter_path=str(resume_dir / "model" / "adapter"))
+    return lora.Adapters(settings, model_path)
 
 
-def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, src_dir: str,
-                     state: dict, extra_files: dict[str, str], drop: set[str],
-                     weights=None) -> None:
+def _save_checkpoint(directory: Path, model, optim, rank: int, src_dir: str, state: dict,
+                     extra_files: dict[str, str], drop: set[str], weights=None) -> None:
     """Collective. Rank 0: model/ (HF, safetensors; LoRA: the adapters merged, and adapter/
     in PEFT's format) + trainer_state.json; every rank: its slices of the AdamW state (optim/,
     peer_rl.workers.fsdp.save_sharded: loadable at another world size; LoRA: the adapters' only)."""
@@ -146,84 +157,254 @@ def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, 
     dist.barrier()
 
 
-def train_loop(config: dict) -> None:
-    """Ray Train worker function (one FSDP2 rank). `config` is plain data from run_supervised."""
+# ---------------------------------------------------------------------------- the objectives
+# What a step's micro-batches are and how they are scored: each holds its examples and gives
+# the units a global batch's loss is a mean over, and one micro-batch's summed loss (the loop
+# scales and backpropagates it) with its hits (pairs scored the right way; 0 where none).
+def load_objective(config: TrainLoopConfig, tokenizer):
+    """The objective of config.kind over its examples (every rank reads the same files, and
+    tokenizing is deterministic, so the ranks agree on every index)."""
+    pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+              else tokenizer.eos_token_id)
+    if config.kind == "bt":
+        from peer_rl.supervised.bradley_terry import load_pairs
+
+        pairs, _ = load_pairs(config.data_root, list(config.train_files), tokenizer,
+                              config.max_length, config.skip_invalid, config.max_rows)
+        return BradleyTerry(pairs, pad_id)
+    from peer_rl.supervised.examples import example_view, load_examples
+
+    vision = vision_inputs(config.model_path)
+    examples, _ = load_examples(config.data_root, list(config.train_files), tokenizer,
+                                config.max_length, config.skip_invalid, config.max_rows,
+                                image_tokens=image_token_counter(vision),
+                                languages=list(config.languages),
+                                verdict_balance=config.verdict_balance,
+                                **example_view(config.kind, config.extra_files))
+    return TokenCrossEntropy(examples, pad_id, vision)
+
+
+class TokenCrossEntropy:
+    """sft and the judges (rm, prm, orm): cross-entropy summed over the target tokens (labels
+    from peer_rl.supervised.examples, -100 on prompt tokens), a token mean over the global
+    batch; with trainer.verdict_balance each verdict's tokens at its class weight."""
+
+    def __init__(self, examples: list[dict], pad_id: int, vision=None):
+        self.examples, self.pad_id, self.vision = examples, pad_id, vision
+
+    def units(self, indices: list[int]) -> float:
+        """The global batch's target tokens (at least 1)."""
+        from peer_rl.supervised.examples import count_targets
+
+        return max(1, sum(count_targets(self.examples[i]) for i in indices))
+
+    def micro_batch(self, model, chunk: list[dict], real: list[bool], device):
+        import torch
+        import torch.nn.functional as F
+
+        from peer_rl.supervised.examples import collate
+
+        batch = collate(chunk, self.pad_id, real)
+        extra = {}
+        if self.vision is not None:     # the frames of visual rows (peer_rl.workers.vision)
+            extra = self.vision(batch["input_ids"], [e["images"] for e in chunk])
+        batch = {key: v.to(device) for key, v in (batch | extra).items()}
+        # logits only where some row has a target (the lm_head over the vocabulary is the
+        # largest matmul of a small model, and SER chats have ~10 target tokens in ~500)
+        targets = batch["labels"][:, 1:]
+        verdict_w = batch.pop("weights", None)     # trainer.verdict_balance
+        keep = (targets != -100).any(0).nonzero().squeeze(1)
+        if keep.numel() == 0:               # padding rows only: same graph, zero loss
+            keep = torch.zeros(1, dtype=torch.long, device=device)
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"},
+                       use_cache=False, logits_to_keep=keep).logits.float()
+        ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                             targets[:, keep].reshape(-1), ignore_index=-100,
+                             reduction="none" if verdict_w is not None else "sum")
+        if verdict_w is not None:
+            ce = (ce * verdict_w[:, 1:][:, keep].reshape(-1)).sum()
+        return ce, 0.0
+
+    def window_metrics(self, window: Window) -> dict:
+        return {}
+
+    def rate(self, last: dict) -> str:
+        return f"{last['target_tokens_per_s']:.0f} target tok/s"
+
+
+class BradleyTerry:
+    """bt: the scalar reward model on preference pairs (peer_rl.supervised.bradley_terry),
+    -log sigmoid(r_chosen - r_rejected) summed over the pairs, a mean over the global batch's
+    pairs; its hits give the train pairwise accuracy (a tie counts half)."""
+
+    def __init__(self, pairs: list[dict], pad_id: int):
+        self.examples, self.pad_id = pairs, pad_id
+
+    def units(self, indices: list[int]) -> float:
+        """The global batch's pairs."""
+        return len(indices)
+
+    def micro_batch(self, model, chunk: list[dict], real: list[bool], device):
+        import torch
+
+        from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs
+
+        ok = torch.tensor(real, dtype=torch.float32, device=device)
+        batch = {key: v.to(device) for key, v in collate_pairs(chunk, self.pad_id).items()}
+        scores = model(**batch, use_cache=False).logits[:, 0].float()
+        chosen, rejected = scores[:len(chunk)], scores[len(chunk):]
+        margin = chosen - rejected
+        # the chunk's pairs summed; rank padding pairs weigh 0
+        nll = bt_loss(chosen, rejected, ok, reduction="sum")
+        hits = (((margin > 0).float() + 0.5 * (margin == 0).float()) * ok).sum()
+        return nll, hits.detach().double().cpu()
+
+    def window_metrics(self, window: Window) -> dict:
+        return {"pairwise_accuracy": window.accuracy / window.steps}
+
+    def rate(self, last: dict) -> str:      # units/s are pairs/s here
+        return (f"{last['target_tokens_per_s']:.1f} pairs/s train acc "
+                f"{last['pairwise_accuracy']:.3f}")
+
+
+# ---------------------------------------------------------------------------- the shared loop
+class Rank(NamedTuple):
+    """This worker's place in the FSDP2 group Ray Train set up."""
+    rank: int
+    world_size: int
+    device: object          # torch.device
+    mesh: object            # the 1-D DeviceMesh every module is sharded over
+    dtype: str              # the compute dtype (trainer.dtype resolved for the device)
+
+
+@dataclass
+class Trainee:
+    """What a rank trains: its shards of the model, their AdamW and learning-rate schedule, and
+    what its checkpoints need (the adapters or full weights, the tied duplicates left out)."""
+    model: object
+    optim: object
+    sched: object
+    weights: object         # peer_rl.workers.lora.FullWeights | Adapters
+    tied: set[str]
+
+
+class StepResult(NamedTuple):
+    """One optimizer step's numbers, the same on every rank (summed over the ranks)."""
+    loss: float             # the global batch's mean loss
+    accuracy: float         # hits per unit (bt: the pairwise accuracy; 0 otherwise)
+    units: float            # what the mean is over: target tokens or pairs
+    grad_norm: float
+    lr: float               # the learning rate the step took
+
+
+@dataclass
+class Window:
+    """The steps since the last log line: a log line reports their means."""
+    loss: float = 0.0
+    accuracy: float = 0.0
+    units: float = 0.0
+    grad_norm: float = 0.0
+    steps: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+
+    def add(self, result: StepResult) -> None:
+        self.loss += result.loss
+        self.accuracy += result.accuracy
+        self.units += result.units
+        self.grad_norm += result.grad_norm
+        self.steps += 1
+
+
+def train_loop(config: TrainLoopConfig) -> None:
+    """Ray Train worker function (one FSDP2 rank): the steps from the newest checkpoint (or the
+    start) to config.total_steps, logged every log_freq steps, checkpointed every save_freq
+    and at the end. `config` is built by the launcher (peer_rl.trainer.supervised_run)."""
+    from transformers import AutoTokenizer
+
+    if not config.verbose:      # the driver draws the progress from metrics.jsonl (StepBar)
+        _quiet_train_reports()
+    me = _join_group(config)
+    objective = load_objective(config, AutoTokenizer.from_pretrained(config.model_path))
+    ckpt_dir, start_step = _newest_checkpoint()
+    trainee = _load_trainee(config, me, ckpt_dir, start_step)
+    if me.rank == 0 and config.verbose:
+        _log_start(config, me, len(objective.examples), start_step)
+    sink = _metrics_sink(config, me, start_step if ckpt_dir is not None else None)
+    window, last = Window(), {}
+    for step in range(start_step, config.total_steps):
+        result = _train_step(config, me, objective, trainee, step)
+        window.add(result)
+        done = step + 1
+        is_save = done == config.total_steps or (config.save_freq and done % config.save_freq == 0)
+        if done % config.log_freq == 0 or is_save or done == start_step + 1:
+            last = _log_window(config, me, objective, window, step, result.lr, start_step, sink)
+            window = Window()
+        if is_save:
+            _save_step(config, me, trainee, done, last, len(objective.examples))
+    if sink is not None:
+        sink.close()
+
+
+def _join_group(config: TrainLoopConfig) -> Rank:
+    """This rank's device and mesh in the process group Ray Train set up, and the seed."""
     import ray.train
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from ray.train import Checkpoint
     from torch.distributed.device_mesh import init_device_mesh
-    from transformers import AutoTokenizer
 
-    from peer_rl.workers import fsdp
-
-    from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs, load_pairs
-    from peer_rl.tracking.metrics import MetricsSink
     from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
-    from peer_rl.supervised.examples import (batch_indices, collate, count_targets,
-                                             example_view, load_examples, lr_schedule,
-                                             rank_rows)
-
-    verbose = config.get("verbose", True)
-    if not verbose:      # the driver draws the progress from metrics.jsonl (StepBar)
-        _quiet_train_reports()
 
     ctx = ray.train.get_context()
     rank, ws = ctx.get_world_rank(), ctx.get_world_size()
-    use_cuda = torch.cuda.is_available() and config["use_gpu"]
+    use_cuda = torch.cuda.is_available() and config.use_gpu
     if use_cuda:
         import ray.train.torch as rtt
         device = rtt.get_device()
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-        torch.set_num_threads(max(1, int(config["cpus_per_worker"])))
+        torch.set_num_threads(max(1, int(config.cpus_per_worker)))
     if not dist.is_initialized():   # world_size 1 still goes through the same code path
         raise RuntimeError("Ray Train did not set up torch.distributed")
     mesh = init_device_mesh(device.type, (ws,))
-    torch.manual_seed(config["seed"])
+    torch.manual_seed(config.seed)
+    dtype = resolve_dtype(config.dtype, use_cuda, cpu_has_bf16(), "trainer.dtype")
+    return Rank(rank, ws, device, mesh, dtype)
 
-    # ---- data: every rank tokenizes the same files (deterministic) and takes its rows per step
-    tokenizer = AutoTokenizer.from_pretrained(config["model_path"])
-    bt = config["kind"] == "bt"      # pairs + Bradley-Terry loss; else token cross-entropy
-    vision = None if bt else vision_inputs(config["model_path"])
-    if bt:
-        examples, _ = load_pairs(config["data_root"], config["train_files"], tokenizer,
-                                 config["max_length"], config["skip_invalid"], config["max_rows"])
-    else:
-        examples, _ = load_examples(config["data_root"], config["train_files"], tokenizer,
-                                    config["max_length"], config["skip_invalid"],
-                                    config["max_rows"], image_tokens=image_token_counter(vision),
-                                    languages=config["languages"],
-                                    verdict_balance=config.get("verdict_balance", False),
-                                    **example_view(config["kind"], config["extra_files"]))
-    n, bs, micro, total = len(examples), config["batch_size"], config["micro_batch_size"], config["total_steps"]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
-    # ---- model: from the newest checkpoint (resume) or from model_path
-    start_step, src = 0, config["model_path"]
+def _newest_checkpoint() -> tuple[Path | None, int]:
+    """(the newest checkpoint's directory, its step), or (None, 0) on a fresh run: what
+    ray.train.get_checkpoint() hands a resumed run (remote storage: downloaded once per rank)."""
+    import ray.train
+
     ckpt = ray.train.get_checkpoint()
-    ckpt_dir = None
-    if ckpt is not None:
-        ckpt_dir = Path(ckpt.path) if ckpt.filesystem.type_name == "local" else None
-        if ckpt_dir is None:                    # remote storage: download once per rank
-            ckpt_dir = Path(ckpt.to_directory(tempfile.mkdtemp(prefix="peer-rl-ckpt-")))
-        state = json.loads((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"))
-        start_step, src = int(state["step"]), str(ckpt_dir / "model")
-    weights = lora_weights(config, ckpt_dir)
-    if weights.on:               # the base from model_path, the adapters from the checkpoint
-        src = config["model_path"]
-    dtype = resolve_dtype(config.get("dtype", "auto"), use_cuda, cpu_has_bf16(), "trainer.dtype")
-    mp = fsdp.mixed_precision(dtype)
+    if ckpt is None:
+        return None, 0
+    ckpt_dir = Path(ckpt.path) if ckpt.filesystem.type_name == "local" else None
+    if ckpt_dir is None:
+        ckpt_dir = Path(ckpt.to_directory(tempfile.mkdtemp(prefix="peer-rl-ckpt-")))
+    state = json.loads((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"))
+    return ckpt_dir, int(state["step"])
+
+
+def _load_trainee(config: TrainLoopConfig, me: Rank, ckpt_dir: Path | None,
+                  start_step: int) -> Trainee:
+    """The model from the checkpoint (LoRA: the base from model_path, the adapters from the
+    checkpoint) or from model_path, sharded; its AdamW state restored on a resume."""
+    import torch
+
+    from peer_rl.supervised.examples import lr_schedule
+    from peer_rl.workers import fsdp
+
+    weights = lora_weights(config.lora, config.model_path, ckpt_dir)
+    src = str(ckpt_dir / "model") if ckpt_dir is not None and not weights.on else config.model_path
     tied: set[str] = set()
 
     def prepare(model):               # every rank, before sharding (rank 0: the weights)
-        model = _prepare_model(model, config["gradient_checkpointing"],
-                               config["freeze_vision_tower"])
+        model = _prepare_model(model, config.gradient_checkpointing, config.freeze_vision_tower)
         tied.update(fsdp.tied_duplicates(model))
         model = weights.wrap(model)  # LoRA: adapters injected, every base weight frozen
-        if weights.on and config["gradient_checkpointing"]:
+        if weights.on and config.gradient_checkpointing:
             # recomputed layers need an input that requires grad, or the frozen embeddings cut
             # the adapters' gradient
             model.enable_input_require_grads()
@@ -231,112 +412,101 @@ def train_loop(config: dict) -> None:
 
     # rank 0 reads the checkpoint on the host; every rank gets its shards by broadcast, on the
     # mesh's device (fsdp.load_from_rank0)
-    model = fsdp.load_from_rank0(src, mesh, mp, prepare)
+    model = fsdp.load_from_rank0(src, me.mesh, fsdp.mixed_precision(me.dtype), prepare)
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                              lr=config["lr"], weight_decay=config["weight_decay"])
+                              lr=config.lr, weight_decay=config.weight_decay)
     if ckpt_dir is not None:
         fsdp.load_sharded(ckpt_dir / "optim", model, optim, include_model=False)
-        if rank == 0:
-            _log(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
-    if rank == 0 and verbose:
-        _log(f"{ws} rank(s), {dist.get_backend()} on {device.type}, {dtype} compute; {n} examples; "
-             f"steps {start_step + 1}..{total}")
+        if me.rank == 0:
+            _log(f"resumed from {ckpt_dir.name} (step {start_step}/{config.total_steps})")
+    sched = lr_schedule(optim, config.lr, config.total_steps, config.warmup_steps,
+                        config.lr_scheduler, config.min_lr_ratio, start_step)
+    return Trainee(model, optim, sched, weights, tied)
 
-    sink = None       # rank 0 writes metrics.jsonl (and TensorBoard), as the RL runs do
-    if rank == 0:
-        Path(config["output_dir"]).mkdir(parents=True, exist_ok=True)
-        sink = MetricsSink(Path(config["output_dir"]), ["jsonl", "tensorboard"],
-                           resume_step=start_step if ckpt_dir is not None else None)
-    sched = lr_schedule(optim, config["lr"], total, config["warmup_steps"],
-                        config["lr_scheduler"], config["min_lr_ratio"], start_step)
 
-    window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "t0": time.perf_counter()}
-    last: dict = {}
-    for step in range(start_step, total):
-        idx = batch_indices(n, bs, step, config["seed"])
-        rows, real = rank_rows(idx, rank, ws)
-        # the loss is a mean over the global batch: target tokens (sft, rm) or pairs (bt)
-        global_tokens = len(idx) if bt else max(1, sum(count_targets(examples[i]) for i in idx))
-        lr = optim.param_groups[0]["lr"]
-        optim.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        right = torch.zeros((), dtype=torch.float64)       # bt: pairs scored the right way
-        for k in range(0, len(rows), micro):
-            chunk = [examples[i] for i in rows[k:k + micro]]
-            if bt:
-                ok = torch.tensor(real[k:k + micro], dtype=torch.float32, device=device)
-                batch = {key: v.to(device) for key, v in collate_pairs(chunk, pad_id).items()}
-                scores = model(**batch, use_cache=False).logits[:, 0].float()
-                margin = scores[:len(chunk)] - scores[len(chunk):]
-                # the chunk's pairs summed; rank padding pairs weigh 0
-                nll = bt_loss(scores[:len(chunk)], scores[len(chunk):], ok, reduction="sum")
-                (nll * (ws / global_tokens)).backward()
-                loss_sum += nll.detach().double().cpu()
-                right += (((margin > 0).float() + 0.5 * (margin == 0).float()) * ok).sum() \
-                    .detach().double().cpu()
-                continue
-            batch = collate(chunk, pad_id, real[k:k + micro])
-            extra = {}
-            if vision is not None:     # the frames of visual rows (peer_rl.workers.vision)
-                extra = vision(batch["input_ids"], [e["images"] for e in chunk])
-            batch = {key: v.to(device) for key, v in (batch | extra).items()}
-            # logits only where some row has a target (the lm_head over the vocabulary is the
-            # largest matmul of a small model, and SER chats have ~10 target tokens in ~500)
-            targets = batch["labels"][:, 1:]
-            verdict_w = batch.pop("weights", None)     # trainer.verdict_balance
-            keep = (targets != -100).any(0).nonzero().squeeze(1)
-            if keep.numel() == 0:               # padding rows only: same graph, zero loss
-                keep = torch.zeros(1, dtype=torch.long, device=device)
-            logits = model(**{k: v for k, v in batch.items() if k != "labels"},
-                           use_cache=False, logits_to_keep=keep).logits.float()
-            ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
-                                 targets[:, keep].reshape(-1), ignore_index=-100,
-                                 reduction="none" if verdict_w is not None else "sum")
-            if verdict_w is not None:
-                ce = (ce * verdict_w[:, 1:][:, keep].reshape(-1)).sum()
-            # share of the global token-mean; x ws undoes FSDP's averaging of gradients over ranks
-            (ce * (ws / global_tokens)).backward()
-            loss_sum += ce.detach().double().cpu()
-        norm, _ = fsdp.clip_and_step(model, optim, config["grad_clip"], ws)
-        sched.step()
-        red = torch.stack([loss_sum, right]).to(device)
-        dist.all_reduce(red)
-        loss = float(red[0]) / global_tokens
-        window["acc"] = window.get("acc", 0.0) + float(red[1]) / global_tokens
-        window["loss"] += loss
-        window["tokens"] += global_tokens
-        window["steps"] += 1
-        window["grad_norm"] += norm
-        done = step + 1
-        is_save = done == total or (config["save_freq"] and done % config["save_freq"] == 0)
-        if done % config["log_freq"] == 0 or is_save or done == start_step + 1:
-            dt = time.perf_counter() - window["t0"]
-            last = {"step": done, "loss": window["loss"] / window["steps"], "lr": lr,
-                    "grad_norm": window["grad_norm"] / window["steps"],
-                    "target_tokens_per_s": window["tokens"] / max(dt, 1e-9),
-                    "epoch": step * bs / n, "resumed_from_step": start_step}
-            if bt:   # tokens/s means pairs/s here; the train pairwise accuracy of the window
-                last["pairwise_accuracy"] = window.get("acc", 0.0) / window["steps"]
-            if rank == 0 and verbose:
-                rate = (f"{last['target_tokens_per_s']:.1f} pairs/s train acc "
-                        f"{last['pairwise_accuracy']:.3f}" if bt else
-                        f"{last['target_tokens_per_s']:.0f} target tok/s")
-                _log(f"step {done}/{total} loss {last['loss']:.4f} lr {lr:.2e} "
-                     f"grad_norm {last['grad_norm']:.3f} {rate}")
-            if rank == 0:
-                sink.log(done, {k: v for k, v in last.items() if k != "step"})
-            window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "acc": 0.0,
-                      "t0": time.perf_counter()}
-        if is_save:
-            tmp = Path(tempfile.mkdtemp(prefix=f"peer-rl-step{done}-"))
-            try:
-                state = {"step": done, "total_steps": total, "world_size": ws, "examples": n,
-                         "kind": config["kind"], "loss": last.get("loss")}
-                _save_checkpoint(tmp, model, optim, rank, ws, config["model_path"], state,
-                                 config["extra_files"], tied, weights)
-                ray.train.report({**last, "step": done}, checkpoint=Checkpoint.from_directory(str(tmp)),
-                                 checkpoint_dir_name=f"step_{done:06d}")
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+def _log_start(config: TrainLoopConfig, me: Rank, examples: int, start_step: int) -> None:
+    import torch.distributed as dist
+
+    _log(f"{me.world_size} rank(s), {dist.get_backend()} on {me.device.type}, {me.dtype} "
+         f"compute; {examples} examples; steps {start_step + 1}..{config.total_steps}")
+
+
+def _metrics_sink(config: TrainLoopConfig, me: Rank, resume_step: int | None):
+    """Rank 0 writes metrics.jsonl (and TensorBoard), as the RL runs do; the others nothing."""
+    if me.rank != 0:
+        return None
+    from peer_rl.tracking.metrics import MetricsSink
+
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    return MetricsSink(Path(config.output_dir), ["jsonl", "tensorboard"], resume_step=resume_step)
+
+
+def _train_step(config: TrainLoopConfig, me: Rank, objective, trainee: Trainee,
+                step: int) -> StepResult:
+    """One optimizer step on the global batch of `step` (a function of seed and step), this
+    rank's rows in micro-batches; the loss a mean over the whole global batch, so world_size 1
+    and 2 take the same step."""
+    import torch
+    import torch.distributed as dist
+
+    from peer_rl.supervised.examples import batch_indices, rank_rows
+    from peer_rl.workers import fsdp
+
+    indices = batch_indices(len(objective.examples), config.batch_size, step, config.seed)
+    rows, real = rank_rows(indices, me.rank, me.world_size)
+    units = objective.units(indices)
+    lr = trainee.optim.param_groups[0]["lr"]
+    trainee.optim.zero_grad(set_to_none=True)
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    hits = torch.zeros((), dtype=torch.float64)
+    micro = config.micro_batch_size
+    for k in range(0, len(rows), micro):
+        chunk = [objective.examples[i] for i in rows[k:k + micro]]
+        loss, chunk_hits = objective.micro_batch(trainee.model, chunk, real[k:k + micro],
+                                                 me.device)
+        # share of the global mean; x world_size undoes FSDP's averaging of gradients over ranks
+        (loss * (me.world_size / units)).backward()
+        loss_sum += loss.detach().double().cpu()
+        hits += chunk_hits
+    norm, _ = fsdp.clip_and_step(trainee.model, trainee.optim, config.grad_clip, me.world_size)
+    trainee.sched.step()
+    summed = torch.stack([loss_sum, hits]).to(me.device)
+    dist.all_reduce(summed)
+    return StepResult(float(summed[0]) / units, float(summed[1]) / units, units, norm, lr)
+
+
+def _log_window(config: TrainLoopConfig, me: Rank, objective, window: Window, step: int,
+                lr: float, start_step: int, sink) -> dict:
+    """The window's means: metrics.jsonl (rank 0), the console (rank 0, logging.verbose) and
+    the record the next checkpoint is reported with."""
+    done = step + 1
+    last = {"step": done, "loss": window.loss / window.steps, "lr": lr,
+            "grad_norm": window.grad_norm / window.steps,
+            "target_tokens_per_s": window.units / max(time.perf_counter() - window.t0, 1e-9),
+            "epoch": step * config.batch_size / len(objective.examples),
+            "resumed_from_step": start_step, **objective.window_metrics(window)}
+    if me.rank == 0 and config.verbose:
+        _log(f"step {done}/{config.total_steps} loss {last['loss']:.4f} lr {lr:.2e} "
+             f"grad_norm {last['grad_norm']:.3f} {objective.rate(last)}")
     if sink is not None:
-        sink.close()
+        sink.log(done, {k: v for k, v in last.items() if k != "step"})
+    return last
+
+
+def _save_step(config: TrainLoopConfig, me: Rank, trainee: Trainee, done: int, last: dict,
+               examples: int) -> None:
+    """Collective: checkpoint step `done` into a scratch directory and report it to Ray Train,
+    which copies it into <output_dir>/ray_train/run/step_N/."""
+    import ray.train
+    from ray.train import Checkpoint
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"peer-rl-step{done}-"))
+    try:
+        state = {"step": done, "total_steps": config.total_steps, "world_size": me.world_size,
+                 "examples": examples, "kind": config.kind, "loss": last.get("loss")}
+        _save_checkpoint(tmp, trainee.model, trainee.optim, me.rank, config.model_path, state,
+                         config.extra_files, trainee.tied, trainee.weights)
+        ray.train.report({**last, "step": done}, checkpoint=Checkpoint.from_directory(str(tmp)),
+                         checkpoint_dir_name=f"step_{done:06d}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

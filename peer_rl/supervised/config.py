@@ -6,7 +6,7 @@ failing at start-up naming the key, then the value checks below.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from omegaconf import MISSING, DictConfig
@@ -171,3 +171,62 @@ def load_supervised_config(overrides=(), kind: str = "rm") -> DictConfig:
                           f"`peer-rl {right}` (this is `peer-rl {command}`)")
     check_supervised(cfg)
     return cfg
+
+
+# TrainLoopConfig fields that say where or how verbosely a stage runs, not what it learns
+RUN_ONLY_FIELDS = ("model_path", "data_root", "output_dir", "verbose", "cpus_per_worker",
+                   "use_gpu")
+
+
+@dataclass(frozen=True)
+class TrainLoopConfig:
+    """What every rank of a supervised stage is given (peer_rl.workers.supervised.train_loop),
+    built once by the launcher (peer_rl.trainer.supervised_run.plan_stage) from the config
+    above. Plain data, so Ray Train pickles it to the workers; no field has a default, so a
+    field the launcher leaves out or misspells fails there, and the loop reads attributes."""
+    # what the model learns
+    kind: str                       # KINDS: bt trains on pairs, the others on target tokens
+    train_files: tuple[str, ...]
+    skip_invalid: bool
+    max_rows: int
+    max_length: int
+    languages: tuple[str, ...]
+    batch_size: int                 # sequences (bt: pairs) per optimizer step, all ranks
+    micro_batch_size: int           # per forward/backward on one rank
+    total_steps: int                # resolved: never 0
+    lr: float
+    lr_scheduler: str
+    warmup_steps: int
+    min_lr_ratio: float
+    weight_decay: float
+    grad_clip: float
+    save_freq: int
+    log_freq: int
+    seed: int
+    dtype: str
+    gradient_checkpointing: bool
+    freeze_vision_tower: bool
+    extra_files: dict[str, str]     # saved beside the model: the template it was trained with
+    verdict_balance: bool
+    lora: LoRASettings              # rank 0: full weights
+    # where and how verbosely it runs (RUN_ONLY_FIELDS)
+    model_path: str
+    data_root: str
+    output_dir: str
+    verbose: bool
+    cpus_per_worker: float
+    use_gpu: bool
+
+    def training_inputs(self) -> dict:
+        """The fields that say what the model learns, as the shipped models' manifests digest
+        them (peer_rl.trainer.tiny_cache.config_inputs): verdict_balance and lora only when on,
+        so the digests of the stages that leave them off stay as they were."""
+        inputs = {f.name: getattr(self, f.name) for f in fields(self)
+                  if f.name not in (*RUN_ONLY_FIELDS, "verdict_balance", "lora")}
+        if self.verdict_balance:
+            inputs["verdict_balance"] = True
+        if self.lora.rank:
+            inputs["lora"] = {"rank": self.lora.rank, "lora_alpha": self.lora.lora_alpha,
+                              "target_modules": list(self.lora.target_modules),
+                              "lora_adapter_path": self.lora.lora_adapter_path}
+        return inputs

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from peer_rl.supervised.config import TrainLoopConfig
 from peer_rl.supervised.examples import example_view
 from peer_rl.workers.supervised import (RUN_NAME, STATE_FILE, TRAIN_TIME_FILE, image_token_counter,
                                        train_loop, vision_inputs)
@@ -198,17 +199,12 @@ class StagePlan:
     extra: dict            # files saved beside the model: the template it was trained with
     total: int             # optimizer steps
     summary: dict          # load_examples' counts
-    worker: dict           # train_loop's config, less output_dir
+    worker: TrainLoopConfig  # what every rank is given (loop_config)
     examples_sha256: str   # the token ids and labels the ranks will train on
-
-
-# train_loop config keys that say where or how verbosely a stage runs, not what it learns
-RUN_ONLY_KEYS = ("output_dir", "verbose", "cpus_per_worker", "use_gpu", "model_path", "data_root")
 
 
 def plan_stage(cfg, kind: str) -> StagePlan:
     """The model, the rows and the worker config of one supervised stage (no file written)."""
-    import torch
     from transformers import AutoTokenizer
 
     from peer_rl.data.bundled import sample_root
@@ -267,32 +263,38 @@ def plan_stage(cfg, kind: str) -> StagePlan:
         _log(f"{summary['with_images']} row(s) have images: " + (
             "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
             else "the model is text-only, so they are trained on their words alone"))
-    use_gpu = cfg.resources.gpus_per_worker > 0 or torch.cuda.is_available()
-    worker = {
-        "kind": kind, "model_path": model_path, "data_root": str(root),
-        "train_files": list(cfg.data.train_files), "skip_invalid": cfg.data.skip_invalid,
-        "max_rows": cfg.data.max_rows, "max_length": cfg.trainer.max_length,
-        "languages": list(cfg.data.languages),
-        "batch_size": cfg.trainer.batch_size, "micro_batch_size": cfg.trainer.micro_batch_size,
-        "total_steps": int(total), "lr": cfg.trainer.lr, "lr_scheduler": cfg.trainer.lr_scheduler,
-        "warmup_steps": cfg.trainer.warmup_steps, "min_lr_ratio": cfg.trainer.min_lr_ratio,
-        "weight_decay": cfg.trainer.weight_decay, "grad_clip": cfg.trainer.grad_clip,
-        "save_freq": cfg.trainer.save_freq, "log_freq": cfg.trainer.log_freq,
-        "seed": cfg.trainer.seed, "dtype": cfg.trainer.dtype,
-        "gradient_checkpointing": cfg.model.gradient_checkpointing,
-        "freeze_vision_tower": cfg.model.freeze_vision_tower,
-        "cpus_per_worker": cfg.resources.cpus_per_worker, "use_gpu": use_gpu,
-        "extra_files": extra, "verbose": bool(cfg.logging.verbose),
-    }
-    if cfg.trainer.verdict_balance:     # only then: the digests of unweighted stages stay
-        worker["verdict_balance"] = True
-    lora = cfg.model.lora
-    if lora.rank:   # only then: a full-weight stage's config (and its digest) stays as it was
-        worker["lora"] = {"rank": lora.rank, "lora_alpha": lora.lora_alpha,
-                          "target_modules": list(lora.target_modules),
-                          "lora_adapter_path": lora.lora_adapter_path}
+    worker = loop_config(cfg, kind, model_path, root, extra, int(total))
     return StagePlan(model_path, root, extra, int(total), summary, worker,
                      examples_sha256(examples))
+
+
+def loop_config(cfg, kind: str, model_path: str, root: Path, extra: dict,
+                total: int) -> TrainLoopConfig:
+    """The one place a stage's config becomes what its ranks are given."""
+    import torch
+
+    from peer_rl.config.worker_settings import LoRASettings
+
+    lora = cfg.model.lora
+    return TrainLoopConfig(
+        kind=kind, train_files=tuple(cfg.data.train_files), skip_invalid=cfg.data.skip_invalid,
+        max_rows=cfg.data.max_rows, max_length=cfg.trainer.max_length,
+        languages=tuple(cfg.data.languages), batch_size=cfg.trainer.batch_size,
+        micro_batch_size=cfg.trainer.micro_batch_size, total_steps=total, lr=cfg.trainer.lr,
+        lr_scheduler=cfg.trainer.lr_scheduler, warmup_steps=cfg.trainer.warmup_steps,
+        min_lr_ratio=cfg.trainer.min_lr_ratio, weight_decay=cfg.trainer.weight_decay,
+        grad_clip=cfg.trainer.grad_clip, save_freq=cfg.trainer.save_freq,
+        log_freq=cfg.trainer.log_freq, seed=cfg.trainer.seed, dtype=cfg.trainer.dtype,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        freeze_vision_tower=cfg.model.freeze_vision_tower, extra_files=dict(extra),
+        verdict_balance=bool(cfg.trainer.verdict_balance),
+        lora=LoRASettings(rank=lora.rank, lora_alpha=lora.lora_alpha,
+                          target_modules=list(lora.target_modules),
+                          lora_adapter_path=lora.lora_adapter_path),
+        model_path=model_path, data_root=str(root),
+        output_dir=str(Path(cfg.trainer.output_dir).resolve()),
+        verbose=bool(cfg.logging.verbose), cpus_per_worker=cfg.resources.cpus_per_worker,
+        use_gpu=cfg.resources.gpus_per_worker > 0 or torch.cuda.is_available())
 
 
 def examples_sha256(examples: list[dict]) -> str:
@@ -352,8 +354,7 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     plan = plan_stage(cfg, kind)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
-    total, use_gpu = plan.total, plan.worker["use_gpu"]
-    config = {**plan.worker, "output_dir": str(out)}
+    total, use_gpu = plan.total, plan.worker.use_gpu
     resources = {"CPU": float(cfg.resources.cpus_per_worker)}
     if use_gpu:
         resources["GPU"] = float(cfg.resources.gpus_per_worker or 1)
@@ -370,7 +371,7 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     started_ray = not ray.is_initialized()
     init_ray(cfg, dashboard=True)
     trainer = TorchTrainer(
-        train_loop, train_loop_config=config,
+        train_loop, train_loop_config=plan.worker,
         scaling_config=ScalingConfig(num_workers=cfg.trainer.world_size, use_gpu=use_gpu,
                                      resources_per_worker=resources),
         run_config=RunConfig(

@@ -102,12 +102,12 @@ def stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
 
 def config_inputs(cfg, kind: str) -> dict[str, str]:
     """stage_inputs of a loaded supervised config (any recipe, any starting model)."""
-    from peer_rl.trainer.supervised_run import RUN_ONLY_KEYS, plan_stage
+    from peer_rl.trainer.supervised_run import plan_stage
 
     with contextlib.redirect_stdout(io.StringIO()):     # the stage's own log lines, not ours
         plan = plan_stage(cfg, kind)
-    worker = {k: v for k, v in plan.worker.items() if k not in RUN_ONLY_KEYS}
-    return {"config": hashlib.sha256(json.dumps(worker, sort_keys=True).encode()).hexdigest(),
+    learned = plan.worker.training_inputs()
+    return {"config": hashlib.sha256(json.dumps(learned, sort_keys=True).encode()).hexdigest(),
             "start_model": _model_sha256(Path(plan.model_path)),
             "data": _tree_sha256(plan.root), "examples": plan.examples_sha256}
 

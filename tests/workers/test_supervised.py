@@ -168,26 +168,24 @@ def test_train_rm_goes_on_with_a_fitted_template_and_saves_it(tiny_models, tmp_p
     (False, 8, "holds full weights, but model.lora.rank=8"),
 ])
 def test_a_resume_under_the_other_kind_of_weights_names_the_key(tmp_path, saved, rank, wants):
+    from peer_rl.config.worker_settings import LoRASettings
     from peer_rl.workers.supervised import lora_weights
 
     (tmp_path / "model" / ("adapter" if saved else "")).mkdir(parents=True, exist_ok=True)
-    config = {"model_path": "m", "lora": {"rank": rank, "lora_alpha": 16.0,
-                                          "target_modules": ["all-linear"],
-                                          "lora_adapter_path": ""}}
     with pytest.raises(ValueError, match=wants):
-        lora_weights(config, tmp_path)
+        lora_weights(LoRASettings(rank=rank), "m", tmp_path)
 
 
 def test_a_lora_resume_trains_on_from_the_checkpoints_adapter(tmp_path):
+    from peer_rl.config.worker_settings import LoRASettings
     from peer_rl.workers.supervised import lora_weights
 
     (tmp_path / "model" / "adapter").mkdir(parents=True)
-    config = {"model_path": "m", "lora": {"rank": 8, "lora_alpha": 16.0,
-                                          "target_modules": ["all-linear"],
-                                          "lora_adapter_path": "/elsewhere"}}
-    w = lora_weights(config, tmp_path)
+    settings = LoRASettings(rank=8, lora_adapter_path="/elsewhere")
+    w = lora_weights(settings, "m", tmp_path)
     assert w.on and w.settings.lora_adapter_path == str(tmp_path / "model" / "adapter")
-    assert not lora_weights({"model_path": "m"}, None).on      # a full-weight stage
+    assert settings.lora_adapter_path == "/elsewhere"           # the stage's own left as set
+    assert not lora_weights(LoRASettings(), "m", None).on      # a full-weight stage
 
 
 def test_the_bradley_terry_model_refuses_lora_at_start_up():
@@ -258,3 +256,57 @@ def test_verdict_balance_weighs_the_first_steps_loss_by_class(tiny_models, tmp_p
                 num, den, plain, n_tokens = num + w * ce, den + w, plain + ce, n_tokens + 1
     assert reported == pytest.approx(num / den, rel=1e-4)
     assert abs(num / den - plain / n_tokens) > 1e-3       # the weights changed this batch's loss
+
+
+def _first_token_scores(input_ids, attention_mask, use_cache):
+    """A stand-in score head: each sequence scores its first token id."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(logits=input_ids[:, :1].float())
+
+
+def test_the_bradley_terry_objective_sums_real_pairs_and_counts_a_tie_half():
+    """Margins 3 - 1 = 2 (right), 2 - 2 = 0 (a tie: half right) and a rank's padding pair
+    0 - 5 = -5 (weighs 0): loss log(1 + e^-2) + log 2 = 0.126928 + 0.693147, hits 1.5."""
+    import math
+
+    from peer_rl.workers.supervised import BradleyTerry, Window
+
+    pairs = [{"chosen": [3], "rejected": [1]}, {"chosen": [2], "rejected": [2]},
+             {"chosen": [0], "rejected": [5]}]
+    objective = BradleyTerry(pairs, pad_id=0)
+    assert objective.units([0, 1, 2, 0]) == 4                     # a mean over the pairs
+    loss, hits = objective.micro_batch(_first_token_scores, pairs, [True, True, False], "cpu")
+    assert float(loss) == pytest.approx(math.log(1 + math.exp(-2)) + math.log(2), abs=1e-6)
+    assert float(loss) == pytest.approx(0.820075, abs=1e-6)
+    assert float(hits) == 1.5
+    assert objective.window_metrics(Window(accuracy=1.5, steps=2)) == {
+        "pairwise_accuracy": 0.75}
+
+
+def test_the_cross_entropy_objective_scores_each_target_from_the_token_before_it():
+    """Vocabulary 4; the stand-in model puts logit log 3 on (token + 1) % 4 at every position
+    (p = 3/6 = 1/2 there, 1/6 elsewhere). Row A's targets 2 and 3 follow 1 and 2: log 2 each;
+    row B's target 2 follows 3 (guess 0): log 6; row C is a rank's padding row (no loss).
+    Sum: 2 log 2 + log 6 = log 24 = 3.178054; the mean is over A's and B's 3 target tokens."""
+    import math
+    from types import SimpleNamespace
+
+    import torch
+
+    from peer_rl.workers.supervised import TokenCrossEntropy
+
+    def model(input_ids, attention_mask, use_cache, logits_to_keep):
+        ids = input_ids[:, logits_to_keep]
+        logits = torch.zeros(*ids.shape, 4)
+        return SimpleNamespace(logits=logits.scatter(2, ((ids + 1) % 4).unsqueeze(-1),
+                                                     math.log(3)))
+
+    a = {"input_ids": [0, 1, 2, 3], "labels": [-100, -100, 2, 3]}
+    b = {"input_ids": [1, 3, 2], "labels": [-100, -100, 2]}
+    c = {"input_ids": [0, 0], "labels": [-100, 1]}
+    objective = TokenCrossEntropy([a, b, c], pad_id=0)
+    assert objective.units([0, 1]) == 3
+    loss, hits = objective.micro_batch(model, [a, b, c], [True, True, False], "cpu")
+    assert float(loss) == pytest.approx(math.log(24), abs=1e-5)
+    assert float(loss) == pytest.approx(3.178054, abs=1e-5) and hits == 0
