@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from peer_rl.tracking.metrics import RENAMED
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "metrics.md"
 KEY = re.compile(r"^[a-z_0-9<>]+(/[a-z_0-9<>]+)+$")
@@ -24,13 +26,13 @@ NOT_METRICS = {
     "workers/fsdp.py": "state-dict names inside a checkpoint",
     "peer_rl/integrations/verl_reward.py": "verl's reward_extra_info, listed on verl.md",
     "peer_rl/algos/losses.py": "the loss's own figures per micro-batch, which workers/policy.py "
-                               "aggregates into actor/clip_frac, actor/approx_kl and "
+                               "aggregates into actor/pg_clipfrac, actor/ppo_kl and "
                                "actor/pg_clipfrac_lower",
 }
 
 
 def _template(node: ast.JoinedStr) -> str:
-    """f"timing/{k}" -> "timing/<k>"."""
+    """f"timing_s/{k}" -> "timing_s/<k>"."""
     out = ""
     for part in node.values:
         if isinstance(part, ast.Constant):
@@ -97,14 +99,14 @@ def emitted_keys() -> set[str]:
 
     literal, templates, stages, summarised = collect()
     expand = {
-        "timing/<k>": {f"timing/{s}" for s in stages},
+        "timing_s/<k>": {f"timing_s/{s}" for s in stages},
         "<prefix>/mean": {f"{p}/mean" for p in summarised},
         "<prefix>/max": {f"{p}/max" for p in summarised},
         "<prefix>/min": {f"{p}/min" for p in summarised},
         "eval/diversity/<k>": {f"eval/diversity/{k}" for k in _diversity_keys()},
         "groups/zero_variance_share/<metric>": set(zero_variance_metrics([], 4)),
     }
-    keys = set(literal)
+    keys = set(literal) - set(RENAMED)       # old names, only ever read back
     for t in templates:
         keys |= expand.get(t, {t})
     return keys
@@ -132,12 +134,22 @@ def test_collector_finds_the_families_it_expands():
     assert {"rollout", "judge", "redundancy", "update", "sync"} <= stages
     assert {"rur/s_hist", "rur/tau", "advantages"} <= summarised
     keys = emitted_keys()
-    for key in ("reward/mean", "timing/step", "actor/kl_loss", "timing/rollout",
+    for key in ("reward/mean", "timing_s/step", "actor/kl_loss", "timing_s/rollout",
                 "advantages/min", "eval/diversity/distinct_2", "groups/zero_variance_share/final",
                 "eval/safety/<g>_pass_rate", "retrieval/top_score_mean", "async/staleness_max"):
         assert key in keys, key
-    assert not {k for k in keys if "<prefix>" in k or k.startswith("timing/<")}
+    assert not {k for k in keys if "<prefix>" in k or k.startswith("timing_s/<")}
     assert len(keys) > 60
+
+
+def test_old_names_map_to_written_ones_and_are_documented_under_them_only():
+    """RENAMED (what reads metrics.jsonl back) sends each old name to a key the code writes
+    today, and the page describes the new name, not the old."""
+    keys, documented = emitted_keys(), documented_keys()
+    for old, new in RENAMED.items():
+        assert any(k == new or (new.endswith("/") and k.startswith(new)) for k in keys), new
+        assert not any(k == old or (old.endswith("/") and k.startswith(old))
+                       for k in documented), old
 
 
 def test_every_emitted_key_is_documented():

@@ -466,9 +466,9 @@ class PolicyWorker:
         clip, clip_lower, akl = (float(x) / tok for x in red[3:6])
         t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in red[9:])
         padding = 1.0 - float(red[8]) / max(float(red[7]), 1.0)
-        return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/clip_frac": clip,
+        return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/pg_clipfrac": clip,
                 "actor/pg_clipfrac_lower": clip_lower,
-                "actor/entropy": ent, "actor/approx_kl": akl,
+                "actor/entropy": ent, "actor/ppo_kl": akl,
                 "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
                 "actor/skipped_steps": float(skipped), "actor/tokens": float(red[6]),

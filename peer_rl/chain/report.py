@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from peer_rl.files.out_paths import read_json, read_jsonl, save_figure, write_atomic
+from peer_rl.files.out_paths import read_json, save_figure, write_atomic
 from peer_rl.evaluation.report import constant_judge
+from peer_rl.tracking.metrics import read_metrics
 
 RUN = re.compile(r"^(?P<method>.+)_s(?P<seed>\d+)(?:_step(?P<step>\d+))?$")
 CURVE_KEYS = ("reward/mean", "reward/format_rate", "rur/s_group/mean", "rur/s_hist/mean")
@@ -97,9 +98,10 @@ def judge_table(out: Path) -> list[str]:
 
 
 def read_curves(out: Path) -> dict[str, list[dict]]:
+    """Each GRPO run's metrics.jsonl records under today's names (older runs' mapped)."""
     runs = {}
     for path in sorted((out / "grpo").glob("*/metrics.jsonl")):
-        runs[path.parent.name] = read_jsonl(path)[0]    # a torn last line left out
+        runs[path.parent.name] = read_metrics(path)     # a torn last line left out
     return runs
 
 

@@ -42,8 +42,9 @@ def summarise(prefix: str, values) -> dict:
 def truncate_jsonl(path: Path, last_step: int) -> int:
     """Keep only records with step <= last_step: a resumed run re-does later steps. A last line
     that does not parse (a crash mid-write) is dropped with a warning; one elsewhere is a
-    damaged file and stops the resume, naming the line. The file is rewritten atomically.
-    Returns the number of torn lines dropped."""
+    damaged file and stops the resume, naming the line. The file is rewritten atomically;
+    records keep the names they were written under (read_metrics maps old ones). Returns the
+    number of torn lines dropped."""
     from peer_rl.files.out_paths import repair_jsonl
 
     _, torn = repair_jsonl(path, last_step)
@@ -51,6 +52,29 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
         print(f"[peer-rl] {path}:{torn}: dropped a torn last line (cut off "
               "by a crash mid-write)", file=sys.stderr)
     return 1 if torn else 0
+
+
+# verl's names, adopted in issue 59: an old name on the left is read back as the one on its
+# right, so metrics.jsonl files written before still plot and report. An entry ending in "/"
+# renames a whole family (timing/<stage> -> timing_s/<stage>).
+RENAMED = {"actor/clip_frac": "actor/pg_clipfrac", "actor/approx_kl": "actor/ppo_kl",
+           "timing/": "timing_s/"}
+
+
+def current_name(key: str) -> str:
+    """`key` under today's name (RENAMED); a key never renamed comes back as it is."""
+    for old, new in RENAMED.items():
+        if key == old or (old.endswith("/") and key.startswith(old)):
+            return new + key[len(old):]
+    return key
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """metrics.jsonl's records under today's names; a torn last line (a crash mid-append) is
+    left out, a damaged line elsewhere raises peer_rl.files.out_paths.DamagedFile."""
+    from peer_rl.files.out_paths import read_jsonl
+
+    return [{current_name(k): v for k, v in rec.items()} for rec in read_jsonl(path)[0]]
 
 
 # the append-only logs of a run directory: a resume cuts each back to its checkpoint's step
@@ -96,8 +120,8 @@ class MetricsSink:
         if "console" in self.loggers:
             keys = ("reward/mean", "reward/rur_mean", "reward/format_rate",
                     "judge/parse_failure_rate", "actor/kl_loss", "response/length_mean",
-                    "timing/step")
-            shown = " ".join(f"{k.split('/', 1)[1] if k != 'timing/step' else 'sec'}="
+                    "timing_s/step")
+            shown = " ".join(f"{k.split('/', 1)[1] if k != 'timing_s/step' else 'sec'}="
                              f"{metrics[k]:.3f}" for k in keys if k in metrics)
             print(f"[step {step}] {shown}", file=sys.stderr, flush=True)
             ev = [k for k in ("eval/diversity/distinct_2", "eval/diversity/self_similarity",

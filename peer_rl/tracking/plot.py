@@ -18,11 +18,13 @@ def pyplot():
 
 def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
                 title: str = "", width: int = 720, height: int = 420) -> Path | None:
-    """Line plot of `keys` against `step` on one shared y axis (at least [0, 1])."""
-    from peer_rl.files.out_paths import DamagedFile, read_jsonl
+    """Line plot of `keys` (today's names; older files' are mapped, RENAMED) against `step`
+    on one shared y axis (at least [0, 1])."""
+    from peer_rl.files.out_paths import DamagedFile
+    from peer_rl.tracking.metrics import read_metrics
 
     try:                              # a torn last line (a crash mid-append) is left out
-        recs = read_jsonl(metrics_path)[0]
+        recs = read_metrics(metrics_path)
     except DamagedFile as exc:        # a figure is not worth failing a finished run for
         print(f"[peer-rl] no curves figure: {exc}", file=sys.stderr, flush=True)
         return None
