@@ -25,9 +25,9 @@ KEY = re.compile(r"^[a-z_0-9<>]+(/[a-z_0-9<>]+)+$")
 NOT_METRICS = {
     "workers/fsdp.py": "state-dict names inside a checkpoint",
     "peer_rl/integrations/verl_reward.py": "verl's reward_extra_info, listed on verl.md",
-    "peer_rl/algos/losses.py": "the loss's own figures per micro-batch, which workers/policy.py "
-                               "aggregates into actor/pg_clipfrac, actor/ppo_kl and "
-                               "actor/pg_clipfrac_lower",
+    "peer_rl/algos/losses.py": "the loss's own figures per micro-batch, which "
+                               "workers/update_sums.py aggregates into actor/pg_clipfrac, "
+                               "actor/ppo_kl and actor/pg_clipfrac_lower",
 }
 
 
