@@ -69,7 +69,7 @@ class OldLogProbs(enum.Enum):
     RECOMPUTED = "recomputed"  # a no-grad pass of the policy over the batch before training
     # verl's on_policy: one optimizer step on the whole batch (ppo_epochs 1, one mini-batch) and
     # no behaviour weights, so pi_old is the policy as it stands: each training forward's own
-    # log-probs, detached, and the no-grad pass of the policy is skipped (the reference's runs)
+    # log-probs, detached; only the reference's no-grad pass runs
     ON_POLICY = "on_policy"
 
 
