@@ -25,14 +25,14 @@ KEY = re.compile(r"^[a-z_0-9<>]+(/[a-z_0-9<>]+)+$")
 NOT_METRICS = {
     "workers/fsdp.py": "state-dict names inside a checkpoint",
     "peer_rl/integrations/verl_reward.py": "verl's reward_extra_info, listed on verl.md",
-    "peer_rl/algos/losses.py": "the loss's own figures per micro-batch, which workers/policy.py "
-                               "aggregates into actor/clip_frac, actor/approx_kl and "
-                               "actor/pg_clipfrac_lower",
+    "peer_rl/algos/losses.py": "the loss's own figures per micro-batch, which "
+                               "workers/update_sums.py aggregates into actor/pg_clipfrac, "
+                               "actor/ppo_kl and actor/pg_clipfrac_lower",
 }
 
 
 def _template(node: ast.JoinedStr) -> str:
-    """f"timing/{k}" -> "timing/<k>"."""
+    """f"timing_s/{k}" -> "timing_s/<k>"."""
     out = ""
     for part in node.values:
         if isinstance(part, ast.Constant):
@@ -99,7 +99,7 @@ def emitted_keys() -> set[str]:
 
     literal, templates, stages, summarised = collect()
     expand = {
-        "timing/<k>": {f"timing/{s}" for s in stages},
+        "timing_s/<k>": {f"timing_s/{s}" for s in stages},
         "<prefix>/mean": {f"{p}/mean" for p in summarised},
         "<prefix>/max": {f"{p}/max" for p in summarised},
         "<prefix>/min": {f"{p}/min" for p in summarised},
@@ -134,11 +134,11 @@ def test_collector_finds_the_families_it_expands():
     assert {"rollout", "judge", "redundancy", "update", "sync"} <= stages
     assert {"rur/s_hist", "rur/tau", "advantages"} <= summarised
     keys = emitted_keys()
-    for key in ("reward/mean", "timing/step", "actor/kl_loss", "timing/rollout",
+    for key in ("reward/mean", "timing_s/step", "actor/kl_loss", "timing_s/rollout",
                 "advantages/min", "eval/diversity/distinct_2", "groups/zero_variance_share/reweighted",
                 "eval/safety/<g>_pass_rate", "retrieval/top_score_mean", "async/staleness_max"):
         assert key in keys, key
-    assert not {k for k in keys if "<prefix>" in k or k.startswith("timing/<")}
+    assert not {k for k in keys if "<prefix>" in k or k.startswith("timing_s/<")}
     assert len(keys) > 60
 
 

@@ -8,6 +8,9 @@ Conventions
 - Batches are peer_rl.protocol.UpdateBatch: right-padded prompt + response rows, the response
   mask, advantages; optionally old and reference log-probs (recomputation skipped) and the
   sampler's (async training). Settings are peer_rl.config.worker_settings.PolicySettings.
+- pi_old, the clipped ratio's anchor, is given, recomputed or the training forward's own
+  (verl's on_policy): OldLogProbs says which and when. The update's figures are summed by name
+  (peer_rl.workers.update_sums) and all-reduced once.
 - Log-probs are returned token-aligned, (N, T): column t is log p(input_ids[t] | input_ids[:t]),
   i.e. it comes from the logits at position t-1 (column 0 has no prediction and is 0; padding is
   0). This lines up with `response_mask` and with the sampler's per-token log-probs.
@@ -20,9 +23,11 @@ Conventions
 from __future__ import annotations
 
 import datetime
+import enum
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,12 +53,41 @@ from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
 from peer_rl.config.worker_settings import LoRASettings, PolicySettings
 from peer_rl.models.local import on_this_node
 from peer_rl.workers import devices, fsdp, lora
+from peer_rl.workers.update_sums import UpdateSums
 
 
 def _tensor(x, dtype=None) -> torch.Tensor:
     """Copy (Ray hands over read-only numpy views, which torch.as_tensor warns about)."""
     t = x.detach().clone() if torch.is_tensor(x) else torch.tensor(np.asarray(x))
     return t if dtype is None else t.to(dtype)
+
+
+class OldLogProbs(enum.Enum):
+    """Where an update's pi_old, the anchor of the clipped ratio, comes from."""
+
+    GIVEN = "given"            # the batch carries old and reference log-probs: no no-grad pass
+    RECOMPUTED = "recomputed"  # a no-grad pass of the policy over the batch before training
+    # verl's on_policy: one optimizer step on the whole batch (ppo_epochs 1, one mini-batch) and
+    # no behaviour weights, so pi_old is the policy as it stands: each training forward's own
+    # log-probs, detached; only the reference's no-grad pass runs
+    ON_POLICY = "on_policy"
+
+
+@dataclass
+class _UpdateInputs:
+    """One update's batch as CPU tensors, every rank holding all of it."""
+
+    ids: torch.Tensor                 # (N, T) right-padded prompt + response
+    attn: torch.Tensor
+    mask: torch.Tensor                # response tokens that carry a prediction (float)
+    adv: torch.Tensor                 # (N,)
+    temperature: float
+    images: list[list[str]] | None    # per row: the frames the engine saw
+    source: OldLogProbs
+    old: torch.Tensor | None          # None when ON_POLICY
+    ref: torch.Tensor
+    behavior_w: torch.Tensor | None   # pi_old / pi_behavior, capped; None without
+    behavior_metrics: dict
 
 
 class PolicyWorker:
@@ -374,108 +408,128 @@ class PolicyWorker:
     def update(self, batch: UpdateBatch) -> dict:
         """ppo_epochs x seeded mini-batches of clipped loss + KL - entropy; one step per mini-batch."""
         t0 = time.perf_counter()
-        s = self.settings
         async_metrics = self._staleness(batch)
-        image_s0 = self.vision.seconds if self.vision is not None else 0.0
+        image_s0 = self._image_seconds()
+        x = self._update_inputs(batch)
+        t1 = time.perf_counter()
+        sums, grad_norms, skipped, steps = self._train(x)
+        self.global_step += 1
+        t2 = time.perf_counter()
+        sums += UpdateSums(old_ref_log_prob_s=t1 - t0, update_actor_s=t2 - t1,
+                           update_total_s=t2 - t0,
+                           image_preprocess_s=self._image_seconds() - image_s0)
+        metrics = sums.all_reduce(self.device).metrics(steps, self.world_size)
+        return {**metrics, **self._step_metrics(grad_norms, skipped), **async_metrics,
+                **x.behavior_metrics}
+
+    def _image_seconds(self) -> float:
+        """Seconds this rank has spent preprocessing images so far (0 for a text-only model)."""
+        return self.vision.seconds if self.vision is not None else 0.0
+
+    def _old_log_prob_source(self, batch: UpdateBatch) -> OldLogProbs:
+        """Where this update's pi_old comes from (OldLogProbs)."""
+        if batch.old_log_probs is not None and batch.ref_log_prob is not None:
+            return OldLogProbs.GIVEN
+        behavior = batch.behavior_log_probs is not None and bool(self.settings.behavior_weight_cap)
+        if self.settings.ppo_epochs == 1 and len(batch.input_ids) <= self.mini and not behavior:
+            return OldLogProbs.ON_POLICY
+        return OldLogProbs.RECOMPUTED
+
+    def _update_inputs(self, batch: UpdateBatch) -> _UpdateInputs:
+        """The batch as CPU tensors, with old (per its OldLogProbs) and reference log-probs
+        and the behaviour weights; the no-grad passes run here."""
         ids, attn = _tensor(batch.input_ids, torch.long), _tensor(batch.attention_mask, torch.long)
-        adv = _tensor(batch.advantages, torch.float32)
         temperature = float(batch.temperature)
         mask = (_tensor(batch.response_mask) * attn).float()
         mask[:, 0] = 0.0                      # column 0 has no prediction
-        behavior = batch.behavior_log_probs is not None and bool(self.settings.behavior_weight_cap)
-        # one optimizer step on the whole batch, no behaviour weights: the old policy is the
-        # policy as it stands, so the clipped ratio's anchor is the training forward's own
-        # log-probs (detached) and the separate no-grad pass over the policy is skipped
-        one_step = self.settings.ppo_epochs == 1 and len(ids) <= self.mini and not behavior
-        if batch.old_log_probs is not None and batch.ref_log_prob is not None:
+        source = self._old_log_prob_source(batch)
+        if source is OldLogProbs.GIVEN:
             old = _tensor(batch.old_log_probs, torch.float32)
             ref = _tensor(batch.ref_log_prob, torch.float32)
-        elif one_step:
+        elif source is OldLogProbs.ON_POLICY:
             old, (ref,) = None, self._log_probs(ids, attn, temperature, batch.images,
                                                 models=(self.ref,))
         else:
             old, ref = self._log_probs(ids, attn, temperature, batch.images)
         behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
-        t1 = time.perf_counter()
+        return _UpdateInputs(ids, attn, mask, _tensor(batch.advantages, torch.float32),
+                             temperature, batch.images, source, old, ref, behavior_w,
+                             behavior_metrics)
 
+    def _train(self, x: _UpdateInputs) -> tuple[UpdateSums, list[float], int, int]:
+        """ppo_epochs passes over mini-batches drawn from one permutation seeded by the seed and
+        the step (the same on every rank). Returns this rank's sums, the gradient norms, the
+        optimizer steps skipped (a non-finite norm) and those taken."""
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.global_step)
-        # loss, kl, entropy (each a mini-batch aggregate, summed over mini-batches); clip
-        # fractions and approx KL token-weighted; tokens; positions the training forwards
-        # computed and those that were real tokens of weighted rows (the rest is padding)
-        sums = torch.zeros(9, dtype=torch.float64)
-        grad_norms, skipped, steps = [], 0, 0
+        sums, grad_norms, skipped, steps = UpdateSums(), [], 0, 0
         for _ in range(self.settings.ppo_epochs):
-            for mb in torch.randperm(len(ids), generator=gen).split(self.mini):
-                # what no micro-batch sees: every rank holds the full batch, so these are global
-                info = {"dp_size": self.world_size, "batch_num_tokens": mask[mb].sum().clamp_min(1.0),
-                        "global_batch_size": (mask[mb].sum(1) > 0).sum().clamp_min(1),
-                        # a constant for the whole update (never a micro-batch's own width)
-                        "loss_scale_factor": self.settings.loss_scale_factor or ids.shape[1]}
-                config = {**self.clip, "global_batch_info": info}
-                rows, weight = self._shard_rows(mb)
-                self.optim.zero_grad(set_to_none=True)
-                for pos in self._micro_batches(rows, attn):
-                    r, w = rows[pos], weight[pos]
-                    L = int(attn[r].sum(1).max())     # right-padded: the rest is padding
-                    m = (mask[r, :L] * w[:, None]).to(self.device)
-                    logp, ent = self._token_logp(
-                        self.model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
-                        temperature, entropy=True,
-                        vision=self._vision_kwargs(ids[r, :L], batch.images, r))
-                    anchor = logp.detach() if old is None else old[r, :L].to(self.device)
-                    pg, pg_metrics = self.policy_loss(
-                        anchor, logp, adv[r, None].to(self.device), m,
-                        self.loss_agg_mode, config,
-                        None if behavior_w is None else behavior_w[r, :L].to(self.device))
-                    # each term is this micro-batch's share of the mini-batch's aggregate,
-                    # times world_size (FSDP averages gradients over ranks): summed, they are
-                    # the one-batch loss whatever the micro-batching and the world size
-                    kl = agg_loss(kl_penalty(logp, ref[r, :L].to(self.device), s.kl_loss_type),
-                                  m, self.loss_agg_mode, **info)
-                    entropy = agg_loss(ent, m, self.loss_agg_mode, **info)
-                    loss = pg + s.kl_loss_coef * kl - s.entropy_coeff * entropy
-                    loss.backward()
-                    tokens = float(m.sum())
-                    sums += torch.tensor([
-                        float(pg.detach()) / self.world_size, float(kl.detach()) / self.world_size,
-                        float(entropy.detach()) / self.world_size,
-                        pg_metrics["actor/pg_clipfrac"] * tokens,
-                        pg_metrics["actor/pg_clipfrac_lower"] * tokens,
-                        pg_metrics["actor/ppo_kl"] * tokens, tokens,
-                        float(attn[r, :L].sum()) if s.use_remove_padding else len(r) * L,
-                        float((attn[r, :L] * (w > 0)[:, None]).sum())], dtype=torch.float64)
-                norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.settings.grad_clip,
-                                                   self.world_size)
+            for mb in torch.randperm(len(x.ids), generator=gen).split(self.mini):
+                sums, norm, stepped = self._mini_batch_step(x, mb, sums)
                 skipped += not stepped
                 steps += 1
                 grad_norms.append(norm)
-        self.global_step += 1
+        return sums, grad_norms, skipped, steps
 
-        t2 = time.perf_counter()
-        image_s = (self.vision.seconds if self.vision is not None else 0.0) - image_s0
-        reduced = torch.cat([sums, torch.tensor([t1 - t0, t2 - t1, t2 - t0, image_s],
-                                                dtype=torch.float64)])
-        reduced = reduced.to(self.device)
-        dist.all_reduce(reduced)
-        reduced = reduced.cpu()
-        # the largest peak resident memory of any rank so far (verl's perf/* on the CPU side)
+    def _mini_batch_step(self, x: _UpdateInputs, mb: torch.Tensor, sums: UpdateSums
+                         ) -> tuple[UpdateSums, float, bool]:
+        """One optimizer step on mini-batch `mb` (rows of the global batch): this rank's rows
+        in micro-batches, gradients accumulated, then clipped. Returns `sums` (the update's so
+        far) with each micro-batch's added in turn, the gradient norm and whether the step was
+        taken."""
+        # what no micro-batch sees: every rank holds the full batch, so these are global
+        info = {"dp_size": self.world_size, "batch_num_tokens": x.mask[mb].sum().clamp_min(1.0),
+                "global_batch_size": (x.mask[mb].sum(1) > 0).sum().clamp_min(1),
+                # a constant for the whole update (never a micro-batch's own width)
+                "loss_scale_factor": self.settings.loss_scale_factor or x.ids.shape[1]}
+        rows, weight = self._shard_rows(mb)
+        self.optim.zero_grad(set_to_none=True)
+        for pos in self._micro_batches(rows, x.attn):
+            sums += self._micro_batch(x, rows[pos], weight[pos], info)
+        norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.settings.grad_clip,
+                                           self.world_size)
+        return sums, norm, stepped
+
+    def _micro_batch(self, x: _UpdateInputs, r: torch.Tensor, w: torch.Tensor,
+                     info: dict) -> UpdateSums:
+        """Forward and backward of rows `r` (weights `w`: 0 for a padding row). Each loss term
+        is this micro-batch's share of the mini-batch's aggregate, times world_size (FSDP
+        averages gradients over ranks): summed, they are the one-batch loss whatever the
+        micro-batching and the world size."""
+        s = self.settings
+        L = int(x.attn[r].sum(1).max())       # right-padded: the rest is padding
+        m = (x.mask[r, :L] * w[:, None]).to(self.device)
+        logp, ent = self._token_logp(
+            self.model, x.ids[r, :L].to(self.device), x.attn[r, :L].to(self.device),
+            x.temperature, entropy=True, vision=self._vision_kwargs(x.ids[r, :L], x.images, r))
+        old = logp.detach() if x.source is OldLogProbs.ON_POLICY else x.old[r, :L].to(self.device)
+        pg, pg_metrics = self.policy_loss(
+            old, logp, x.adv[r, None].to(self.device), m, self.loss_agg_mode,
+            {**self.clip, "global_batch_info": info},
+            None if x.behavior_w is None else x.behavior_w[r, :L].to(self.device))
+        kl = agg_loss(kl_penalty(logp, x.ref[r, :L].to(self.device), s.kl_loss_type),
+                      m, self.loss_agg_mode, **info)
+        entropy = agg_loss(ent, m, self.loss_agg_mode, **info)
+        loss = pg + s.kl_loss_coef * kl - s.entropy_coeff * entropy
+        loss.backward()
+        tokens = float(m.sum())
+        return UpdateSums(
+            pg_loss=float(pg.detach()) / self.world_size,
+            kl_loss=float(kl.detach()) / self.world_size,
+            entropy=float(entropy.detach()) / self.world_size,
+            pg_clipfrac=pg_metrics["actor/pg_clipfrac"] * tokens,
+            pg_clipfrac_lower=pg_metrics["actor/pg_clipfrac_lower"] * tokens,
+            ppo_kl=pg_metrics["actor/ppo_kl"] * tokens, tokens=tokens,
+            positions=float(x.attn[r, :L].sum()) if s.use_remove_padding else len(r) * L,
+            real_positions=float((x.attn[r, :L] * (w > 0)[:, None]).sum()))
+
+    def _step_metrics(self, grad_norms: list[float], skipped: int) -> dict:
+        """The optimizer's figures, and the largest peak resident memory of any rank so far
+        (verl's perf/* on the CPU side; collective)."""
         rss = torch.tensor([peak_rss_bytes() / 2**30], dtype=torch.float64, device=self.device)
         dist.all_reduce(rss, op=dist.ReduceOp.MAX)
-        tok, steps = max(float(reduced[6]), 1.0), max(steps, 1)
-        pg, kl, ent = (float(x) / steps for x in reduced[:3])
-        clip, clip_lower, akl = (float(x) / tok for x in reduced[3:6])
-        t_logp, t_train, t_all, t_image = (float(x) / self.world_size for x in reduced[9:])
-        padding = 1.0 - float(reduced[8]) / max(float(reduced[7]), 1.0)
-        return {"actor/pg_loss": pg, "actor/kl_loss": kl, "actor/clip_frac": clip,
-                "actor/pg_clipfrac_lower": clip_lower,
-                "actor/entropy": ent, "actor/approx_kl": akl,
-                "actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+        return {"actor/grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
                 "actor/lr": float(self.optim.param_groups[0]["lr"]),
-                "actor/skipped_steps": float(skipped), "actor/tokens": float(reduced[6]),
-                "actor/padding_share": padding, "perf/max_rss_gib": float(rss),
-                "timing_s/old_ref_log_prob": t_logp, "timing_s/update_actor": t_train,
-                "timing_s/update_total": t_all, "timing_s/image_preprocess": t_image,
-                **async_metrics, **behavior_metrics}
+                "actor/skipped_steps": float(skipped), "perf/max_rss_gib": float(rss)}
 
     def _hf_state(self, sd: dict, dtype=None, drop_tied: bool = False,
                   trained_only: bool = False, checkpoint_names: bool = False) -> dict:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
 
-import json
 import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from peer_rl.tracking.metrics import read_metrics
 
 SCORE_STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy")
 
@@ -31,7 +32,7 @@ def _run(overrides: list[str], staleness: int, steps: int) -> list[dict]:
         out = run(list(overrides) + [f"trainer.total_steps={steps}", "trainer.save_freq=0",
                                      f"trainer.output_dir={tmp}",
                                      f"trainer.async_training.staleness={staleness}"])
-        return [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        return read_metrics(Path(out) / "metrics.jsonl")
 
 
 def _median(recs: list[dict], key: str) -> float:
@@ -63,11 +64,11 @@ def main(overrides: list[str]) -> int:
           f"{'sync s':>7s} {'overlap s':>10s}")
     split = {}
     for staleness, recs in runs.items():
-        score = sum(_median(recs, f"timing/{s}") for s in SCORE_STAGES)
-        step, upd, sync = (_median(recs, f"timing/{k}") for k in ("step", "update", "sync"))
+        score = sum(_median(recs, f"timing_s/{s}") for s in SCORE_STAGES)
+        step, upd, sync = (_median(recs, f"timing_s/{k}") for k in ("step", "update", "sync"))
         split[staleness] = (score, upd, sync, step)
         print(f"{staleness:9d} {step:8.2f} {1 / step:8.4f} {score:8.2f} {upd:9.2f} {sync:7.2f} "
-              f"{_median(recs, 'timing/overlap'):10.2f}")
+              f"{_median(recs, 'timing_s/overlap'):10.2f}")
     score, upd, sync, step0 = split[0]
     print(f"measured speed-up (steps/s, 1 over 0): {step0 / split[1][3]:.2f}x")
     print(f"projection from the synchronous split (score {score:.2f} s, update {upd:.2f} s, "

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from peer_rl.tracking.metrics import read_metrics
+
 # ESCRAG-R1 steps (retrieval.enable) add the retrieval call and the second rollout pass
 STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy", "update", "sync",
           "controller", "overlap", "step")
@@ -26,18 +28,18 @@ def main(overrides: list[str]) -> int:
         if "trainer.output_dir" not in has:
             extra.append(f"trainer.output_dir={tmp}")
         out = run(list(overrides) + extra + ["trainer.save_freq=0"])
-        recs = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        recs = read_metrics(Path(out) / "metrics.jsonl")
         cfg = OmegaConf.load(Path(out) / "config.yaml")
         report = json.loads((Path(out) / "memory.json").read_text())
         memory, dtypes = report["peak_rss_gib"], report.get("dtype", {})
     timed = recs[1:] or recs
     print(f"\nper-stage time of a GRPO step (median over steps {timed[0]['step']}-{timed[-1]['step']}, "
           f"first step excluded as warm-up)")
-    total = float(np.median([r["timing/step"] for r in timed]))
+    total = float(np.median([r["timing_s/step"] for r in timed]))
     print("compute dtype: " + "; ".join(f"{pool} {d}" for pool, d in dtypes.items()))
     print(f"{'stage':12s} {'seconds':>9s} {'share':>7s}")
-    for stage in (s for s in STAGES if f"timing/{s}" in timed[0]):
-        sec = float(np.median([r[f"timing/{stage}"] for r in timed]))
+    for stage in (s for s in STAGES if f"timing_s/{s}" in timed[0]):
+        sec = float(np.median([r[f"timing_s/{stage}"] for r in timed]))
         print(f"{stage:12s} {sec:9.3f} {100 * sec / total:6.1f}%")
     print(f"rollout tokens/s (median): {np.median([r['rollout/tokens_per_s'] for r in timed]):.0f}")
     print(f"weight sync: {timed[-1]['sync/bytes'] / 2**20:.2f} MiB to each engine a step")

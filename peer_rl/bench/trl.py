@@ -16,7 +16,7 @@ reference and its k3 estimator; peer-rl's low_var_kl is the same k3, clamped).
 `--model smollm2`: the real SmolLM2-135M-Instruct (peer_rl.models.pinned, fetched once) in place
 of the random policy, on the sample's English text prompts (its card reads English only).
 Each side runs in its own process tree. Step time: the median over the steps after the first
-(warm-up). Update: peer-rl's timing/update (reference forward, training forward and backward,
+(warm-up). Update: peer-rl's timing_s/update (reference forward, training forward and backward,
 optimizer step); for TRL the step less its generation (`_generate`) and its reward call.
 Peak memory: the largest sum of the tree's proportional set sizes (PSS: a page shared by k
 processes counts 1/k in each), sampled every half second; the RSS sum beside it counts shared
@@ -46,6 +46,7 @@ from peer_rl.errors import ConfigError, MissingDependency
 
 PROMPTS, G, NEW_TOKENS = 8, 4, 128
 from peer_rl.bench.models import REAL_MODELS
+from peer_rl.tracking.metrics import read_metrics
 
 
 def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list,
@@ -118,10 +119,10 @@ def _peer_rl(model: str, steps: int, overrides: list[str] = ()) -> dict:
         # TRL's side (save_strategy "no") does not write: the table's peak is over the steps
         metrics = Path(tmp) / "metrics.jsonl"
         _, (whole, _), (peak, peak_rss) = _run_tree(cmd, lambda: _lines(metrics) >= steps)
-        recs = [json.loads(x) for x in metrics.read_text().splitlines()]
-    return {"steps": [r["timing/step"] for r in recs], "peak": peak, "peak_rss": peak_rss,
-            "peak_with_save": whole, "update": [r["timing/update"] for r in recs],
-            "sync": [r["timing/sync"] for r in recs], "sync_bytes": recs[-1]["sync/bytes"]}
+        recs = read_metrics(metrics)
+    return {"steps": [r["timing_s/step"] for r in recs], "peak": peak, "peak_rss": peak_rss,
+            "peak_with_save": whole, "update": [r["timing_s/update"] for r in recs],
+            "sync": [r["timing_s/sync"] for r in recs], "sync_bytes": recs[-1]["sync/bytes"]}
 
 
 def _timed(name: str, fn, spent: dict):

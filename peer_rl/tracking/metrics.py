@@ -42,8 +42,9 @@ def summarise(prefix: str, values) -> dict:
 def truncate_jsonl(path: Path, last_step: int) -> int:
     """Keep only records with step <= last_step: a resumed run re-does later steps. A last line
     that does not parse (a crash mid-write) is dropped with a warning; one elsewhere is a
-    damaged file and stops the resume, naming the line. The file is rewritten atomically.
-    Returns the number of torn lines dropped."""
+    damaged file and stops the resume, naming the line. The file is rewritten atomically;
+    records keep the names they were written under (read_metrics maps old ones). Returns the
+    number of torn lines dropped."""
     from peer_rl.files.out_paths import repair_jsonl
 
     _, torn = repair_jsonl(path, last_step)
@@ -53,16 +54,22 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
     return 1 if torn else 0
 
 
-# one word per idea, adopted in issue 59: an old name on the left is read back as the one on its
-# right, so metrics.jsonl files written before still plot and report
-RENAMED = {"reward/final_mean": "reward/refined_mean",
+# one word per idea (issue 59), verl's names where it has them: an old name on the left is
+# read back as the one on its right, so metrics.jsonl files written before still plot and report.
+# An entry ending in "/" renames a whole family (timing/<stage> -> timing_s/<stage>).
+RENAMED = {"actor/clip_frac": "actor/pg_clipfrac", "actor/approx_kl": "actor/ppo_kl",
+           "timing/": "timing_s/",
+           "reward/final_mean": "reward/refined_mean",
            "reward/final_minus_initial": "reward/refined_minus_initial",
            "groups/zero_variance_share/final": "groups/zero_variance_share/reweighted"}
 
 
 def current_name(key: str) -> str:
     """`key` under today's name (RENAMED); a key never renamed comes back as it is."""
-    return RENAMED.get(key, key)
+    for old, new in RENAMED.items():
+        if key == old or (old.endswith("/") and key.startswith(old)):
+            return new + key[len(old):]
+    return key
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -116,8 +123,8 @@ class MetricsSink:
         if "console" in self.loggers:
             keys = ("reward/mean", "reward/rur_mean", "reward/format_rate",
                     "judge/parse_failure_rate", "actor/kl_loss", "response/length_mean",
-                    "timing/step")
-            shown = " ".join(f"{k.split('/', 1)[1] if k != 'timing/step' else 'sec'}="
+                    "timing_s/step")
+            shown = " ".join(f"{k.split('/', 1)[1] if k != 'timing_s/step' else 'sec'}="
                              f"{metrics[k]:.3f}" for k in keys if k in metrics)
             print(f"[step {step}] {shown}", file=sys.stderr, flush=True)
             ev = [k for k in ("eval/diversity/distinct_2", "eval/diversity/self_similarity",

@@ -367,13 +367,13 @@ class Controller:
 
         m = self._step_metrics(batch_rows, scored, adv, actor_metrics, timing)
         # wall time of this call: with the overlap, this step's stages 2-5 ran in the previous
-        # call and the next step's run inside this one (timing/overlap: inside the update)
+        # call and the next step's run inside this one (timing_s/overlap: inside the update)
         end = time.time()
         spans = timing.spans + (ahead.timing.spans if ahead else [])
-        m["timing/step"] = end - start
-        m["timing/controller"] = m["timing/step"] - covered(spans, start, end)
+        m["timing_s/step"] = end - start
+        m["timing_s/controller"] = m["timing_s/step"] - covered(spans, start, end)
         update_span = next(x for x in timing.spans if x["stage"] == "update")
-        m["timing/overlap"] = overlap(ahead.timing.spans, update_span) if ahead else 0.0
+        m["timing_s/overlap"] = overlap(ahead.timing.spans, update_span) if ahead else 0.0
         append_spans(self.out / TIMELINE_FILE, timing.spans)
         if cfg.logging.log_samples:
             self._log_samples(batch_rows, scored)
@@ -403,7 +403,7 @@ class Controller:
         }
         m |= summarise("advantages", adv)
         m |= {k: v for k, v in actor_metrics.items() if isinstance(v, (int, float))}
-        m |= {f"timing/{k}": v for k, v in timing.items()}
+        m |= {f"timing_s/{k}": v for k, v in timing.items()}
         return m
 
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
@@ -428,7 +428,7 @@ class Controller:
         # through the worker group: a redundancy worker restarted meanwhile is waited for
         m = self.evaluator.run(self.rollout, self.reward_model,
                                lambda texts: self.redundancy.call("encode", texts), self.step)
-        m["timing/eval"] = time.perf_counter() - t
+        m["timing_s/eval"] = time.perf_counter() - t
         return m
 
     # ---------------------------------------------------------------- the loop

@@ -220,3 +220,21 @@ def test_a_dry_run_prints_no_secret_and_the_stage_saves_the_interpolation(tmp_pa
     text = (tmp_path / "config.yaml").read_text()
     assert "tok-58" not in text
     assert "judge_url: https://judge.example.com/${oc.env:PEER_RL_TEST_TOKEN}/v1" in text
+
+
+def test_a_run_written_under_the_old_metric_names_reports_under_verls(tmp_path):
+    """A GRPO run whose metrics.jsonl predates verl's names (actor/clip_frac, timing/<stage>)
+    is reported, and its curves are read back under today's names."""
+    from peer_rl.chain.report import read_curves
+
+    out = tmp_path / "out"
+    (out / "grpo" / "peer_s0").mkdir(parents=True)
+    (out / "grpo" / "peer_s0" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "reward/mean": r, "actor/clip_frac": c, "timing/step": 6.0})
+        + "\n" for s, r, c in ((1, 1.0, 0.25), (2, 2.0, 0.5))))
+    md = write_chain_report({"out": str(out), "seeds": [0]}).read_text()
+    assert "| peer | 1 | 2 | 1.500 | 1.500 |" in md
+    recs = read_curves(out)["peer_s0"]
+    assert [(r["actor/pg_clipfrac"], r["timing_s/step"]) for r in recs] == [(0.25, 6.0),
+                                                                            (0.5, 6.0)]
+    assert not any("actor/clip_frac" in r or "timing/step" in r for r in recs)

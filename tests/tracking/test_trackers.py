@@ -10,10 +10,10 @@ from peer_rl.config.schema import ConfigError, load_config, public_config
 from peer_rl.tracking.trackers import flat_params, open_trackers, wandb_mode
 
 SECRET = "s3cret-tok"
-STEPS = {1: {"reward/mean": 0.1234567890123, "actor/kl_loss": 1e-7, "timing/step": 12.5,
+STEPS = {1: {"reward/mean": 0.1234567890123, "actor/kl_loss": 1e-7, "timing_s/step": 12.5,
              "judge/ok": True, "note": "text"},
-         2: {"reward/mean": -0.25, "actor/kl_loss": 3.0, "timing/step": 11},
-         3: {"reward/mean": 0.75, "actor/kl_loss": 2.5, "timing/step": 10.0}}
+         2: {"reward/mean": -0.25, "actor/kl_loss": 3.0, "timing_s/step": 11},
+         3: {"reward/mean": 0.75, "actor/kl_loss": 2.5, "timing_s/step": 10.0}}
 
 
 def _cfg(out, *extra):

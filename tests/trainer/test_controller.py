@@ -247,7 +247,7 @@ def test_a_rollout_worker_killed_while_the_next_step_is_scored_ahead(system, grp
     assert [r["step"] for r in recs] == [1, 2, 3]
     assert recs[-1]["faults/actor_restarts"] == 1
     assert all(r["async/staleness_max"] <= 1 for r in recs)
-    assert recs[0]["timing/overlap"] > 0
+    assert recs[0]["timing_s/overlap"] > 0
     _engine_matches_policy(pools)        # the restarted engine ends with the trained weights
 
 

@@ -72,17 +72,17 @@ def test_killed_run_kept_complete_steps_metrics_and_checkpoints(run_dir):
         assert m["advantages/min"] == pytest.approx(adv.min(), abs=1e-4)
         # the rest: what each metric must satisfy, whatever the tiny models wrote
         assert 0 <= m["reward/mean"] <= 3 and 0 <= m["judge/parse_failure_rate"] <= 1
-        for k in ("rur/tau/mean", "rur/s_hist/mean", "rur/s_group/mean", "actor/clip_frac",
+        for k in ("rur/tau/mean", "rur/s_hist/mean", "rur/s_group/mean", "actor/pg_clipfrac",
                   "response/distinct_2", "reward/format_rate"):
             assert 0 <= m[k] <= 1, k
         # group-normalised advantages have mean 0 within every group, so over the batch too
         assert abs(m["advantages/mean"]) < 1e-5
         assert m["actor/kl_loss"] >= 0 and m["actor/entropy"] > 0
         assert m["response/length_mean"] > 0 and m["rollout/tokens_per_s"] > 0
-        stages = sum(m[f"timing/{k}"] for k in ("rollout", "judge", "redundancy", "update", "sync"))
-        assert all(m[f"timing/{k}"] > 0 for k in ("rollout", "judge", "redundancy", "update",
+        stages = sum(m[f"timing_s/{k}"] for k in ("rollout", "judge", "redundancy", "update", "sync"))
+        assert all(m[f"timing_s/{k}"] > 0 for k in ("rollout", "judge", "redundancy", "update",
                                                   "sync"))
-        assert m["timing/controller"] >= 0 and stages <= m["timing/step"] + 1e-6
+        assert m["timing_s/controller"] >= 0 and stages <= m["timing_s/step"] + 1e-6
     assert (run_dir / "config.yaml").exists()
     for step in (1, 2):
         ck = run_dir / "checkpoints" / f"step_{step}"

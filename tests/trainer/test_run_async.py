@@ -74,8 +74,8 @@ def test_samples_are_one_update_old_and_were_drawn_during_the_previous_update(ru
     assert update["start"] <= ahead["start"] < update["end"]
     assert ahead["end"] <= spans[(1, "sync")]["start"]
     assert (3, "rollout") not in spans         # step 3 never completed: its spans are not kept
-    assert recs[0]["timing/overlap"] > 0.0 and recs[1]["timing/overlap"] > 0.0
-    assert recs[0]["timing/overlap"] <= recs[0]["timing/update"] + 1e-6
+    assert recs[0]["timing_s/overlap"] > 0.0 and recs[1]["timing_s/overlap"] > 0.0
+    assert recs[0]["timing_s/overlap"] <= recs[0]["timing_s/update"] + 1e-6
 
 
 def test_resume_trains_each_step_once_in_the_uninterrupted_data_order(runs):
@@ -84,7 +84,7 @@ def test_resume_trains_each_step_once_in_the_uninterrupted_data_order(runs):
     recs = metrics(out)
     assert [r["step"] for r in recs] == [1, 2, 3]
     # step 3 was drawn again and sampled by the resumed step-2 policy: nothing stale survives
-    assert recs[2]["async/staleness_max"] == 0.0 and recs[2]["timing/overlap"] == 0.0
+    assert recs[2]["async/staleness_max"] == 0.0 and recs[2]["timing_s/overlap"] == 0.0
     assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "final" / "config.json").exists()
     cfg = load_config([f"trainer.output_dir={out}"])

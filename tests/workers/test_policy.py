@@ -482,11 +482,11 @@ def test_log_probs_and_the_update_use_the_sampling_temperature(route, tiny_model
     # (e^0.3 = 1.35, 4 tokens; e^0.1 = 1.11 is not); A < 0 below 0.8: row 2 (e^-0.5 = 0.61,
     # 3 tokens), not row 3 (e^1.5 = 4.48, held by the dual clip instead: 6 tokens)
     m = r["metrics"]
-    assert m["actor/clip_frac"] == pytest.approx((5 + 4 + 3) / 22, abs=1e-6)
+    assert m["actor/pg_clipfrac"] == pytest.approx((5 + 4 + 3) / 22, abs=1e-6)
     assert m["actor/pg_clipfrac_lower"] == pytest.approx(6 / 22, abs=1e-6)
     # verl's approx_kl (ppo_kl): the token mean of log pi_old - log pi = -delta
     kl = -(5 * 0.5 + 4 * 0.1 + 4 * 0.3 + 3 * -0.5 + 6 * 1.5) / 22
-    assert m["actor/approx_kl"] == pytest.approx(kl, abs=1e-4)
+    assert m["actor/ppo_kl"] == pytest.approx(kl, abs=1e-4)
     assert m["actor/tokens"] == 22
 
 
@@ -559,8 +559,8 @@ def test_world2_matches_world1(tiny_model, world1, world2):
           f"update step world1 {r1['update_s']:.3f}s world2 {r2a['update_s']:.3f}s")
     assert moved > 1e-3 and diff < 1e-5
     assert r2a["metrics"] == r2b["metrics"]   # all-reduced: identical on both ranks
-    keys = ("actor/pg_loss", "actor/kl_loss", "actor/clip_frac", "actor/entropy",
-            "actor/grad_norm", "actor/approx_kl", "actor/lr", "actor/tokens")
+    keys = ("actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac", "actor/entropy",
+            "actor/grad_norm", "actor/ppo_kl", "actor/lr", "actor/tokens")
     for m1, m2 in ((r1["metrics"], r2a["metrics"]), (r1["metrics7"], r2a["metrics7"])):
         for k in keys:
             assert m1[k] == pytest.approx(m2[k], rel=1e-4, abs=1e-6), k
@@ -664,7 +664,7 @@ def test_one_step_updates_anchor_on_their_own_forward_with_the_same_gradient(tin
     for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy"):
         assert res["own_metrics"][k] == pytest.approx(res["given_metrics"][k], rel=1e-5,
                                                       abs=1e-7), k
-    assert res["own_metrics"]["actor/approx_kl"] == 0.0      # the ratio is exactly 1
+    assert res["own_metrics"]["actor/ppo_kl"] == 0.0      # the ratio is exactly 1
     # the policy ran forward once per training micro-batch: no separate pass before them
     assert res["policy_forwards"] == res["micro_batches"] >= 1
 
@@ -713,7 +713,7 @@ def assert_same_training(got: dict, want: dict) -> None:
     np.testing.assert_allclose(got["lp"].ref_log_prob, want["lp"].ref_log_prob, atol=1e-5)
     for m in ("metrics", "metrics7"):
         for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
-                  "actor/approx_kl", "actor/tokens"):
+                  "actor/ppo_kl", "actor/tokens"):
             assert got[m][k] == pytest.approx(want[m][k], rel=1e-5, abs=1e-7), (m, k)
     assert max_diff(got["weights"], want["weights"]) < 1e-5
 
@@ -749,8 +749,8 @@ def test_export_loads_strictly(tiny_model, world2):
 def test_kl_zero_and_checkpoint_round_trip(ckpt_world2):
     r0 = ckpt_world2[0]
     first = r0["first"]
-    assert abs(first["actor/kl_loss"]) < 1e-6 and abs(first["actor/approx_kl"]) < 1e-6
-    assert first["actor/clip_frac"] == 0.0
+    assert abs(first["actor/kl_loss"]) < 1e-6 and abs(first["actor/ppo_kl"]) < 1e-6
+    assert first["actor/pg_clipfrac"] == 0.0
     assert max_diff(r0["saved"], r0["perturbed"]) > 1e-4
     assert max_diff(r0["saved"], r0["loaded"]) == 0.0
     assert max_diff(r0["perturbed"], r0["replayed"]) < 1e-6   # optimizer state + step restored
@@ -783,7 +783,7 @@ def test_checkpoint_written_at_world_2_resumes_at_world_1(tiny_model, ckpt_world
     one = run_group(1, tiny_model, "resume", tmp_path / "w1", arg=two["ckpt"],
                     ppo_mini_batch_size=8, ppo_epochs=1)[0]
     assert one["extra"]["world_size"] == 2 and one["extra"]["global_step"] == 1
-    for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/approx_kl"):
+    for k in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/ppo_kl"):
         assert one["metrics"][k] == pytest.approx(two["replayed_metrics"][k], rel=1e-4, abs=1e-7), k
     # the step moved the weights, and both runs moved them the same way (AdamW's moments came
     # through: without them the first step after a load would differ)
