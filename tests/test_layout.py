@@ -99,6 +99,7 @@ def test_the_distribution_lists_every_package_and_maps_the_folders_in():
                                    "peer_rl.recipes": "recipes"}
 
 
+@pytest.mark.e2e   # a child interpreter
 def test_outside_the_checkout_only_peer_rl_imports(tmp_path):
     """From another directory `workers` and `recipes` are not import names, and peer_rl's own
     workers are the ones beside the package that was imported (a checkout runs its own)."""
