@@ -28,9 +28,9 @@ def test_a_line_nested_too_deep_is_a_counted_problem(tmp_path, capsys):
 
 
 def test_train_files_may_not_leave_the_data_root(tmp_path, capsys):
-    from peer_rl.data.bundled import build_sample
+    from peer_rl.data.bundled import copy_sample
 
-    build_sample(tmp_path / "root")
+    copy_sample(tmp_path / "root")
     (tmp_path / "outside.jsonl").write_text("{}\n")
     assert main(["train", f"data.root={tmp_path / 'root'}", "data.train_files=[../outside.jsonl]",
                  f"trainer.output_dir={tmp_path / 'run'}"]) == 2

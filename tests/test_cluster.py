@@ -88,6 +88,7 @@ def test_runtime_env_upload_holds_the_code_and_excludes_venv_git_outputs(tmp_pat
     assert pkg.stat().st_size < 64 * 2**20  # Ray's hard limit is 512 MiB, warning from 256 MiB
 
 
+@pytest.mark.e2e   # a `git ls-files` process
 def test_runtime_env_upload_carries_every_bundled_file_a_default_run_reads(tmp_path):
     """The default `peer-rl train` inside a job reads the uploaded copy of peer_rl/bundled/ (the
     working dir comes first on PYTHONPATH): the shipped tiny models' weights must travel with
@@ -185,6 +186,7 @@ def test_rayjob_manifest_has_the_fields_kuberay_requires():
     assert gpus >= _demand(cfg)["GPU"], (gpus, _demand(cfg))
 
 
+@pytest.mark.e2e   # a `bash -n` process
 def test_local_cluster_script_is_valid_bash():
     script = CLUSTER / "start-local-cluster.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)

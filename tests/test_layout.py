@@ -109,6 +109,7 @@ def _python(code: str, cwd: Path, pythonpath: str | None = None) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.e2e   # a child interpreter
 def test_outside_the_checkout_only_peer_rl_is_an_import_name(tmp_path):
     """As installed (no PYTHONPATH), from another directory: `workers` and `recipes` are not
     import names; `peer_rl.workers` and `peer_rl.recipes` are the folders beside the package."""
@@ -123,6 +124,7 @@ def test_outside_the_checkout_only_peer_rl_is_an_import_name(tmp_path):
     assert package.parent == workers.parent == recipes.parent
 
 
+@pytest.mark.e2e   # a child interpreter
 def test_a_second_checkout_runs_its_own_workers(tmp_path):
     """A checkout put on PYTHONPATH (a `ray job submit --working-dir` upload, a worktree) maps
     its own folders, not those of the checkout installed in editable mode."""

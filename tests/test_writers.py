@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from peer_rl.cli import main, parser
-from peer_rl.data.bundled import build_sample
+from peer_rl.data.bundled import copy_sample
 
 MARKER = ".peer-rl-out.json"          # spelled out here: the format is part of the contract
 PARTIES = ["model.url=http://127.0.0.1:9/v1", "seeker.url=http://127.0.0.1:9/v1",
@@ -173,9 +173,9 @@ VICTIM_TEXT = "the user's own words, not peer-rl's\n"
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> Path:
-    """The sample data root, built once and copied into each test's world."""
+    """The sample data root, taken once from the shipped copy and copied into each test's world."""
     root = tmp_path_factory.mktemp("sample") / "root"
-    build_sample(root)
+    copy_sample(root)     # build_sample's output: tests/data/test_sample_stats_import.py
     return root
 
 

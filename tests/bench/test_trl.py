@@ -95,6 +95,7 @@ def test_smollm2_takes_the_english_prompts_on_both_sides():
     assert all(p[-1]["content"] in {m[-1]["content"] for m in english} for p in prompts)
 
 
+@pytest.mark.e2e   # a child process tree
 def test_a_tree_sharing_its_pages_is_counted_once_by_pss_and_thrice_by_rss():
     """A process touches 300 MB, then forks two children that keep the pages (copy-on-write,
     never written): the machine holds ~300 MB, each of the three processes has them resident."""
@@ -132,6 +133,7 @@ def test_repeats_below_one_are_refused_naming_the_flag():
         main(["--repeats", "0", "--peer-only"])
 
 
+@pytest.mark.e2e   # a child process tree
 def test_the_peak_over_the_steps_leaves_out_what_comes_after_them(tmp_path):
     """peer-rl's last metrics line precedes its final checkpoint, which TRL's side does not
     write: a child holds 50 MB, marks its steps done, then touches 400 MB more."""

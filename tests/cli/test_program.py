@@ -4,7 +4,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
+
+@pytest.mark.e2e   # a child process
 def test_leave_runs_the_exit_handlers_flushes_and_skips_the_teardown(tmp_path):
     marker = tmp_path / "handler-ran"
     child = textwrap.dedent(f"""

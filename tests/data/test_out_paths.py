@@ -12,13 +12,13 @@ import pytest
 from peer_rl.cli import main
 from peer_rl.config.schema import ConfigError
 from peer_rl.files.out_paths import OutputError, plain_name, refuse_inside
-from peer_rl.data.bundled import build_sample
+from peer_rl.data.bundled import copy_sample
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     out = tmp_path_factory.mktemp("root")
-    build_sample(out)
+    copy_sample(out)      # build_sample's output: tests/data/test_sample_stats_import.py
     return out
 
 
@@ -287,6 +287,7 @@ def _write_many(args):
     return who
 
 
+@pytest.mark.e2e   # a pool of forked processes
 def test_claims_from_several_processes_in_one_directory_all_land(tmp_path):
     """Finding 58.6: processes claiming files in one directory collided on the marker's one
     temporary file (94 of 400 claims failed) and overwrote each other's marker (115 claims
@@ -310,6 +311,7 @@ def test_claims_from_several_processes_in_one_directory_all_land(tmp_path):
         claim_file(tmp_path / name, "judge-template fit", force=True)
 
 
+@pytest.mark.e2e   # a pool of forked processes
 def test_a_file_written_whole_by_several_processes_is_one_of_theirs(tmp_path):
     """Done-files and reports under concurrent writers: every write lands whole (no process
     fails on another's temporary file), the file is one writer's last content, nothing left."""

@@ -7,7 +7,7 @@ import datasets
 import pytest
 
 from peer_rl.cli import main
-from peer_rl.data.bundled import build_sample
+from peer_rl.data.bundled import copy_sample
 from peer_rl.data.verl_export import export_verl
 
 HISTORY = [{"role": "seeker", "content": "I can't sleep."}]
@@ -59,7 +59,7 @@ def sample(tmp_path):
     """The bundled sample, its grpo files read here (not through peer-rl's loader): the
     text-only rows of the training files and of the held-out *_test files."""
     root = tmp_path / "root"
-    build_sample(root)
+    copy_sample(root)     # build_sample's output: tests/data/test_sample_stats_import.py
     files = sorted((root / "grpo").glob("*.jsonl"))
     assert [f.name for f in files] == ["textual.jsonl", "textual_test.jsonl", "visual.jsonl",
                                        "visual_test.jsonl"]

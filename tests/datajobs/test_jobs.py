@@ -171,6 +171,7 @@ def _persona(r):
     return json.dumps(d)
 
 
+@pytest.mark.e2e   # run_personas loads the real sentence encoder (personas.embedding_model)
 def test_personas_cluster_the_two_planted_styles_apart(tmp_path):
     from peer_rl.datajobs.personas import run_personas
 
@@ -203,6 +204,7 @@ def _upper(r):
     return json.dumps({"turns": [m.upper() + " !!" for m in msgs]})
 
 
+@pytest.mark.e2e   # run_personas loads the real sentence encoder (personas.embedding_model)
 def test_rewrite_appends_labelled_copies_with_the_seekers_words_rewritten(tmp_path):
     from peer_rl.datajobs.personas import run_personas
     from peer_rl.datajobs.rewrite import run_rewrite
@@ -307,6 +309,7 @@ def _tree(root: Path) -> dict:
             if "_jobs" not in p.parts}
 
 
+@pytest.mark.e2e   # run_personas loads the real sentence encoder (personas.embedding_model)
 def test_a_rewrite_stopped_mid_run_ends_as_an_uninterrupted_one(tmp_path):
     from peer_rl.datajobs.personas import run_personas
     from peer_rl.datajobs.rewrite import run_rewrite

@@ -3,6 +3,8 @@
 dialogue's messages only. Expected seekers are worked out by hand there."""
 import json
 
+import pytest
+
 from evaluation.scripted import Scripted, last_user
 from peer_rl.datajobs.config import load_job_config
 from peer_rl.datajobs.personas import run_personas
@@ -16,6 +18,7 @@ def _asked_messages(text: str) -> tuple[str, ...]:
     return tuple(x[2:] for x in text.split(head, 1)[1].split("\n\n", 1)[0].splitlines())
 
 
+@pytest.mark.e2e   # run_personas loads the real sentence encoder (personas.embedding_model)
 def test_dialogues_that_open_alike_are_two_seekers(tmp_path):
     root = write_root(tmp_path / "in")
     asked = []

@@ -4,6 +4,8 @@ messages. The writer's rewrite of a message is the message in capitals plus " !!
 expected copy of each row is written down from that row alone."""
 import json
 
+import pytest
+
 from evaluation.scripted import Scripted, last_user
 from peer_rl.datajobs.config import load_job_config
 from peer_rl.datajobs.personas import PERSONAS_FILE, seekers_of
@@ -30,6 +32,7 @@ def _rewritten(turns: list[dict]) -> list[dict]:
             for t in turns]
 
 
+@pytest.mark.e2e   # run_rewrite loads the real sentence encoder (rewrite.embedding_model)
 def test_each_copy_gets_its_own_dialogues_rewrite(tmp_path):
     root = write_root(tmp_path / "in")
     cfg = load_job_config("rewrite", [f"{r}.url=http://127.0.0.1:9/v1"

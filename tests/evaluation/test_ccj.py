@@ -106,6 +106,7 @@ def planted_index(tmp_path_factory):
     return out
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 def test_rag_inference_writes_the_final_reply_from_the_initial_one_and_retrieved_exemplars(
         planted_index):
     from peer_rl.evaluation.retriever import LocalRetriever

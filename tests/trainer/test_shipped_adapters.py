@@ -97,6 +97,7 @@ def test_other_inputs_train_the_stage_instead(shipped, tiny_models, tmp_path, ca
     assert (final / "adapter" / "adapter_model.safetensors").is_file()
 
 
+@pytest.mark.e2e   # a peer-rl CLI subprocess
 def test_a_bad_key_stops_use_smollm2_naming_it(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "models", "use-smollm2", "judge",
                            "--out", str(tmp_path / "j"), "trainer.no_such_key=1"],

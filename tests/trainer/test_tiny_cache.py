@@ -19,6 +19,16 @@ def current_inputs(tiny_models) -> dict[str, dict[str, str]]:
     return {name: stage_inputs(cache, kind) for name, kind in STAGES}
 
 
+@pytest.fixture
+def known_inputs(current_inputs, monkeypatch) -> None:
+    """stage_inputs answers with the module's current inputs: a copy of the cache holds the same
+    bytes, so it has the same digests (the paths are left out:
+    test_the_inputs_are_the_same_wherever_the_random_models_are_built), and working them out
+    again renders every training row through the tokenizer (seconds a stage)."""
+    by_kind = {kind: current_inputs[name] for name, kind in STAGES}
+    monkeypatch.setattr(tiny_cache, "stage_inputs", lambda cache_dir, kind: by_kind[kind])
+
+
 def test_the_shipped_models_were_trained_on_what_this_code_would_train_them_on(current_inputs):
     """Fails when a recipe, the bundled data, a template or the example rendering changes
     without the shipped models being rebuilt: `peer-rl models build-tiny`, then commit."""
@@ -57,8 +67,8 @@ def test_no_shipped_copy_is_said_so(current_inputs, tmp_path):
     assert path is None
 
 
-def test_a_first_run_takes_the_shipped_models_and_trains_nothing(tiny_models, tmp_path, capsys,
-                                                                 monkeypatch):
+def test_a_first_run_takes_the_shipped_models_and_trains_nothing(tiny_models, known_inputs,
+                                                                 tmp_path, capsys, monkeypatch):
     def refuse(cfg, kind):
         raise AssertionError(f"trained the tiny {kind} model instead of taking the shipped one")
 
@@ -98,7 +108,8 @@ def test_the_code_key_follows_the_code_and_the_data(monkeypatch, tmp_path):
     assert tiny_cache._code_and_data_key("rm") == key
 
 
-def test_stale_shipped_models_send_the_run_to_training_in_the_cache(tiny_models, tmp_path,
+def test_stale_shipped_models_send_the_run_to_training_in_the_cache(tiny_models, current_inputs,
+                                                                     known_inputs, tmp_path,
                                                                      monkeypatch, capsys):
     """A manifest that disagrees makes the run train the model into a directory named by the
     current inputs' digest; a model already trained there is reused, not retrained."""
@@ -115,8 +126,7 @@ def test_stale_shipped_models_send_the_run_to_training_in_the_cache(tiny_models,
     work = tmp_path / "cache"
     shutil.copytree(cache, work)
     got = ensure_trained_tiny_models(work)
-    judge_inputs = stage_inputs(work, "rm")
-    run_dir = work / "trained" / f"judge-{inputs_sha256(judge_inputs)[:12]}"
+    run_dir = work / "trained" / f"judge-{inputs_sha256(current_inputs['judge'])[:12]}"
     assert trained == [("rm", str(run_dir))]            # only the judge, into its digest's dir
     assert got == {"judge": str(run_dir / "final"), "policy": str(stale / "policy")}
     assert "data differ" in capsys.readouterr().out

@@ -14,6 +14,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from peer_rl.compute.activation_memory import Trained, adapted_linears, layer_activation_bytes
 from test_policy import free_port
 
+pytestmark = pytest.mark.e2e   # mp.spawn: the worker runs in a process of its own
+
 # widths chosen apart (h 64, MLP 96, 4 heads of 16, K/V 2 heads) so a wrong coefficient shows
 DIMS = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=128, max_position_embeddings=256, tie_word_embeddings=True)

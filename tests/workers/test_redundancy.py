@@ -5,6 +5,8 @@ import pytest
 from peer_rl.config.worker_settings import RedundancySettings
 from peer_rl.workers.redundancy import RedundancyWorker
 
+pytestmark = pytest.mark.e2e   # loads real sentence encoders (all-MiniLM-L6-v2, multilingual USE)
+
 
 @pytest.fixture(scope="module")
 def worker():

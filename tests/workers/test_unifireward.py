@@ -177,6 +177,7 @@ ROUND = {"Step 1 of": 0, "Step 2 of": 1, "Step 3 of": 2, "Which reply is better"
          "步骤1": 0, "步骤2": 1, "步骤3": 2, "哪条回复更好": 3}
 
 
+@pytest.mark.e2e   # the judge fixture starts a vLLM engine
 def test_known_answers_give_the_papers_reward_worked_out_by_hand(judge, monkeypatch):
     """The engine's answers replaced by known ones: the rewards of five items, by hand, from
     r = 0.5 x (steps True) + 0.5 x (candidate preferred or tied) + 1 x (format complete)."""
