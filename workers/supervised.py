@@ -30,10 +30,17 @@ with trainer.verdict_balance a weighted mean, each verdict's tokens at its class
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
+from peer_rl.config.worker_settings import LoRASettings
+from peer_rl.supervised.examples import (batch_indices, collate, count_targets, example_view,
+                                         load_examples, lr_schedule, rank_rows)
+from peer_rl.tracking.metrics import MetricsSink
 
 RUN_NAME = "run"                 # RunConfig(name); storage_path = <output_dir>/ray_train
 STATE_FILE = "trainer_state.json"
@@ -47,10 +54,8 @@ def _log(msg: str) -> None:
 def _quiet_train_reports() -> None:
     """Ray Train logs each report (every metric, the checkpoint path) at INFO under a logger
     named by its file's path, outside the `ray.train` tree that LoggingConfig sets."""
-    import logging
-
     try:
-        from ray.train.v2._internal.execution import context
+        from ray.train.v2._internal.execution import context  # deferred: ray
     except ImportError:           # another Ray: its reports keep their level
         return
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
@@ -60,9 +65,9 @@ def _quiet_train_reports() -> None:
 def _prepare_model(model, gradient_checkpointing: bool, freeze_vision: bool):
     """The loaded (rank 0) or meta-built (other ranks) model made ready to shard: vision tower
     frozen, HF's gradient checkpointing, train mode only where there is dropout."""
-    import torch
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     if freeze_vision and fsdp.vision_tower(model) is not None:
         fsdp.freeze_vision_tower(model)
@@ -76,11 +81,11 @@ def _prepare_model(model, gradient_checkpointing: bool, freeze_vision: bool):
 
 def vision_inputs(model_path: str):
     """peer_rl.workers.vision.VisionInputs for a vision-language checkpoint, None for a text model."""
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     if not fsdp.is_vision_language(model_path):
         return None
-    from peer_rl.workers.vision import VisionInputs
+    from peer_rl.workers.vision import VisionInputs  # deferred: pulls in torch
 
     return VisionInputs(model_path)
 
@@ -96,8 +101,7 @@ def lora_weights(config: dict, resume_dir: Path | None):
     """What a stage trains (peer_rl.workers.lora): full weights, or LoRA adapters of config["lora"]
     (model.lora) that a resume takes from its checkpoint's model/adapter/. A checkpoint of the
     other kind stops the resume naming the key."""
-    from peer_rl.config.worker_settings import LoRASettings
-    from peer_rl.workers import lora
+    from peer_rl.workers import lora  # deferred: pulls in torch
 
     settings = dict(config.get("lora") or {})
     saved = resume_dir is not None and (resume_dir / "model" / "adapter").is_dir()
@@ -118,10 +122,10 @@ def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, 
     """Collective. Rank 0: model/ (HF, safetensors; LoRA: the adapters merged, and adapter/
     in PEFT's format) + trainer_state.json; every rank: its slices of the AdamW state (optim/,
     peer_rl.workers.fsdp.save_sharded: loadable at another world size; LoRA: the adapters' only)."""
-    import torch.distributed as dist
-    from safetensors.torch import save_file
+    import torch.distributed as dist  # deferred: torch (~2 s); the CLI starts without it
+    from safetensors.torch import save_file  # deferred: safetensors (pulls in torch)
 
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     sd = fsdp.full_state_dict(model)
     if rank == 0:
@@ -148,22 +152,17 @@ def _save_checkpoint(directory: Path, model, optim, rank: int, world_size: int, 
 
 def train_loop(config: dict) -> None:
     """Ray Train worker function (one FSDP2 rank). `config` is plain data from run_supervised."""
-    import ray.train
-    import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    from ray.train import Checkpoint
-    from torch.distributed.device_mesh import init_device_mesh
-    from transformers import AutoTokenizer
+    import ray.train  # deferred: ray (~1 s); commands that start no cluster run without it
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    import torch.distributed as dist  # deferred: torch (~2 s); the CLI starts without it
+    import torch.nn.functional as F  # deferred: torch (~2 s); the CLI starts without it
+    from ray.train import Checkpoint  # deferred: ray
+    from torch.distributed.device_mesh import init_device_mesh  # deferred: torch
+    from transformers import AutoTokenizer  # deferred: transformers (~3 s, pulls in torch)
 
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
-    from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs, load_pairs
-    from peer_rl.tracking.metrics import MetricsSink
-    from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
-    from peer_rl.supervised.examples import (batch_indices, collate, count_targets,
-                                             example_view, load_examples, lr_schedule,
-                                             rank_rows)
+    from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs, load_pairs  # deferred: pulls in torch
 
     verbose = config.get("verbose", True)
     if not verbose:      # the driver draws the progress from metrics.jsonl (StepBar)
@@ -173,7 +172,7 @@ def train_loop(config: dict) -> None:
     rank, ws = ctx.get_world_rank(), ctx.get_world_size()
     use_cuda = torch.cuda.is_available() and config["use_gpu"]
     if use_cuda:
-        import ray.train.torch as rtt
+        import ray.train.torch as rtt  # deferred: ray
         device = rtt.get_device()
         torch.cuda.set_device(device)
     else:

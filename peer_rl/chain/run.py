@@ -27,8 +27,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from peer_rl.chain.report import write_chain_report
 from peer_rl.config.schema import RECIPES_DIR, ConfigError, env_kept, load_yaml, yaml_by_name
 from peer_rl.config.credentials import redact_text
+from peer_rl.files.out_paths import (DamagedFile, claim_dir, lock_dir, move_aside, open_append,
+                                     read_json)
 
 CHAINS_DIR = RECIPES_DIR / "chains"
 
@@ -151,8 +154,6 @@ def stage_done(done: str | Path, dry_run: bool = False) -> bool:
     (peer_rl.files.out_paths.write_atomic), so a JSON mark that does not parse was written by
     something else or damaged later: it is moved aside (kept under `<name>.damaged`, or
     `.damaged.1`, ... beside an earlier copy) and the stage redone. `dry_run`: only said."""
-    from peer_rl.files.out_paths import DamagedFile, move_aside, read_json
-
     path = Path(done)
     if not path.exists():
         return False
@@ -172,8 +173,6 @@ def stage_done(done: str | Path, dry_run: bool = False) -> bool:
 
 def run_chain(name: str, overrides=(), only: list[str] | None = None,
               dry_run: bool = False) -> int:
-    from peer_rl.files.out_paths import claim_dir, lock_dir
-
     values, stages = load_chain(name, overrides)
     out = Path(values["out"])
     if dry_run:
@@ -209,7 +208,6 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
             continue
         log = logs / f"{stage.name}.log"
         t0 = time.perf_counter()
-        from peer_rl.files.out_paths import open_append
 
         with open_append(log, binary=True) as f:
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
@@ -222,7 +220,6 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
             return rc or 1
         print(f"{head}: finished in {took:.0f} s", flush=True)
     if not dry_run:            # from what is on disk: after --only, the rest shows as missing
-        from peer_rl.chain.report import write_chain_report
 
         md = write_chain_report(values)
         print(f"[peer-rl] chain {name}: report {md}", flush=True)

@@ -13,12 +13,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from peer_rl import recipes
+from peer_rl.compute.activation_memory import SETTINGS
 from peer_rl.compute.precision import DTYPES
+from peer_rl.config.credentials import redact_text
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.schema.ConfigError)
+from peer_rl.files.out_paths import write_atomic
 from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
 from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: actor.policy_loss)
@@ -29,6 +33,7 @@ from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: a
     RedundancySettings,
     RolloutSettings,
 )
+from peer_rl.retrieval.corpus import parse_splits
 
 # `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.models.pinned)
 if not OmegaConf.has_resolver("pinned"):
@@ -319,8 +324,6 @@ def yaml_by_name(name: str, directory: Path, what: str) -> Path:
 
 def load_yaml(path: Path) -> DictConfig:
     """A YAML file as omegaconf; a syntax error names the file and line, not a traceback."""
-    import yaml
-
     try:
         cfg = OmegaConf.load(path)
     except yaml.YAMLError as exc:
@@ -431,8 +434,6 @@ def check_loggers(trainer) -> None:
 
 
 def _check_values(cfg: DictConfig) -> None:
-    from peer_rl.compute.activation_memory import SETTINGS
-
     # a YAML or command-line true/false arrives in this str field as "True"/"False"
     cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
     cfg.model.lora.merge = str(cfg.model.lora.merge).lower()
@@ -476,7 +477,6 @@ def _check_values(cfg: DictConfig) -> None:
         raise ConfigError("reward_model.kind=prm_orm: set reward_model.path (the process model, "
                           "`train-rm recipe=prm`) and reward_model.outcome_path (the outcome "
                           "model, `train-rm recipe=orm`)")
-    from peer_rl.retrieval.corpus import parse_splits
 
     try:
         parse_splits(list(cfg.retrieval.splits), "retrieval.splits")
@@ -547,8 +547,6 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
 def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
     """The config as public_config gives it (secrets as their interpolation, URL credentials
     as ***), written whole."""
-    from peer_rl.files.out_paths import write_atomic    # whole or absent: a resume reads it
-
     write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(public_config(cfg))))
 
 
@@ -559,8 +557,6 @@ def public_config(cfg: DictConfig) -> dict:
     that call or through another key (`eval.judge_model=${eval.judge_url}`), is found by its
     value and written as its interpolation; then every string passes redact_text (a URL's
     user:password as ***)."""
-    from peer_rl.config.credentials import redact_text
-
     data = OmegaConf.to_container(cfg, resolve=True)
     raws = _RAW.get(id(cfg), {})
     secrets = _environment_values(data, raws)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
+from omegaconf import DictConfig, OmegaConf
+
 T = TypeVar("T")
 
 
@@ -151,8 +153,6 @@ class RedundancySettings:
 def narrow(cls: type[T], section) -> T:
     """`section` (a config section: a DictConfig of a schema class that extends `cls`, or a
     dataclass) as the worker's own settings `cls`, its other keys left out."""
-    from omegaconf import DictConfig, OmegaConf
-
     if isinstance(section, DictConfig):
         section = OmegaConf.to_object(section)
     missing = [f.name for f in fields(cls) if not hasattr(section, f.name)]

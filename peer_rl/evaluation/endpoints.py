@@ -23,6 +23,8 @@ from pathlib import Path
 
 from peer_rl.config.worker_settings import EngineSettings
 from peer_rl.config.credentials import OPENAI_KEY_ENV, check_key_transport, key_variable, redact_text
+from peer_rl.models.local import check_model_dir
+from peer_rl.prompts.multimodal import for_vllm, is_vision_language
 
 
 class EndpointError(RuntimeError):
@@ -117,7 +119,7 @@ def _openai_messages(messages: list[dict]) -> list[dict]:
 
 class HttpEndpoint(Endpoint):
     def __init__(self, role: str, cfg: EndpointConfig):
-        import openai
+        import openai  # deferred: openai (only the API endpoints need it)
 
         self.cfg, self.role = cfg, role
         self._openai = openai
@@ -226,9 +228,7 @@ class LocalEndpoint(Endpoint):
     """A checkpoint in an in-process vLLM engine (float32 on CPU, as the rollout workers)."""
 
     def __init__(self, role: str, cfg: EndpointConfig, seed: int = 0):
-        from peer_rl.prompts.multimodal import is_vision_language
-        from peer_rl.models.local import check_model_dir
-        from peer_rl.workers.vllm_engine import make_llm
+        from peer_rl.workers.vllm_engine import make_llm  # deferred: pulls in torch
 
         check_model_dir(f"{role}.path={cfg.path}", cfg.path, error=EndpointError,
                         example="outputs/<run>/checkpoints/step_N/policy/model")
@@ -240,8 +240,6 @@ class LocalEndpoint(Endpoint):
         self.tokenizer = self.llm.get_tokenizer()
 
     def _messages(self, messages: list[dict]) -> list[dict]:
-        from peer_rl.prompts.multimodal import for_vllm
-
         if self.vision and self.cfg.images:
             return for_vllm(messages)
         return without_images(messages)
@@ -252,8 +250,8 @@ class LocalEndpoint(Endpoint):
         return len(self.tokenizer(text)["input_ids"]) + self._params(r)[0] <= self.max_len
 
     def chat(self, requests: list[Request]) -> list[Reply]:
-        from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm import SamplingParams  # deferred: vllm
+        from vllm.sampling_params import StructuredOutputsParams  # deferred: vllm
 
         replies: list[Reply | None] = [None] * len(requests)
         todo = []

@@ -15,6 +15,7 @@ from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint
                                           without_images)
 from peer_rl.evaluation.runner import run_all
 from peer_rl.evaluation.safety import safety_case, summarise_safety
+from peer_rl.evaluation.supporter import Supporter
 from peer_rl.prompts.multimodal import image_paths
 from peer_rl.protocol import Prompt, SamplingConfig, seeded
 
@@ -85,8 +86,7 @@ def spread_over_groups(probes: list, k: int) -> list:
 
 class InTrainingEval:
     def __init__(self, cfg, policy_template=None):
-        from peer_rl.data.bundled import sample_root
-        from peer_rl.evaluation.supporter import Supporter
+        from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
         e = cfg.eval
         root = Path(cfg.data.root or sample_root())

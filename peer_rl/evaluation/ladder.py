@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from peer_rl.config.schema import RECIPES_DIR, ConfigError, env_kept, yaml_by_name
+from peer_rl.evaluation.config import load_eval_config
 
 LADDERS_DIR = RECIPES_DIR / "ladders"
 
@@ -80,9 +81,8 @@ def load_ladder(name: str, args: list[str]) -> tuple[Ladder, list[list[str]]]:
 
 
 def run_ladder(name: str, out: str | Path, args: list[str]) -> Path:
-    from peer_rl.evaluation.config import load_eval_config
-    from peer_rl.evaluation.report import compare_runs
-    from peer_rl.evaluation.run import evaluate
+    from peer_rl.evaluation.report import compare_runs  # deferred: tests patch compare_runs
+    from peer_rl.evaluation.run import evaluate  # deferred: pulls in torch
 
     ladder, runs = load_ladder(name, args)
     cfgs = [load_eval_config(ladder.protocol, over) for over in runs]   # all checked up front

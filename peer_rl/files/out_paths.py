@@ -26,14 +26,18 @@ updated under a lock of its own, so processes claiming files in one directory lo
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import secrets
+import shutil
 import stat
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
+from peer_rl.files.durable import fsync_dir, fsync_tree
 
 MARKER = ".peer-rl-out.json"
 LOCK_FILE = ".lock"
@@ -91,8 +95,6 @@ def _marker_held(directory: Path):
     """The directory's marker for one read-modify-write at a time: an flock on the directory
     itself (no file is made for it). Where the file system cannot lock a directory (some NFS
     mounts) the update goes on unlocked, as it did before this lock existed."""
-    import fcntl
-
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
@@ -246,8 +248,6 @@ def lock_dir(directory: str | Path, what: str = "directory"):
     refused (DirLocked) naming the holder's pid. The `.lock` is made here, or is one made
     here before (a plain file holding a pid); a link or any other file of that name is
     refused (OutputError) and left as it is."""
-    import fcntl
-
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = d / LOCK_FILE
@@ -377,7 +377,6 @@ def write_whole(path: str | Path, fill, mode: int | None = None) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    from peer_rl.files.durable import fsync_dir
 
     fsync_dir(path.parent)
     return path
@@ -385,8 +384,6 @@ def write_whole(path: str | Path, fill, mode: int | None = None) -> Path:
 
 def copy_file(src: str | Path, dst: str | Path) -> Path:
     """`src`'s bytes and times into `dst`, written whole as `write_whole` writes."""
-    import shutil
-
     with open(src, "rb") as fh_in:
         write_whole(dst, lambda fh: shutil.copyfileobj(fh_in, fh, 1 << 20))
     shutil.copystat(src, dst, follow_symlinks=False)
@@ -405,10 +402,6 @@ def replace_dir(staging: str | Path, out: str | Path, command: str = "") -> Path
     written (or, where it lists none, the names the new one writes) are dropped; anything else
     in it (a user's notes) is carried into the new `out`. An earlier `out` marked by another
     command is refused. Returns `out`."""
-    import shutil
-
-    from peer_rl.files.durable import fsync_dir, fsync_tree
-
     staging, out = Path(staging), Path(out)
     wrote = [p.name for p in staging.iterdir() if p.name != MARKER]
     if command:
@@ -439,7 +432,6 @@ def replace_dir(staging: str | Path, out: str | Path, command: str = "") -> Path
     fsync_dir(out.parent)
     left = sorted(p.name for p in (aside / out.name).iterdir() if p.name not in ours)
     if left:                             # a name of ours the user also used: kept, said
-        import sys
 
         print(f"[peer-rl] {aside / out.name}: kept (holds {', '.join(left[:3])}, not written "
               f"by peer-rl, under names the new {out.name} also has)", file=sys.stderr)

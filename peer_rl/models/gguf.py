@@ -11,6 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
+from peer_rl.files.out_paths import new_dir, replace_dir
+
 # what a converted directory holds; a directory missing any of them is not finished
 CONVERTED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                    "generation_config.json")
@@ -29,8 +31,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     """Write `out_dir` (weights, config, tokenizer with its chat template, generation config).
     Written to a temp directory beside it and renamed into place, so an interrupted conversion
     never leaves a directory that looks complete."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # deferred: transformers
 
     gguf_path, out_dir = Path(gguf_path).resolve(), Path(out_dir)
     if not gguf_path.is_file():
@@ -59,7 +61,6 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     plain.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id)
-    from peer_rl.files.out_paths import new_dir, replace_dir
 
     tmp = new_dir(out_dir.parent, out_dir.name)
     try:

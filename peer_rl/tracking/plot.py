@@ -5,13 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from peer_rl.files.out_paths import DamagedFile, read_jsonl, save_figure
+
 
 def pyplot():
     """matplotlib's pyplot on the file-only backend (safe in Ray workers and on servers)."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib (~1 s); only figures need it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib (~1 s); only figures need it
 
     return plt
 
@@ -19,8 +21,6 @@ def pyplot():
 def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
                 title: str = "", width: int = 720, height: int = 420) -> Path | None:
     """Line plot of `keys` against `step` on one shared y axis (at least [0, 1])."""
-    from peer_rl.files.out_paths import DamagedFile, read_jsonl
-
     try:                              # a torn last line (a crash mid-append) is left out
         recs = read_jsonl(metrics_path)[0]
     except DamagedFile as exc:        # a figure is not worth failing a finished run for
@@ -42,7 +42,6 @@ def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from peer_rl.files.out_paths import save_figure
 
     save_figure(fig, out_path)
     plt.close(fig)

@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from peer_rl.config.credentials import check_key_transport, key_variable, redact_text
 from peer_rl.errors import ConfigError
+from peer_rl.files.out_paths import read_json, refuse_inside, write_atomic
 
 STATE_FILE = "trackers.json"
 
@@ -50,7 +51,7 @@ class WandbTracker:
     """A W&B run in <output_dir>/wandb; offline unless a key is known and the server answers."""
 
     def __init__(self, out: Path, trainer, name: str, config: dict, run_id: str | None):
-        import wandb
+        import wandb  # deferred: optional, peer-rl[trackers]
 
         mode, why = wandb_mode(trainer.wandb.mode)
         print(f"[peer-rl] wandb: {mode} ({why})", flush=True)
@@ -99,8 +100,8 @@ class MlflowTracker:
     """An MLflow run: the experiment is trainer.project_name, the run is named `name`."""
 
     def __init__(self, out: Path, trainer, name: str, config: dict, run_id: str | None):
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
+        from mlflow.entities import Param  # deferred: optional, peer-rl[trackers]
+        from mlflow.tracking import MlflowClient  # deferred: optional, peer-rl[trackers]
 
         uri = mlflow_uri(trainer.mlflow.tracking_uri, out)
         # as config.yaml writes it (an `${oc.env:...}` kept), else without its user:password
@@ -124,7 +125,7 @@ class MlflowTracker:
             print(f"[peer-rl] mlflow: continuing run {run_id} at {shown}", flush=True)
             return               # its parameters were logged when it started
         self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # deferred: optional, peer-rl[trackers]
 
         params, cut = [], []
         for key, value in flat_params(config).items():
@@ -140,7 +141,7 @@ class MlflowTracker:
               f"{shown}", flush=True)
 
     def _exists(self, run_id: str) -> bool:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # deferred: optional, peer-rl[trackers]
 
         try:
             self.client.get_run(run_id)
@@ -149,7 +150,7 @@ class MlflowTracker:
             return False
 
     def log(self, step: int, metrics: dict) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # deferred: optional, peer-rl[trackers]
 
         ts = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, ts, step)
@@ -233,8 +234,6 @@ def mlflow_store(uri: str) -> Path | None:
 def check_mlflow_store(cfg, out: Path, inputs) -> None:
     """A local MLflow store follows the rule every output follows (peer_rl.files.out_paths): not
     an input, not inside an input directory, holding none; checked before anything is written."""
-    from peer_rl.files.out_paths import refuse_inside
-
     if "mlflow" not in cfg.trainer.loggers:
         return
     setting = cfg.trainer.mlflow.tracking_uri
@@ -252,8 +251,6 @@ class Trackers:
     """The trackers trainer.loggers names, started together, fed together, closed together."""
 
     def __init__(self, out: Path, trainer, name: str, config: dict, resume: bool):
-        from peer_rl.files.out_paths import read_json, write_atomic
-
         state_path = out / STATE_FILE
         ids = read_json(state_path, "tracker run ids") if resume and state_path.exists() else {}
         self.active: dict[str, object] = {}

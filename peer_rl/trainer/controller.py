@@ -26,12 +26,18 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import ray
+from tqdm import tqdm
 
 from peer_rl.algos import sequence_advantages
+from peer_rl.evaluation.in_training import InTrainingEval
+from peer_rl.files.out_paths import (OutputError, new_dir, open_append, read_json, replace_dir,
+                                     write_atomic)
+from peer_rl.tracking.plot import plot_curves
 from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
                                  prune_checkpoints, resume_checkpoint, unseen_files)
 from peer_rl.files.durable import fsync_dir, fsync_tree
@@ -42,6 +48,7 @@ from peer_rl.tracking.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.config.schema import public_config
 from peer_rl.tracking.trackers import open_trackers
 from peer_rl.methods.scored_batch import ScoredBatch
+from peer_rl.trainer.preemption import StopRequest
 from peer_rl.trainer.step_batch import update_batch
 from peer_rl.trainer.sync_group import WeightSyncGroup
 from peer_rl.trainer.timeline import Timing, append_spans, covered, overlap, plot_timeline
@@ -93,8 +100,6 @@ class Controller:
         cursor = None
         resume_dir = resume_checkpoint(cfg, self.out)
         if resume_dir is not None:
-            from peer_rl.files.out_paths import read_json
-
             state = read_json(resume_dir / STATE_FILE, "checkpoint state")
             self.step, cursor = state["step"], Cursor(**state["cursor"])
         self.resume_cursor: dict | None = None   # the data cursor after self.step's draws
@@ -108,7 +113,6 @@ class Controller:
         self.stopped_by: str | None = None     # the signal that stopped fit() early
         self.evaluator = None
         if t.eval_freq:    # inputs are read now: a bad file fails before step 1
-            from peer_rl.evaluation.in_training import InTrainingEval
 
             self.evaluator = InTrainingEval(cfg, policy_template)
         if resume_dir is not None:
@@ -132,8 +136,6 @@ class Controller:
         batch: a batch already drawn and scored for the next step (trainer.async_training) is
         drawn and sampled again on resume. A step_N already there is never written over (a
         resume that would write over one is refused at start-up: trainer.run.check_fresh_output)."""
-        from peer_rl.files.out_paths import OutputError, new_dir
-
         final = self.out / "checkpoints" / f"step_{self.step}"
         tmp = new_dir(final.parent, final.name)
         try:
@@ -172,8 +174,6 @@ class Controller:
         """memory.json: each pool's peak resident memory per worker (GiB) and the dtype its
         first worker computes in, from the workers' health probes; a worker that does not
         answer is left out and named."""
-        import ray
-
         pools = {"rollout": self.pools.rollout, "reward_model": self.pools.reward_model,
                  "actor": self.pools.actor, "redundancy": self.pools.redundancy,
                  "retrieval": self.pools.retrieval}
@@ -193,7 +193,6 @@ class Controller:
                 out[name] = [round(p, 2) for p in peaks]
         report = {"peak_rss_gib": out, "dtype": dtypes, "unanswered": missing,
                   "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
-        from peer_rl.files.out_paths import write_atomic    # whole: bench step reads it
 
         write_atomic(self.out / "memory.json", json.dumps(report, indent=1) + "\n")
         print("[peer-rl] peak resident memory (GiB per worker): "
@@ -211,8 +210,6 @@ class Controller:
         """<output_dir>/final: the trained policy as a plain Hugging Face model directory
         (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and swapped in
         like `train-rm`'s final/ (peer_rl.files.out_paths.replace_dir)."""
-        from peer_rl.files.out_paths import new_dir, replace_dir
-
         final = self.out / "final"
         tmp = new_dir(self.out, final.name)
         try:
@@ -381,7 +378,6 @@ class Controller:
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
         red = scored.redundancy
-        from peer_rl.files.out_paths import open_append
 
         with open_append(self.out / "samples.jsonl") as fh:
             for k, s in enumerate(scored.samples):
@@ -409,12 +405,6 @@ class Controller:
         peer_rl.trainer.preemption.StopRequest; one is made if not given): then the step in progress
         finishes and is checkpointed, and `stopped_by` names the signal. `plot=False` leaves the
         figures to the caller (`plot()`), which can draw them while the pools shut down."""
-        from contextlib import nullcontext
-
-        from tqdm import tqdm
-
-        from peer_rl.trainer.preemption import StopRequest
-
         total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
         bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
         ckpt = latest_checkpoint(self.out) if self.step == total else None
@@ -452,8 +442,6 @@ class Controller:
     def plot(self) -> None:
         """curves.png (rewards, format and parse-failure rates) and timeline.png (the stages of
         the last steps), from the files the run wrote; no worker is needed."""
-        from peer_rl.tracking.plot import plot_curves
-
         plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
                                                  "reward/rur_mean", "judge/parse_failure_rate"],
                     self.out / "curves.png", title=f"{self.cfg.experiment_name}: GRPO")

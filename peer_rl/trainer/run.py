@@ -1,14 +1,33 @@
 """`peer-rl train`: resolve the config, load prompts, start Ray and the pools, run the controller."""
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from peer_rl.config.schema import load_config, save_config
-from peer_rl.files.out_paths import claim_run_dir
+from peer_rl.config.schema import ConfigError, load_config, public_config, save_config
+from peer_rl.config.worker_settings import LoRASettings, narrow
+from peer_rl.data.history import training_rows
+from peer_rl.data.prompt_loader import PromptPoolError, restore_prompts, select_prompts
+from peer_rl.files.out_paths import claim_run_dir, new_dir, read_json
+from peer_rl.models.local import check_adapter_dir, check_model_dir
+from peer_rl.models.pinned import card_files, check_languages
+from peer_rl.prompts.judge import JudgeTemplate, TEMPLATE_FILE, TemplateError
+from peer_rl.prompts.multimodal import is_vision_language
+from peer_rl.prompts.policy import training_template
+from peer_rl.retrieval.corpus import index_from_root
+from peer_rl.supervised.tiny_models import default_cache_dir
+from peer_rl.tracking.metrics import LOGS
+from peer_rl.tracking.trackers import check_mlflow_store, open_trackers
+from peer_rl.trainer import tiny_cache
+from peer_rl.trainer.checkpoints import (STATE_FILE, complete_checkpoints, latest_checkpoint,
+                                         not_shared_error, resume_checkpoint,
+                                         saved_prompt_selection)
+from peer_rl.trainer.preemption import RunStopped, StopRequest
+from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
 from peer_rl.trainer.runtime import init_ray, quiet_driver
 
 
@@ -20,9 +39,6 @@ def resolve_models(cfg) -> tuple[str, str]:
     `<think>` cold start."""
     policy, judge = cfg.model.path, cfg.reward_model.path
     if not policy or not judge:
-        from peer_rl.supervised.tiny_models import default_cache_dir
-        from peer_rl.trainer import tiny_cache
-
         cache, address = cfg.model.tiny_cache_dir or default_cache_dir(), cfg.ray.address
         if cfg.reward_model.kind == "scalar":
             judge = judge or tiny_cache.ensure_trained_tiny_reward_model(cache, address)
@@ -30,7 +46,6 @@ def resolve_models(cfg) -> tuple[str, str]:
         else:
             tiny = tiny_cache.ensure_trained_tiny_models(cache, address)
             policy, judge = policy or tiny["policy"], judge or tiny["judge"]
-    from peer_rl.models.local import check_model_dir
 
     for key, path in (("model.path", policy), ("reward_model.path", judge)):
         check_model_dir(f"{key}={path!r}", path)
@@ -41,17 +56,12 @@ def check_judges(cfg, judge: str) -> None:
     """The generative judges' templates read, and each judge sits in the slot its template's
     role names (a PRM given as UnifiReward would never be asked the preference round), before
     any pool starts."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.prompts.judge import JudgeTemplate, TemplateError
-
     kind = cfg.reward_model.kind
     if kind == "scalar":
         return
     slots = ([("reward_model.path", judge, "process"),
               ("reward_model.outcome_path", cfg.reward_model.outcome_path, "outcome")]
              if kind == "prm_orm" else [("reward_model.path", judge, "unified")])
-    from peer_rl.models.local import check_adapter_dir, check_model_dir
-    from peer_rl.prompts.judge import TEMPLATE_FILE
 
     lora = cfg.reward_model.lora_path
     if lora:      # the judge is the base plus this adapter, and its template is the adapter's
@@ -73,8 +83,7 @@ def resolve_index(cfg, out: Path) -> str:
     """retrieval.index, or an index built from data.root's exemplars/ (else preference/) of
     retrieval.splits into <output_dir>/index, rebuilt only when the source files or the
     embedding model change."""
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.retrieval.corpus import index_from_root
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     if cfg.retrieval.index:
         return cfg.retrieval.index
@@ -88,14 +97,12 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
     """Validated grpo rows of data.train_files (invalid rows fail, or are counted and skipped),
     drawn per data.prompts_per_file; `selection` (prompt ids saved with a checkpoint) restores
     the pool of the run being resumed instead of drawing a new one."""
-    from peer_rl.data.loading import load_subset
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.data.history import training_rows
-    from peer_rl.data.prompt_loader import PromptPoolError, restore_prompts, select_prompts
+    from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     root = Path(cfg.data.root) if cfg.data.root else sample_root()
     files: list[list[dict]] = []
-    from peer_rl.data.loading import check_in_root
+    from peer_rl.data.loading import check_in_root  # deferred: pulls in datasets
 
     for rel in cfg.data.train_files:
         check_in_root(root, rel, "data.train_files")
@@ -138,9 +145,6 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
 def check_modalities(cfg, rows: list[dict], policy: str) -> None:
     """Visual rows need a vision-language policy: the update must see the frames the rollout
     was conditioned on. A text-only policy trains them only when the recipe says so."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.prompts.multimodal import is_vision_language
-
     n_visual = sum(bool(r.get("images")) for r in rows)
     vision = is_vision_language(policy)
     if n_visual and not vision and not cfg.data.visual_rows_as_text:
@@ -160,9 +164,7 @@ def check_policy_lora(cfg, policy: str) -> None:
     nothing fails in seconds, naming the key, not in a policy rank once the pools are up."""
     if not cfg.model.lora.rank:
         return
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.config.worker_settings import LoRASettings, narrow
-    from peer_rl.workers.lora import check_settings
+    from peer_rl.workers.lora import check_settings  # deferred: pulls in torch
 
     try:
         check_settings(narrow(LoRASettings, cfg.model.lora), policy)
@@ -177,11 +179,6 @@ def check_fresh_output(cfg, out: Path) -> None:
     resume=<checkpoint> continues the run that wrote it only from its newest checkpoint (a
     directory holds one timeline: peer_rl.trainer.checkpoints); from an earlier one, or from
     another run's, it goes into a directory that holds no run yet."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.files.out_paths import read_json
-    from peer_rl.tracking.metrics import LOGS
-    from peer_rl.trainer.checkpoints import STATE_FILE, complete_checkpoints, latest_checkpoint
-
     held = [name for name in (*LOGS, "checkpoints", "final")
             if out.is_dir() and (out / name).exists()]
     if cfg.resume not in ("disable", "auto"):
@@ -226,13 +223,7 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
     """Each policy rank writes a probe file into the output directory, which the controller
     must see: a relative or node-local trainer.output_dir on a multi-node cluster would leave
     checkpoint shards on the GPU nodes and a complete-looking checkpoint on the head."""
-    import shutil
-
-    import ray
-
-    from peer_rl.trainer.checkpoints import not_shared_error
-
-    from peer_rl.files.out_paths import new_dir
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     probe = new_dir(out, "shared-probe")     # made now, so removed after
     try:
@@ -249,8 +240,6 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
     """The longest PEER prompt in the policy's tokens, each checked to leave room for its reply
     (peer_rl.trainer.prompt_lengths); 0 for ESCRAG-R1, whose prompts the method builds. Either
     way the policy's tokenizer and image processor are loaded here first, before any pool."""
-    from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
-
     if cfg.reward_model.kind == "scalar":
         load_processors(policy)
         return 0
@@ -261,8 +250,7 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
 
 
 def run(overrides: list[str]) -> Path:
-    from peer_rl.data.bundled import SAMPLE_ROOT
-    from peer_rl.tracking.trackers import check_mlflow_store
+    from peer_rl.data.bundled import SAMPLE_ROOT  # deferred: pulls in PIL
 
     cfg = load_config(overrides)
     if not cfg.logging.verbose:
@@ -283,14 +271,9 @@ def run(overrides: list[str]) -> Path:
 
 def _train(cfg, out: Path) -> Path:
     """The run, in the output directory run() has claimed and locked."""
-    from peer_rl.trainer.checkpoints import STATE_FILE, resume_checkpoint, saved_prompt_selection
-    from peer_rl.trainer.controller import Controller
-    from peer_rl.data.loading import row_language
-    from peer_rl.models.pinned import card_files, check_languages
-    from peer_rl.trainer.resource_pools import PoolFactory
-    from peer_rl.trainer.preemption import RunStopped, StopRequest
-    from peer_rl.config.schema import public_config
-    from peer_rl.tracking.trackers import open_trackers
+    from peer_rl.trainer.controller import Controller  # deferred: pulls in ray, torch
+    from peer_rl.data.loading import row_language  # deferred: pulls in datasets
+    from peer_rl.trainer.resource_pools import PoolFactory  # deferred: pulls in ray, torch
 
     save_config(cfg, out / "config.yaml")
     print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
@@ -298,7 +281,6 @@ def _train(cfg, out: Path) -> Path:
     rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
     template = None
     if cfg.reward_model.kind != "scalar":        # PEER: the rows' own Steps 1-4 instruction
-        from peer_rl.prompts.policy import training_template
 
         template, line = training_template(rows)
         print(f"[peer-rl] {line}", flush=True)
@@ -313,7 +295,7 @@ def _train(cfg, out: Path) -> Path:
     stop = StopRequest("the current step")   # from here on a SIGTERM ends the run cleanly
     with stop:
         init_ray(cfg)
-        import ray
+        import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
         stop.install()                       # Ray's driver took SIGTERM over (it aborts)
         longest = lengths.result()

@@ -6,15 +6,29 @@ wording the model was trained on (the judge's template, the policy's instruction
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from peer_rl.supervised.examples import example_view
+from tqdm import tqdm
+
+from peer_rl.config.schema import ConfigError, save_config
+from peer_rl.files.out_paths import (claim_run_dir, new_dir, read_json, release_unwritten,
+                                     replace_dir, write_atomic)
+from peer_rl.models.local import check_model_dir
+from peer_rl.models.pinned import card_files, check_languages
+from peer_rl.prompts.judge import JudgeTemplate, TemplateError, check_rows
+from peer_rl.supervised.config import JUDGE_KINDS
+from peer_rl.supervised.examples import example_view, load_examples, load_rows, steps_per_epoch
+from peer_rl.supervised.tiny_models import (default_cache_dir, ensure_tiny_models,
+                                            ensure_tiny_reward_model)
+from peer_rl.trainer.runtime import init_ray, quiet_driver
 from peer_rl.workers.supervised import (RUN_NAME, STATE_FILE, TRAIN_TIME_FILE, image_token_counter,
                                        train_loop, vision_inputs)
 
@@ -57,8 +71,6 @@ class StepBar:
             self._show()
 
     def __enter__(self):
-        from tqdm import tqdm
-
         self.bar = tqdm(total=self.total, desc=self.name, unit="step", dynamic_ncols=True)
         self.thread = threading.Thread(target=self._poll, daemon=True, name="step-bar")
         self.thread.start()
@@ -76,17 +88,12 @@ def resolve_model(cfg, kind: str) -> str:
     """model.path, or the tiny random model of this stage: judge for train-rm, policy for sft."""
     path = cfg.model.path
     if not path:
-        from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
-
         # same cache location as peer_rl.trainer.run.resolve_models, so all stages share one build
         cache = cfg.model.tiny_cache_dir or default_cache_dir()
         if kind == "bt":
-            from peer_rl.supervised.tiny_models import ensure_tiny_reward_model
-
             path = ensure_tiny_reward_model(cache)
         else:
             path = ensure_tiny_models(cache)["policy" if kind == "sft" else "judge"]
-    from peer_rl.models.local import check_model_dir
 
     check_model_dir(f"model.path={path!r}", path)
     return str(Path(path).resolve())
@@ -94,11 +101,7 @@ def resolve_model(cfg, kind: str) -> str:
 
 def check_row_languages(cfg, model_path: str, root: Path) -> None:
     """peer_rl.trainer.run.check_languages on the rows this stage would train on."""
-    from collections import Counter
-
-    from peer_rl.data.loading import row_language
-    from peer_rl.models.pinned import check_languages
-    from peer_rl.supervised.examples import load_rows
+    from peer_rl.data.loading import row_language  # deferred: pulls in datasets
 
     found = Counter()
     for rel in cfg.data.train_files:
@@ -112,9 +115,7 @@ def judge_template_text(cfg, model_path: str, examples_root: Path) -> str:
     saved with the starting model, else the built-in one), checked against every SER row it
     trains on: a row the template cannot reproduce is a chat shaped unlike anything the RL-time
     judge will be shown. strict stops here, before anything is written."""
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.prompts.judge import JudgeTemplate, TemplateError, check_rows
-    from peer_rl.data.loading import located_ser_rows
+    from peer_rl.data.loading import located_ser_rows  # deferred: pulls in datasets
 
     source = cfg.judge.template or str(Path(model_path) / "judge_template.json")
     try:
@@ -148,8 +149,7 @@ def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
     """{policy_template.json: text} for the SFT'd policy: the starting model's template (else the
     built-in one), held against the sft/ rows' prompts; rows worded otherwise are counted and
     reported (the policy still learns from them, but an evaluation will not ask it so)."""
-    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate
-    from peer_rl.supervised.examples import load_rows
+    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate  # deferred: TEMPLATE_FILE is bound otherwise here
 
     template = PolicyTemplate.load(model_path)
     checked, differ = 0, 0
@@ -178,8 +178,6 @@ class TemplateMismatch(ValueError):
 
 def _export_final(ckpt_dir: Path, out: Path) -> Path:
     """<out>/final from a checkpoint's model/: written beside, then swapped in whole."""
-    from peer_rl.files.out_paths import new_dir
-
     tmp = new_dir(out, "final")
     try:
         shutil.copytree(ckpt_dir / "model", tmp, dirs_exist_ok=True)
@@ -195,8 +193,6 @@ def install_final(tmp: Path, final: Path) -> Path:
     """`tmp` (a directory made beside `final`: peer_rl.files.out_paths.new_dir), written whole,
     becomes the stage's `final`: fsynced, then swapped in (replace_dir), so a reader never
     meets half of either."""
-    from peer_rl.files.out_paths import replace_dir
-
     try:
         return replace_dir(tmp, final)
     finally:
@@ -224,19 +220,16 @@ RUN_ONLY_KEYS = ("output_dir", "verbose", "cpus_per_worker", "use_gpu", "model_p
 
 def plan_stage(cfg, kind: str) -> StagePlan:
     """The model, the rows and the worker config of one supervised stage (no file written)."""
-    import torch
-    from transformers import AutoTokenizer
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    from transformers import AutoTokenizer  # deferred: transformers (~3 s, pulls in torch)
 
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.models.pinned import card_files
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.supervised.examples import load_examples, steps_per_epoch
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     root = Path(cfg.data.root).resolve() if cfg.data.root else sample_root()
     model_path = resolve_model(cfg, kind)
     extra = {}
     if kind in JUDGE_KINDS:     # checked before anything is written
-        from peer_rl.prompts.judge import TEMPLATE_FILE
+        from peer_rl.prompts.judge import TEMPLATE_FILE  # deferred: TEMPLATE_FILE is bound otherwise here
 
         extra[TEMPLATE_FILE] = judge_template_text(cfg, model_path, root)
     elif kind == "sft":
@@ -247,7 +240,7 @@ def plan_stage(cfg, kind: str) -> StagePlan:
     t0 = time.perf_counter()
     vision = None if kind == "bt" else vision_inputs(model_path)
     if kind == "bt":
-        from peer_rl.supervised.bradley_terry import load_pairs
+        from peer_rl.supervised.bradley_terry import load_pairs  # deferred: pulls in torch
 
         examples, summary = load_pairs(root, list(cfg.data.train_files), tokenizer,
                                        cfg.trainer.max_length, cfg.data.skip_invalid,
@@ -314,8 +307,6 @@ def plan_stage(cfg, kind: str) -> StagePlan:
 def examples_sha256(examples: list[dict]) -> str:
     """One digest of what a stage trains on: every example's fields but its id and image paths
     (the images' bytes are the data's), in order."""
-    import hashlib
-
     h = hashlib.sha256()
     for ex in examples:
         h.update(json.dumps({k: v for k, v in ex.items() if k not in ("id", "images")},
@@ -326,10 +317,6 @@ def examples_sha256(examples: list[dict]) -> str:
 
 def run_supervised(cfg, kind: str) -> Path:
     """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.files.out_paths import claim_run_dir, release_unwritten
-    from peer_rl.trainer.runtime import quiet_driver
-
     if cfg.kind != kind:
         raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
     if not cfg.logging.verbose:
@@ -357,12 +344,8 @@ def run_supervised(cfg, kind: str) -> Path:
 def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     """The stage, in the output directory run_supervised has claimed and locked."""
     from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
-                           ScalingConfig)
-    from ray.train.torch import TorchTrainer
-
-    from peer_rl.config.schema import save_config
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.trainer.runtime import init_ray
+                           ScalingConfig)  # deferred: ray
+    from ray.train.torch import TorchTrainer  # deferred: ray
 
     _log(f"{stage}: recipe={cfg.recipe} kind={kind} output_dir={out}")
     plan = plan_stage(cfg, kind)
@@ -381,7 +364,7 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     # and FailureConfig retries it); its start-up prints an error line from Ray's core worker
     # about its constructor arguments on every run
     os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-    import ray
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     started_ray = not ray.is_initialized()
     init_ray(cfg, dashboard=True)
@@ -414,7 +397,6 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     finally:
         if started_ray:          # a local cluster this call started; also flushes worker logs
             ray.shutdown()
-    from peer_rl.files.out_paths import read_json, write_atomic
 
     state = read_json(final / STATE_FILE, "trainer state")
     if state["step"] < total:

@@ -12,6 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from peer_rl.files.out_paths import DamagedFile, open_append, read_jsonl, save_figure
+from peer_rl.tracking.plot import pyplot
+
 
 class Timing(dict):
     """{stage: seconds} of one step; `spans` holds (stage, start, end) in wall-clock time."""
@@ -56,8 +59,6 @@ def overlap(inner: list[dict], outer: dict) -> float:
 
 
 def append_spans(path: Path, spans: list[dict]) -> None:
-    from peer_rl.files.out_paths import open_append
-
     with open_append(path) as fh:
         for s in spans:
             fh.write(json.dumps(s) + "\n")
@@ -68,7 +69,6 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
     """One row per stage, one bar per span, for the last `last_steps` steps (labelled by step)."""
     if not spans_path.exists():
         return None
-    from peer_rl.files.out_paths import DamagedFile, read_jsonl, save_figure
 
     try:                                  # a torn last line (a crash mid-append) is left out
         spans = read_jsonl(spans_path)[0]
@@ -79,7 +79,6 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
         return None
     steps = sorted({s["step"] for s in spans})[-last_steps:]
     spans = [s for s in spans if s["step"] in steps]
-    from peer_rl.tracking.plot import pyplot
 
     plt = pyplot()
     stages = list(dict.fromkeys(s["stage"] for s in spans))

@@ -10,16 +10,19 @@ import io
 import json
 import shutil
 import tempfile
+from datetime import date
+from importlib.metadata import version
 from pathlib import Path
 
+from peer_rl import recipes, workers
+from peer_rl.files.out_paths import DamagedFile, new_dir, read_json, replace_dir, write_atomic
+from peer_rl.supervised.config import load_supervised_config
 from peer_rl.trainer.supervised_run import _log, run_supervised
 
 
 def ensure_trained_tiny_reward_model(cache_dir: str | Path, ray_address: str = "") -> str:
     """The tiny scalar reward model after `train-rm recipe=escrag_rm_tiny` (Bradley-Terry on the
     sample's preference pairs), trained once into <cache_dir>/trained/reward and reused."""
-    from peer_rl.supervised.config import load_supervised_config
-
     run_dir = Path(cache_dir) / "trained" / "reward"
     final = run_dir / "final"
     if not (final / "config.json").exists():
@@ -37,8 +40,6 @@ def ensure_trained_tiny_escrag_policy(cache_dir: str | Path, ray_address: str = 
     """The tiny policy after ESCRAG-R1's cold start (`sft recipe=escrag_sft_tiny` from the tiny
     PEER-SFT policy, which already writes the sample's languages): writes `<think>...</think>`
     then a reply; trained once into <cache_dir>/trained/escrag_policy and reused."""
-    from peer_rl.supervised.config import load_supervised_config
-
     run_dir = Path(cache_dir) / "trained" / "escrag_policy"
     final = run_dir / "final"
     if not (final / "config.json").exists():
@@ -94,15 +95,13 @@ def stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     starting random model, the data tree's bytes and the token ids and labels the current code
     renders from it. Paths and machine settings are left out, so the same inputs give the
     same digests on any machine."""
-    from peer_rl.supervised.config import load_supervised_config
-
     return config_inputs(load_supervised_config([f"model.tiny_cache_dir={cache_dir}"], kind),
                          kind)
 
 
 def config_inputs(cfg, kind: str) -> dict[str, str]:
     """stage_inputs of a loaded supervised config (any recipe, any starting model)."""
-    from peer_rl.trainer.supervised_run import RUN_ONLY_KEYS, plan_stage
+    from peer_rl.trainer.supervised_run import RUN_ONLY_KEYS, plan_stage  # deferred: tests patch plan_stage
 
     with contextlib.redirect_stdout(io.StringIO()):     # the stage's own log lines, not ours
         plan = plan_stage(cfg, kind)
@@ -115,10 +114,6 @@ def config_inputs(cfg, kind: str) -> dict[str, str]:
 def _code_and_data_key(kind: str) -> str:
     """A digest of everything stage_inputs reads: peer-rl's code, recipes and bundled data and
     the installed torch / transformers (which build the starting model and tokenize)."""
-    from importlib.metadata import version
-
-    from peer_rl import recipes, workers
-
     pkg = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(f"{kind} torch {version('torch')} transformers "
                        f"{version('transformers')}".encode())
@@ -132,8 +127,6 @@ def _code_and_data_key(kind: str) -> str:
 def remembered_stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     """stage_inputs, worked out once per version of peer-rl's code and data and kept in
     <cache_dir>/inputs/ (it reads every training row through the tokenizer: seconds a run)."""
-    from peer_rl.files.out_paths import DamagedFile, read_json, write_atomic
-
     memo = Path(cache_dir) / "inputs" / f"{_code_and_data_key(kind)[:24]}.json"
     if memo.exists():
         try:
@@ -212,8 +205,6 @@ def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> 
     current recipes, data, templates or example rendering differ, the model is trained once
     into <cache_dir>/trained/<name>-<digest> instead (an interrupted build resumes: Ray Train's
     own resume on the same output directory)."""
-    from peer_rl.supervised.config import load_supervised_config
-
     out = {}
     for name, kind in STAGES:
         inputs = remembered_stage_inputs(cache_dir, kind)
@@ -243,12 +234,8 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
     """Train the tiny judge and policy from freshly built random models by their default recipes
     and write them, with a manifest of their inputs' digests, to out_dir (replaced whole only
     once both are trained)."""
-    from datetime import date
-
-    import torch
-    import transformers
-
-    from peer_rl.supervised.config import load_supervised_config
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    import transformers  # deferred: transformers (~3 s, pulls in torch)
 
     out_dir = Path(out_dir).resolve()
     manifest = {"built": date.today().isoformat(), "command": BUILD_COMMAND,
@@ -276,8 +263,6 @@ def swap_in(staging: Path, out_dir: Path, manifest: dict, built_by: str) -> None
     """`staging` with its manifest becomes `out_dir`: copied into a directory made beside it,
     then swapped in (peer_rl.files.out_paths.replace_dir), so a reader never meets a
     half-written copy; files of the earlier `out_dir` that the build did not write stay."""
-    from peer_rl.files.out_paths import new_dir, replace_dir
-
     for name, entry in manifest["models"].items():
         entry["files"] = file_digests(staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
