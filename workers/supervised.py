@@ -42,13 +42,11 @@ from peer_rl.supervised.examples import (batch_indices, collate, count_targets, 
                                          load_examples, lr_schedule, rank_rows)
 from peer_rl.tracking.metrics import MetricsSink
 
+log = logging.getLogger(__name__)
+
 RUN_NAME = "run"                 # RunConfig(name); storage_path = <output_dir>/ray_train
 STATE_FILE = "trainer_state.json"
 TRAIN_TIME_FILE = "train_time.json"    # wall seconds of the Ray Train run that made final/
-
-
-def _log(msg: str) -> None:
-    print(f"[peer-rl] {msg}", flush=True)
 
 
 def _quiet_train_reports() -> None:
@@ -236,10 +234,10 @@ def train_loop(config: dict) -> None:
     if ckpt_dir is not None:
         fsdp.load_sharded(ckpt_dir / "optim", model, optim, include_model=False)
         if rank == 0:
-            _log(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
+            log.info(f"resumed from {ckpt_dir.name} (step {start_step}/{total})")
     if rank == 0 and verbose:
-        _log(f"{ws} rank(s), {dist.get_backend()} on {device.type}, {dtype} compute; {n} examples; "
-             f"steps {start_step + 1}..{total}")
+        log.info(f"{ws} rank(s), {dist.get_backend()} on {device.type}, {dtype} compute; "
+                 f"{n} examples; steps {start_step + 1}..{total}")
 
     sink = None       # rank 0 writes metrics.jsonl (and TensorBoard), as the RL runs do
     if rank == 0:
@@ -320,8 +318,8 @@ def train_loop(config: dict) -> None:
                 rate = (f"{last['target_tokens_per_s']:.1f} pairs/s train acc "
                         f"{last['pairwise_accuracy']:.3f}" if bt else
                         f"{last['target_tokens_per_s']:.0f} target tok/s")
-                _log(f"step {done}/{total} loss {last['loss']:.4f} lr {lr:.2e} "
-                     f"grad_norm {last['grad_norm']:.3f} {rate}")
+                log.info(f"step {done}/{total} loss {last['loss']:.4f} lr {lr:.2e} "
+                         f"grad_norm {last['grad_norm']:.3f} {rate}")
             if rank == 0:
                 sink.log(done, {k: v for k, v in last.items() if k != "step"})
             window = {"loss": 0.0, "tokens": 0.0, "steps": 0, "grad_norm": 0.0, "acc": 0.0,

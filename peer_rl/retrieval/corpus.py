@@ -9,6 +9,7 @@ of other test dialogues, during GRPO and under RAG inference alike.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from peer_rl.data.layout import DataFile, SPLITS, discover, file_split
 from peer_rl.data.validate import check_file
 from peer_rl.files.out_paths import read_json
 from peer_rl.retrieval.index import INFO_FILE, build_index
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = ("train",)
 
@@ -98,7 +101,7 @@ def describe(src: dict) -> str:
 
 
 def index_from_root(root: str | Path, target: str | Path, embedding_model: str,
-                    splits=DEFAULT_SPLITS, skip_invalid: bool = False, log=print) -> Path:
+                    splits=DEFAULT_SPLITS, skip_invalid: bool = False, log=logger.info) -> Path:
     """An index of `root`'s exemplars of `splits` at `target`, built there unless the one
     already there was built from the same files with the same embedding model (the trainer's
     `<output_dir>/index`, the cold start's pass-2 index). `log` gets what it holds."""
@@ -115,6 +118,6 @@ def index_from_root(root: str | Path, target: str | Path, embedding_model: str,
     encoder = load_embedding_model(embedding_model)
     info = build_index(rows, encoder.encode, embedding_model, target,
                        source_sha256=src["sha256"], source_splits=src["splits"])
-    log(f"[peer-rl] exemplar index: {describe(src)} from {root} -> {target} "
+    log(f"exemplar index: {describe(src)} from {root} -> {target} "
         f"({info['kind']}, {time.perf_counter() - t0:.1f} s)")
     return target

@@ -3,6 +3,7 @@ trackers of peer_rl.tracking.trackers)."""
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import sys
 from contextlib import contextmanager
@@ -11,6 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from peer_rl.files.out_paths import open_append, repair_jsonl
+
+logger = logging.getLogger(__name__)
 
 
 def peak_rss_bytes() -> int:
@@ -47,8 +50,8 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
     Returns the number of torn lines dropped."""
     _, torn = repair_jsonl(path, last_step)
     if torn:
-        print(f"[peer-rl] {path}:{torn}: dropped a torn last line (cut off "
-              "by a crash mid-write)", file=sys.stderr)
+        logger.warning(f"{path}:{torn}: dropped a torn last line (cut off "
+                       "by a crash mid-write)")
     return 1 if torn else 0
 
 

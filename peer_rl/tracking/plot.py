@@ -2,10 +2,12 @@
 metrics.jsonl, and the evaluation reports' bars and lines (peer_rl.evaluation.figures)."""
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 
 from peer_rl.files.out_paths import DamagedFile, read_jsonl, save_figure
+
+log = logging.getLogger(__name__)
 
 
 def pyplot():
@@ -24,7 +26,7 @@ def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
     try:                              # a torn last line (a crash mid-append) is left out
         recs = read_jsonl(metrics_path)[0]
     except DamagedFile as exc:        # a figure is not worth failing a finished run for
-        print(f"[peer-rl] no curves figure: {exc}", file=sys.stderr, flush=True)
+        log.warning(f"no curves figure: {exc}")
         return None
     series = {k: [(r["step"], r[k]) for r in recs if isinstance(r.get(k), (int, float))]
               for k in keys}

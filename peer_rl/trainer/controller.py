@@ -21,9 +21,9 @@ pi_old / pi_behavior per token (actor.behavior_weight_cap) from the engine's log
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -53,6 +53,8 @@ from peer_rl.trainer.step_batch import update_batch
 from peer_rl.trainer.sync_group import WeightSyncGroup
 from peer_rl.trainer.timeline import Timing, append_spans, covered, overlap, plot_timeline
 from peer_rl.trainer.worker_group import PolicyGroup, Pools, WorkerGroup, WorkerRestarted
+
+log = logging.getLogger(__name__)
 
 TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
 
@@ -116,7 +118,7 @@ class Controller:
 
             self.evaluator = InTrainingEval(cfg, policy_template)
         if resume_dir is not None:
-            print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
+            log.info(f"resuming from {resume_dir} (step {self.step})")
             self.policy.call("load_checkpoint", str(resume_dir / "policy"))
         # versions count as the policy counts (its update count, restored with its checkpoint),
         # so the engines' stamps and the policy's staleness check agree
@@ -195,9 +197,9 @@ class Controller:
                   "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
 
         write_atomic(self.out / "memory.json", json.dumps(report, indent=1) + "\n")
-        print("[peer-rl] peak resident memory (GiB per worker): "
-              + "; ".join(f"{k} {v}" for k, v in out.items())
-              + (f"; no answer from {missing}" if missing else ""), flush=True)
+        log.info("peak resident memory (GiB per worker): "
+                 + "; ".join(f"{k} {v}" for k, v in out.items())
+                 + (f"; no answer from {missing}" if missing else ""))
         return report
 
     def _write_side_files(self, directory: Path) -> None:
@@ -280,7 +282,7 @@ class Controller:
         out_rows, out, note = refill((rows, scored), draw, self.cfg.algorithm.filter_groups,
                                      self.cfg.data.train_batch_size, self.G, timing.step)
         if note:
-            print(f"[peer-rl] {note}", file=sys.stderr, flush=True)
+            log.warning(note)
         return out_rows, out
 
     def _score_ahead(self, batch_rows: list[dict] | None = None

@@ -1,8 +1,8 @@
 """`peer-rl train`: resolve the config, load prompts, start Ray and the pools, run the controller."""
 from __future__ import annotations
 
+import logging
 import shutil
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +29,8 @@ from peer_rl.trainer.checkpoints import (STATE_FILE, complete_checkpoints, lates
 from peer_rl.trainer.preemption import RunStopped, StopRequest
 from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
 from peer_rl.trainer.runtime import init_ray, quiet_driver
+
+log = logging.getLogger(__name__)
 
 
 def resolve_models(cfg) -> tuple[str, str]:
@@ -89,8 +91,7 @@ def resolve_index(cfg, out: Path) -> str:
         return cfg.retrieval.index
     root = Path(cfg.data.root) if cfg.data.root else sample_root()
     return str(index_from_root(root, out / "index", cfg.retrieval.embedding_model,
-                               tuple(cfg.retrieval.splits), cfg.data.skip_invalid,
-                               log=lambda m: print(m, flush=True)))
+                               tuple(cfg.retrieval.splits), cfg.data.skip_invalid))
 
 
 def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
@@ -112,14 +113,13 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
         res = load_subset(root, subset, name, skip_invalid=cfg.data.skip_invalid,
                           languages=cfg.data.languages)
         if res.filtered:
-            print(f"[peer-rl] {rel}: data.languages={list(cfg.data.languages)}: left out "
-                  f"{res.n_filtered} row(s) ({res.filtered})", file=sys.stderr)
+            log.warning(f"{rel}: data.languages={list(cfg.data.languages)}: left out "
+                        f"{res.n_filtered} row(s) ({res.filtered})")
         if res.n_skipped:
             reasons = Counter()
             for rep in res.reports:
                 reasons.update(rep.reasons())
-            print(f"[peer-rl] {rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}",
-                  file=sys.stderr)
+            log.warning(f"{rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}")
         # the one place a row's history is decided (peer_rl.data.history): the policy's
         # prompt, the judge, RUR, ESCRAG-R1's passes and the retrieval all read it
         files.append(training_rows(list(res.dataset), cfg.data.max_history_turns))
@@ -137,8 +137,8 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
         rows = select_prompts(files, list(cfg.data.prompts_per_file), cfg.data.seed)
         how = "drawn with data.seed" if any(cfg.data.prompts_per_file) else "all rows"
     per_modality = Counter(r["modality"] for r in rows)
-    print(f"[peer-rl] {len(rows)} training prompt(s) from {root} ({how}; "
-          f"{', '.join(f'{k} {v}' for k, v in sorted(per_modality.items()))})", flush=True)
+    log.info(f"{len(rows)} training prompt(s) from {root} ({how}; "
+             f"{', '.join(f'{k} {v}' for k, v in sorted(per_modality.items()))})")
     return rows
 
 
@@ -154,8 +154,8 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
             "(Qwen2-VL / Qwen2.5-VL / Qwen3-VL), drop the visual files from data.train_files, or "
             "set data.visual_rows_as_text=true to train those rows on their words alone.")
     if n_visual and not vision:
-        print(f"[peer-rl] data.visual_rows_as_text: {n_visual} visual prompt(s) are trained on "
-              "their text (the policy is text-only)", flush=True)
+        log.info(f"data.visual_rows_as_text: {n_visual} visual prompt(s) are trained on "
+                 "their text (the policy is text-only)")
 
 
 def check_policy_lora(cfg, policy: str) -> None:
@@ -276,14 +276,13 @@ def _train(cfg, out: Path) -> Path:
     from peer_rl.trainer.resource_pools import PoolFactory  # deferred: pulls in ray, torch
 
     save_config(cfg, out / "config.yaml")
-    print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
-          flush=True)
+    log.info(f"recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}")
     rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
     template = None
     if cfg.reward_model.kind != "scalar":        # PEER: the rows' own Steps 1-4 instruction
 
         template, line = training_template(rows)
-        print(f"[peer-rl] {line}", flush=True)
+        log.info(line)
     policy, judge = resolve_models(cfg)
     check_judges(cfg, judge)
     check_modalities(cfg, rows, policy)
@@ -301,22 +300,21 @@ def _train(cfg, out: Path) -> Path:
         longest = lengths.result()
         index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
         factory = PoolFactory(cfg, policy, judge, index, longest)
-        print(f"[peer-rl] {factory.dtype_line()}", flush=True)
+        log.info(f"{factory.dtype_line()}")
         kv_line = factory.kv_cache_line()
         if kv_line:
-            print(f"[peer-rl] {kv_line}", flush=True)
+            log.info(kv_line)
         pools = plots = trackers = None
         try:
             # W&B / MLflow runs before the pools: a bad tracking URI or key fails in seconds
             trackers = open_trackers(cfg, out, resume_checkpoint(cfg, out) is not None,
                                      public_config(cfg))
             pools = factory.make_pools()
-            print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: "
-                  + ", ".join(f"{name} x{len(getattr(pools, name))} ({s:.0f} s)"
-                              for name, s in factory.ready_s.items()), flush=True)
+            log.info(f"pools ready in {time.perf_counter() - t0:.0f} s: "
+                     + ", ".join(f"{name} x{len(getattr(pools, name))} ({s:.0f} s)"
+                                 for name, s in factory.ready_s.items()))
             check_shared_output(pools.actor, out)
-            print(f"[peer-rl] actor: {ray.get(pools.actor[0].recomputation.remote())['line']}",
-                  flush=True)
+            log.info(f"actor: {ray.get(pools.actor[0].recomputation.remote())['line']}")
             controller = Controller(cfg, pools, rows, out, policy_template=template,
                                     side_files=card_files(policy), trackers=trackers)
             trackers = None                  # the controller's metrics sink closes them
@@ -337,7 +335,6 @@ def _train(cfg, out: Path) -> Path:
                          + (f"; checkpoint {saved}" if (saved / STATE_FILE).exists() else "")
                          + "; rerun with resume=auto to continue")
     final = out / "final"
-    print(f"[peer-rl] done: {steps} step(s); output in {out}"
-          + (f" (policy, HF format: {final})" if (final / "config.json").exists() else ""),
-          flush=True)
+    log.info(f"done: {steps} step(s); output in {out}"
+             + (f" (policy, HF format: {final})" if (final / "config.json").exists() else ""))
     return out

@@ -6,6 +6,8 @@ import os
 import warnings
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 
 # what keeps the workers' start-up out of the console (logging.verbose=false): transformers'
 # weight-loading bars (one per model per actor), its advisories, Python warnings from libraries
@@ -56,5 +58,4 @@ def init_ray(cfg, dashboard: bool = False) -> None:
     ctx = ray.init(**kwargs)
     how = "started a local Ray cluster" if address == "local" else f"joined Ray at {address}"
     board = f", dashboard http://{ctx.dashboard_url}" if ctx.dashboard_url else ""
-    print(f"[peer-rl] {how} (GCS {ctx.address_info.get('gcs_address', '?')}{board})",
-          flush=True)
+    log.info(f"{how} (GCS {ctx.address_info.get('gcs_address', '?')}{board})")

@@ -14,6 +14,7 @@ it, so a fresh clone reaches GRPO without training the judge or the policy (23 a
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 from datetime import date
@@ -22,9 +23,11 @@ from pathlib import Path
 from peer_rl.files.out_paths import claim_dir, claim_run_dir, new_dir
 from peer_rl.supervised.config import load_supervised_config
 from peer_rl.trainer.runtime import quiet_driver
-from peer_rl.trainer.supervised_run import _log, install_final, run_supervised
+from peer_rl.trainer.supervised_run import install_final, run_supervised
 from peer_rl.trainer.tiny_cache import (MANIFEST, config_inputs, inputs_sha256, read_manifest,
                                         shipped_model, swap_in)
+
+log = logging.getLogger(__name__)
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "bundled" / "models" / "smollm2"
 STAGES = {"judge": ("rm", "unifireward_smollm2"), "policy": ("sft", "sft_smollm2")}
@@ -56,12 +59,12 @@ def use_shipped(name: str, out_dir: str | Path, overrides=(), shipped_dir: Path 
     claim_dir(out_dir, command, inputs, resume=True, create=False, flag="--out")
     final = out_dir / "final"
     if (final / "config.json").exists():
-        _log(f"{final} already holds the {name}; remove it to make it again")
+        log.info(f"{final} already holds the {name}; remove it to make it again")
         return final
     path, why = shipped_model(name, config_inputs(cfg, kind), shipped_dir, label="SmolLM2",
                               build=BUILD_COMMAND, needs=ADAPTER)
     if not path:
-        _log(f"{why}: training the {name} (recipe={cfg.recipe}) in {out_dir}")
+        log.info(f"{why}: training the {name} (recipe={cfg.recipe}) in {out_dir}")
         return run_supervised(cfg, kind)
     manifest = read_manifest(shipped_dir, BUILD_COMMAND)
     if not cfg.logging.verbose:
@@ -71,9 +74,9 @@ def use_shipped(name: str, out_dir: str | Path, overrides=(), shipped_dir: Path 
         materialize(Path(path), cfg.model.path, final, manifest, name)
     finally:
         lock.close()
-    _log(f"{name}: the adapter shipped with peer-rl (built {manifest.get('built', '?')} by "
-         f"`{BUILD_COMMAND}`; recipe {cfg.recipe}, its inputs match) merged into "
-         f"{cfg.model.path} -> {final}")
+    log.info(f"{name}: the adapter shipped with peer-rl (built {manifest.get('built', '?')} by "
+             f"`{BUILD_COMMAND}`; recipe {cfg.recipe}, its inputs match) merged into "
+             f"{cfg.model.path} -> {final}")
     return final
 
 
@@ -156,5 +159,5 @@ def build_shipped_adapters(out_dir: str | Path = SHIPPED_DIR, overrides=(), stag
                                         "final_loss": round(state["loss"], 4),
                                         "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
         swap_in(staging, out_dir, manifest, BUILT_BY)
-    _log(f"{', '.join(stages)} adapters written to {out_dir} ({MANIFEST})")
+    log.info(f"{', '.join(stages)} adapters written to {out_dir} ({MANIFEST})")
     return out_dir

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -32,9 +33,7 @@ from peer_rl.trainer.runtime import init_ray, quiet_driver
 from peer_rl.workers.supervised import (RUN_NAME, STATE_FILE, TRAIN_TIME_FILE, image_token_counter,
                                        train_loop, vision_inputs)
 
-
-def _log(msg: str) -> None:
-    print(f"[peer-rl] {msg}", flush=True)
+log = logging.getLogger(__name__)
 
 
 class StepBar:
@@ -139,9 +138,9 @@ def judge_template_text(cfg, model_path: str, examples_root: Path) -> str:
             if cfg.judge.template_check == "strict":
                 raise TemplateMismatch(f"{msg}\nThe RL-time judge is asked through this "
                                        f"template; {advice}.")
-            _log(f"warning (judge.template_check=warn): {msg}")
+            log.info(f"warning (judge.template_check=warn): {msg}")
         else:
-            _log(f"judge template ({source}): all {report.checked} SER row(s) match")
+            log.info(f"judge template ({source}): all {report.checked} SER row(s) match")
     return template.with_role(JUDGE_KINDS[cfg.kind]).dumps()
 
 
@@ -164,11 +163,11 @@ def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
     if not checked:
         return {}
     if differ:
-        _log(f"warning: {differ}/{checked} sft prompt(s) are worded unlike the policy template "
-             f"({template.source}) saved with the model, which the evaluations build prompts "
-             "from; GRPO reads its own template off its rows")
+        log.info(f"warning: {differ}/{checked} sft prompt(s) are worded unlike the policy template "
+                 f"({template.source}) saved with the model, which the evaluations build prompts "
+                 "from; GRPO reads its own template off its rows")
     else:
-        _log(f"policy prompt ({template.source}): all {checked} sft prompt(s) match")
+        log.info(f"policy prompt ({template.source}): all {checked} sft prompt(s) match")
     return {TEMPLATE_FILE: template.dumps()}
 
 
@@ -260,22 +259,22 @@ def plan_stage(cfg, kind: str) -> StagePlan:
                      "their history and replies for the outcome model")
     total = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch(len(examples),
                                                                             cfg.trainer.batch_size)
-    _log(f"model {model_path}; data {root}: {summary['examples']} {what}; "
-         f"{summary['too_long']} dropped as longer than max_length={cfg.trainer.max_length}; "
-         f"{summary['invalid']} invalid skipped; "
-         + (f"left out by data.languages: {summary['other_languages']}; "
-            if summary.get("other_languages") else "")
-         + f"read in {time.perf_counter() - t0:.1f} s; "
-         f"{total} step(s) of {cfg.trainer.batch_size}")
+    log.info(f"model {model_path}; data {root}: {summary['examples']} {what}; "
+             f"{summary['too_long']} dropped as longer than max_length={cfg.trainer.max_length}; "
+             f"{summary['invalid']} invalid skipped; "
+             + (f"left out by data.languages: {summary['other_languages']}; "
+                if summary.get("other_languages") else "")
+             + f"read in {time.perf_counter() - t0:.1f} s; "
+             f"{total} step(s) of {cfg.trainer.batch_size}")
     if summary.get("verdicts"):
-        _log("verdicts weighted by class (trainer.verdict_balance): " + "; ".join(
-            f"turn {pos + 1}: " + ", ".join(f"{label[:24]!r} x{n} w{w:.2f}"
-                                            for label, (n, w) in sorted(labels.items()))
-            for pos, labels in sorted(summary["verdicts"].items())))
+        log.info("verdicts weighted by class (trainer.verdict_balance): " + "; ".join(
+                f"turn {pos + 1}: " + ", ".join(f"{label[:24]!r} x{n} w{w:.2f}"
+                                                for label, (n, w) in sorted(labels.items()))
+                for pos, labels in sorted(summary["verdicts"].items())))
     if summary.get("with_images"):
-        _log(f"{summary['with_images']} row(s) have images: " + (
-            "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
-            else "the model is text-only, so they are trained on their words alone"))
+        log.info(f"{summary['with_images']} row(s) have images: " + (
+                "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
+                else "the model is text-only, so they are trained on their words alone"))
     use_gpu = cfg.resources.gpus_per_worker > 0 or torch.cuda.is_available()
     worker = {
         "kind": kind, "model_path": model_path, "data_root": str(root),
@@ -347,7 +346,7 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
                            ScalingConfig)  # deferred: ray
     from ray.train.torch import TorchTrainer  # deferred: ray
 
-    _log(f"{stage}: recipe={cfg.recipe} kind={kind} output_dir={out}")
+    log.info(f"{stage}: recipe={cfg.recipe} kind={kind} output_dir={out}")
     plan = plan_stage(cfg, kind)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
@@ -401,16 +400,16 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     state = read_json(final / STATE_FILE, "trainer state")
     if state["step"] < total:
         raise RuntimeError(f"the newest checkpoint is step {state['step']} < {total}")
-    _log(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
-    _log(f"output directory: {out} (model: {final})")
+    log.info(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
+    log.info(f"output directory: {out} (model: {final})")
     write_atomic(final / TRAIN_TIME_FILE, json.dumps(     # `eval rm` reads it
         {"seconds": round(time.perf_counter() - t0, 1), "steps": state["step"], "kind": kind,
          "world_size": cfg.trainer.world_size}))
     if kind == "rm":
-        _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
+        log.info(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
     if kind in ("prm", "orm"):
-        _log(f"score the pair: peer-rl eval rm --prm <prm>/final --orm <orm>/final --out "
-             f"{out / 'eval_rm.json'}")
+        log.info(f"score the pair: peer-rl eval rm --prm <prm>/final --orm <orm>/final --out "
+                 f"{out / 'eval_rm.json'}")
     if kind == "bt":
-        _log(f"score the reward model: peer-rl eval pairs --model {final}")
+        log.info(f"score the reward model: peer-rl eval pairs --model {final}")
     return final

@@ -8,12 +8,14 @@ t's update, which is what `overlap` measures and the PNG shows.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from pathlib import Path
 
 from peer_rl.files.out_paths import DamagedFile, open_append, read_jsonl, save_figure
 from peer_rl.tracking.plot import pyplot
+
+log = logging.getLogger(__name__)
 
 
 class Timing(dict):
@@ -73,7 +75,7 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
     try:                                  # a torn last line (a crash mid-append) is left out
         spans = read_jsonl(spans_path)[0]
     except DamagedFile as exc:            # a figure is not worth failing a finished run for
-        print(f"[peer-rl] no timeline figure: {exc}", file=sys.stderr, flush=True)
+        log.warning(f"no timeline figure: {exc}")
         return None
     if not spans:
         return None

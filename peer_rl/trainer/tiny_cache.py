@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import shutil
 import tempfile
 from datetime import date
@@ -17,7 +18,9 @@ from pathlib import Path
 from peer_rl import recipes, workers
 from peer_rl.files.out_paths import DamagedFile, new_dir, read_json, replace_dir, write_atomic
 from peer_rl.supervised.config import load_supervised_config
-from peer_rl.trainer.supervised_run import _log, run_supervised
+from peer_rl.trainer.supervised_run import run_supervised
+
+log = logging.getLogger(__name__)
 
 
 def ensure_trained_tiny_reward_model(cache_dir: str | Path, ray_address: str = "") -> str:
@@ -26,8 +29,8 @@ def ensure_trained_tiny_reward_model(cache_dir: str | Path, ray_address: str = "
     run_dir = Path(cache_dir) / "trained" / "reward"
     final = run_dir / "final"
     if not (final / "config.json").exists():
-        _log(f"first run: training the tiny scalar reward model once (train-rm "
-             f"recipe=escrag_rm_tiny, ~2 minutes on 2 cores; cached in {run_dir})")
+        log.info(f"first run: training the tiny scalar reward model once (train-rm "
+                 f"recipe=escrag_rm_tiny, ~2 minutes on 2 cores; cached in {run_dir})")
         over = ["recipe=escrag_rm_tiny", f"trainer.output_dir={run_dir}",
                 f"model.tiny_cache_dir={cache_dir}"]
         cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
@@ -44,8 +47,8 @@ def ensure_trained_tiny_escrag_policy(cache_dir: str | Path, ray_address: str = 
     final = run_dir / "final"
     if not (final / "config.json").exists():
         start = ensure_trained_tiny_models(cache_dir, ray_address)["policy"]
-        _log(f"first run: the tiny policy's cold-start SFT on the <think> format once (sft "
-             f"recipe=escrag_sft_tiny, ~1.5 minutes on 2 cores; cached in {run_dir})")
+        log.info(f"first run: the tiny policy's cold-start SFT on the <think> format once (sft "
+                 f"recipe=escrag_sft_tiny, ~1.5 minutes on 2 cores; cached in {run_dir})")
         over = ["recipe=escrag_sft_tiny", f"model.path={start}", f"trainer.output_dir={run_dir}"]
         cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
                                              else []), "sft")
@@ -215,9 +218,9 @@ def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> 
         run_dir = Path(cache_dir) / "trained" / f"{name}-{inputs_sha256(inputs)[:12]}"
         final = run_dir / "final"
         if not (final / "config.json").exists():
-            _log(f"first run: {why}; training the tiny {name} once "
-                 f"({'train-rm' if kind == 'rm' else 'sft'}, ~2-3 minutes on 2 cores; cached "
-                 f"in {run_dir})")
+            log.info(f"first run: {why}; training the tiny {name} once "
+                     f"({'train-rm' if kind == 'rm' else 'sft'}, ~2-3 minutes on 2 cores; cached "
+                     f"in {run_dir})")
             over = [f"trainer.output_dir={run_dir}", f"model.tiny_cache_dir={cache_dir}"]
             cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
                                                  else []), kind)
@@ -225,8 +228,8 @@ def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> 
         out[name] = str(final)
     if all(Path(p).parent == SHIPPED_DIR for p in out.values()):
         built = read_manifest().get("built", "?")
-        _log(f"tiny judge and policy: the trained ones shipped with peer-rl (built {built} by "
-             f"`{BUILD_COMMAND}`; their recipes, data and examples match this code's)")
+        log.info(f"tiny judge and policy: the trained ones shipped with peer-rl (built {built} by "
+                 f"`{BUILD_COMMAND}`; their recipes, data and examples match this code's)")
     return out
 
 
@@ -255,7 +258,7 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
                                         "final_loss": round(state["loss"], 4),
                                         "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
         swap_in(staging, out_dir, manifest, BUILT_BY)
-    _log(f"tiny judge and policy written to {out_dir}")
+    log.info(f"tiny judge and policy written to {out_dir}")
     return out_dir
 
 
