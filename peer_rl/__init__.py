@@ -5,12 +5,17 @@ folders `workers/` and `recipes/` and are reached as `peer_rl.workers` and `peer
 a built wheel places them inside the package (pyproject's `package-dir`), and a checkout used in
 place (an editable install, `PYTHONPATH=<checkout>`, a `ray job submit --working-dir` upload)
 maps them here, so a checkout always runs its own workers beside its own package.
+
+Importing the package also sets up the console handler of peer-rl's progress lines
+(peer_rl/log.py).
 """
 from __future__ import annotations
 
 import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
+
+from peer_rl.log import configure_console
 
 _HERE = Path(__file__).resolve().parent
 _CHECKOUT = _HERE.parent
@@ -38,3 +43,5 @@ if _in_checkout() and not any(isinstance(f, type) and f.__name__ == "_CheckoutFo
                               and f.__module__ == __name__ for f in sys.meta_path):
     # first: an editable install's own finder would map the folders of the installed checkout
     sys.meta_path.insert(0, _CheckoutFolders)
+
+configure_console()   # every process that imports peer_rl (Ray workers too) prints its lines

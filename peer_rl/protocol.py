@@ -242,6 +242,4 @@ def gather(parts: list):
 def shard(items: list, n: int) -> list[list]:
     """Contiguous, near-equal chunks, the first ones a row longer (numpy's array_split), so
     re-concatenating keeps prompt order."""
-    import numpy as np
-
     return [[items[i] for i in part] for part in np.array_split(np.arange(len(items)), n)]

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # lowest first: a room imports only the rooms before it (and itself)
 ROOMS = (
-    "errors", "protocol", "recipes",            # contracts every room shares; the recipe files
+    "errors", "protocol", "log",                # contracts every room shares (log: console lines)
+    "recipes",                                  # the recipe files
     "algos", "prompts", "compute", "files",     # pure functions: rewards, readers, tensors, files
     "models", "data", "retrieval",              # local models, rows, the exemplar index
     "config", "tracking", "methods",            # the typed config, metric sinks, reward methods
@@ -25,7 +26,7 @@ ROOMS = (
     "integrations", "evaluation", "trainer",    # drivers: they start or host workers
     "datajobs", "bench", "chain", "cli",
 )
-CONTRACTS = {"__init__.py", "errors.py", "protocol.py"}
+CONTRACTS = {"__init__.py", "errors.py", "protocol.py", "log.py"}
 
 
 def _room(path: Path) -> str:
@@ -131,7 +132,8 @@ def test_a_second_checkout_runs_its_own_workers(tmp_path):
     other = tmp_path / "checkout"
     for name in ("peer_rl", "workers", "recipes"):
         (other / name).mkdir(parents=True)
-    (other / "peer_rl" / "__init__.py").write_bytes((ROOT / "peer_rl" / "__init__.py").read_bytes())
+    for name in ("__init__.py", "log.py"):    # the package's own start: its import names, its log
+        (other / "peer_rl" / name).write_bytes((ROOT / "peer_rl" / name).read_bytes())
     (other / "workers" / "__init__.py").write_text("")
     (other / "recipes" / "__init__.py").write_text("")
     (other / "pyproject.toml").write_text("")
@@ -140,6 +142,6 @@ def test_a_second_checkout_runs_its_own_workers(tmp_path):
     assert [Path(p).resolve().parent for p in found] == [other / "workers", other / "recipes"]
 
 
-@pytest.mark.parametrize("room", ROOMS[3:])
+@pytest.mark.parametrize("room", ROOMS[4:])
 def test_every_room_named_here_exists(room):
     assert (ROOT / "peer_rl" / room).is_dir() or (ROOT / room).is_dir()

@@ -53,7 +53,7 @@ def pool_gpus() -> tuple[str, float] | None:
 def use_cuda() -> bool:
     """Whether this process computes on CUDA (module docstring): its pool's GPUs decide; a
     pool given GPUs where CUDA is not available is an error naming the pool and what to check."""
-    import torch
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
     mine = pool_gpus()
     if mine is None:

@@ -18,16 +18,23 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn.functional as F
+from torch.distributed.checkpoint import (CheckpointException, HuggingFaceStorageReader,
+                                          HuggingFaceStorageWriter)
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_state_dict, set_model_state_dict,
                                                      set_state_dict)
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+from torch.utils.checkpoint import checkpoint
 
+from peer_rl.compute.token_logprobs import chunked_logprobs
 from peer_rl.prompts.multimodal import is_vision_language
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
@@ -42,7 +49,7 @@ def auto_class(model_path: str):
     models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL ...), sequence classification for scalar reward
     models (a `*ForSequenceClassification` architecture), causal LM for other text models."""
     from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText,
-                              AutoModelForSequenceClassification)
+                              AutoModelForSequenceClassification)  # deferred: transformers
 
     if is_vision_language(model_path):
         return AutoModelForImageTextToText
@@ -68,7 +75,7 @@ def build_empty(model_path: str, dtype=torch.float32, attn_implementation: str |
     load (Qwen2-VL's `visual.*` -> `model.visual.*`), but only the checkpoint's names: the
     modules are the class's own either way, so the state dict keys are those of
     from_pretrained (tests/workers/test_policy.py holds them equal)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # deferred: transformers (~3 s, pulls in torch)
 
     kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
     config = AutoConfig.from_pretrained(model_path)
@@ -222,10 +229,6 @@ def checkpoint_layers(model) -> int:
     rest in backward. The forward is wrapped rather than the module, so parameter names, state
     dicts and FSDP2's module hooks stay as they are, and it works in eval mode (HF's own
     gradient_checkpointing is active only in train mode, which would switch dropout on)."""
-    from functools import partial
-
-    from torch.utils.checkpoint import checkpoint
-
     layers = decoder_layers(model)
     for layer in layers:
         layer.forward = partial(checkpoint, layer.forward, use_reentrant=False)
@@ -241,10 +244,6 @@ def logprob_head(model, chunk_tokens: int) -> dict:
     module's forward, where FSDP2 holds the (tied) weight unsharded and reduces its gradient.
     Returns the context dict: `labels` (B, T-1), `temperature`, `entropy` (a mode of
     peer_rl.compute.token_logprobs); labels None gives plain logits."""
-    import torch.nn.functional as F
-
-    from peer_rl.compute.token_logprobs import chunked_logprobs
-
     head = model.get_output_embeddings()
     plain = head.forward
     ctx = {"labels": None, "temperature": 1.0, "entropy": "none"}
@@ -281,7 +280,6 @@ def shard(model, mesh, mp: MixedPrecisionPolicy, offload: bool = False):
     ignored = set(tower.parameters()) if tower is not None else set()
     extra = {}
     if offload and mesh.device_type == "cuda":   # parameters live in host memory between uses
-        from torch.distributed.fsdp import CPUOffloadPolicy
 
         extra["offload_policy"] = CPUOffloadPolicy()
     for m in decoder_layers(model):
@@ -322,7 +320,7 @@ def to_checkpoint_names(model, state_dict: dict[str, torch.Tensor]) -> dict[str,
     families at load (Qwen2-VL: `visual.*` -> `model.visual.*`, `model.layers.*` ->
     `model.language_model.layers.*`) and reverts on save; vLLM loads the on-disk names and
     silently skips any other, so every export and save goes through this."""
-    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.core_model_loading import revert_weight_conversion  # deferred: transformers
 
     return dict(revert_weight_conversion(model, dict(state_dict)))
 
@@ -375,9 +373,6 @@ def save_sharded(directory: str | Path, model, optim, rank: int, include_model: 
     sharding (no pickle anywhere), plus `state.json` (rank 0: param groups and `extra`).
     Loadable at any world size. `keep(name)`: only these model tensors (LoRA: the adapters).
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import HuggingFaceStorageWriter
-
     d = Path(directory)
     msd, osd = get_state_dict(model, optim)
     flat = _flat(model, msd if include_model else None, osd, keep)
@@ -396,9 +391,6 @@ def load_sharded(directory: str | Path, model, optim, include_model: bool = True
     """Collective. Restore what save_sharded wrote, resharded to this group's world size;
     returns its `extra`. The optimizer state is built first (zeros; torch does this for an
     optimizer that has not stepped yet) so every tensor has its target shape and sharding."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import CheckpointException, HuggingFaceStorageReader
-
     d = Path(directory)
     meta_path = d / SHARDED_STATE
     if not meta_path.exists():

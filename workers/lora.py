@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from peer_rl.config.worker_settings import LoRASettings
+from peer_rl.config.worker_settings import LoRASettings, lora_merged
 from peer_rl.workers import fsdp
+from peer_rl.workers.devices import use_cuda
 
 ADAPTER = "default"           # PEFT's name for a model's one adapter
 KEY = "model.lora"            # the config section errors name
@@ -93,8 +95,8 @@ class Adapters(FullWeights):
         """Inject the adapters into `model` in place (before sharding) and return it: every
         base parameter frozen, the adapters trainable. A target that names nothing, or a model
         with no layer to adapt, fails here, naming the key."""
-        from peft import LoraConfig, get_peft_model
-        from peft.tuners.tuners_utils import NoMatchingPeftModuleError
+        from peft import LoraConfig, get_peft_model  # deferred: peft
+        from peft.tuners.tuners_utils import NoMatchingPeftModuleError  # deferred: peft
 
         s = self.settings
         tower = fsdp.vision_tower(model)
@@ -118,7 +120,7 @@ class Adapters(FullWeights):
 
     def check_saved(self) -> None:
         """model.lora.lora_adapter_path holds a PEFT adapter of model.lora.rank."""
-        from peft import PeftConfig
+        from peft import PeftConfig  # deferred: peft (pulls in torch and transformers)
 
         s, path = self.settings, Path(self.settings.lora_adapter_path)
         if not (path / "adapter_config.json").is_file():
@@ -131,7 +133,7 @@ class Adapters(FullWeights):
 
     def _load_adapter(self, model):
         """model.lora.lora_adapter_path: a PEFT adapter directory, trained further."""
-        from peft import PeftModel
+        from peft import PeftModel  # deferred: peft (pulls in torch and transformers)
 
         self.check_saved()
         return PeftModel.from_pretrained(model, str(self.settings.lora_adapter_path),
@@ -140,8 +142,8 @@ class Adapters(FullWeights):
     def _index(self, model) -> None:
         """The adapted layers by the HF name of their weight; only plain linear layers (their
         merge is W + s B A), and never an output layer tied to the embeddings."""
-        from peft.tuners.lora import Linear as LoRALinear
-        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora import Linear as LoRALinear  # deferred: peft
+        from peft.tuners.lora import LoraLayer  # deferred: peft (pulls in torch and transformers)
 
         tied = fsdp.tied_duplicates(model)
         tied_names = {n.replace(".base_layer.", ".") for n in (*tied, *tied.values())}
@@ -196,18 +198,12 @@ class Adapters(FullWeights):
         if self._merged():
             return None
         if not hasattr(self, "_config_text"):
-            import tempfile
-
             with tempfile.TemporaryDirectory(prefix="peer-rl-adapter-config-") as d:
                 self.peft.peft_config[ADAPTER].save_pretrained(d)
                 self._config_text = (Path(d) / "adapter_config.json").read_text(encoding="utf-8")
         return self._config_text
 
     def _merged(self) -> bool:
-        from peer_rl.config.worker_settings import lora_merged
-
-        from peer_rl.workers.devices import use_cuda
-
         return lora_merged(self.settings, use_cuda())
 
     def _delta(self, hf_name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -46,14 +47,19 @@ from peer_rl.algos import (
     logprobs_from_logits,
 )
 from peer_rl.compute import packing, precision
+from peer_rl.compute.activation_memory import (GiB, choose_recomputation, fitted_token_budget,
+                                               stored_activation_bytes, trained_for,
+                                               training_state_bytes)
+from peer_rl.compute.kv_cache import max_positions, read_config
 from peer_rl.compute.micro_batches import by_count, by_token_budget
 from peer_rl.files.durable import fsync_tree
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
 from peer_rl.config.worker_settings import LoRASettings, PolicySettings
 from peer_rl.models.local import on_this_node
-from peer_rl.workers import devices, fsdp, lora
+from peer_rl.workers import devices, fsdp, lora, weight_sync
 from peer_rl.workers.update_sums import UpdateSums
+from peer_rl.workers.vision import VisionInputs
 
 
 def _tensor(x, dtype=None) -> torch.Tensor:
@@ -133,7 +139,6 @@ class PolicyWorker:
             self.device = torch.device("cuda", local)
         else:
             self.device = torch.device("cpu")
-        from peer_rl.workers import weight_sync
 
         # the FSDP group's rendezvous, bound to the node's address (weight_sync.make_store)
         store = weight_sync.make_store(master_addr, master_port, world_size, rank,
@@ -150,8 +155,6 @@ class PolicyWorker:
         mp = fsdp.mixed_precision(self.dtype)
         self.vision = None
         if fsdp.is_vision_language(model_path):
-            from peer_rl.workers.vision import VisionInputs
-
             self.vision = VisionInputs(model_path)
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
         self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
@@ -197,16 +200,11 @@ class PolicyWorker:
 
     def _trained(self):
         """What the training forward computes in and what trains (activation estimates)."""
-        from peer_rl.compute.activation_memory import trained_for
-
         return trained_for(precision.BYTES[self.dtype], getattr(self.weights, "settings", None))
 
     def _fit_token_budget(self) -> tuple[int, str]:
         """actor.ppo_max_token_len_per_gpu, lowered under actor.micro_batch_activation_gib
         (peer_rl.compute.activation_memory.fitted_token_budget); the start-up line where it was."""
-        from peer_rl.compute.activation_memory import GiB, fitted_token_budget, stored_activation_bytes
-        from peer_rl.compute.kv_cache import read_config
-
         s = self.settings
         budget = s.ppo_max_token_len_per_gpu
         if not (budget and s.micro_batch_activation_gib):
@@ -228,12 +226,6 @@ class PolicyWorker:
         of a forward at the token budget against this node's free memory over its ranks, read
         now that both models are loaded (peer_rl.compute.activation_memory). One answer for all ranks:
         recomputation wherever any rank needs it."""
-        import psutil
-
-        from peer_rl.compute.activation_memory import (choose_recomputation, stored_activation_bytes,
-                                               training_state_bytes)
-        from peer_rl.compute.kv_cache import max_positions, read_config
-
         s = self.settings
         config = read_config(self.model_path)
         row = min(max_row_len or self.token_budget or 4096, max_positions(config))
@@ -598,8 +590,6 @@ class PolicyWorker:
         `join_weight_sync` (peer_rl.workers.weight_sync); a new one replaces the previous one, which is
         aborted first (under NCCL a bucket of a failed sync may still be queued on it).
         `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
-        from peer_rl.workers import weight_sync
-
         if self.rank != 0:
             return None
         old, self._sync_group = getattr(self, "_sync_group", None), None
@@ -614,8 +604,6 @@ class PolicyWorker:
         """Rank 0 joins the group hosted by `host_weight_sync` as its rank 0 (returns once the
         engines have joined too). Other ranks take no part in the group: they only help gather
         in `send_weights`."""
-        from peer_rl.workers import weight_sync
-
         if self.rank == 0:
             self._sync_group = weight_sync.open_group(self._sync_store, 0, self._sync_world,
                                                       self.backend, self._sync_timeout)
@@ -625,8 +613,6 @@ class PolicyWorker:
         """Broadcast the current weights to the engines, bucket by bucket. Collective: every
         rank gathers each FSDP-sharded tensor in turn (one at a time, so no rank holds the full
         model); rank 0 sends. Returns {"bytes", "seconds"} (rank 0's)."""
-        from peer_rl.workers import weight_sync
-
         t0 = time.perf_counter()
         tensors = dict(self.model.named_parameters()) | dict(self.model.named_buffers())
 

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from peer_rl.prompts.multimodal import attach_images, for_vllm, strip_tags
+from peer_rl.prompts.multimodal import attach_images, for_vllm, open_image, strip_tags
 from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.config.worker_settings import RolloutSettings
@@ -91,7 +91,7 @@ class RolloutWorker:
         offset"), so CPU sampling uses the engine's own RNG, seeded at start: runs are
         reproducible in distribution, not token for token.
         """
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # deferred: vllm
 
         n = max(1, sampling.n)
         per_request = not on_cpu()
@@ -162,7 +162,7 @@ class RolloutWorker:
     def _receive_adapter(self) -> int:
         """The policy's adapter into a new directory, loaded into the engine now (a bad adapter
         fails the sync, not the next rollout) under a new id; the previous one is removed."""
-        from vllm.lora.request import LoRARequest
+        from vllm.lora.request import LoRARequest  # deferred: vllm
 
         lora_id = self.weight_syncs + 1          # unique in this engine's life
         directory = self._adapter_root / f"v{lora_id}"
@@ -179,9 +179,7 @@ class RolloutWorker:
                         images: list[list[str]] | None = None) -> list[list[float]]:
         """log p(x_t | x_<t) for t >= 1 of each given sequence (len(seq) - 1 values each);
         `images` (per sequence) for sequences whose ids hold expanded image tokens."""
-        from vllm import SamplingParams
-
-        from peer_rl.prompts.multimodal import open_image
+        from vllm import SamplingParams  # deferred: vllm
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         prompts = []
@@ -209,7 +207,7 @@ class RolloutWorker:
 
     def health(self) -> dict:
         """Cheap liveness probe: one greedy token through the engine."""
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # deferred: vllm
 
         t0 = time.perf_counter()
         self.llm.generate([{"prompt_token_ids": [0]}], SamplingParams(max_tokens=1, temperature=0),

@@ -35,7 +35,7 @@ class ScalarRewardWorker:
     def score(self, items: list[ScalarItem]) -> list[float]:
         """The reward model's scalar per reply; a prompt longer than the context is kept whole
         by dropping its oldest turns (the reply is always scored)."""
-        from vllm.pooling_params import PoolingParams
+        from vllm.pooling_params import PoolingParams  # deferred: vllm
 
         prompts = [self._prompt(it.history, it.reply, it.lang) for it in items]
         outs = self.llm.classify(prompts, pooling_params=PoolingParams(use_activation=False),

@@ -38,12 +38,20 @@ batch, so world_size 1 and 2 take the same step.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
+
+from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
+from peer_rl.supervised.examples import (batch_indices, collate, count_targets, example_view,
+                                         load_examples, lr_schedule, rank_rows)
+from peer_rl.tracking.metrics import MetricsSink
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from peer_rl.config.worker_settings import LoRASettings
@@ -54,17 +62,11 @@ STATE_FILE = "trainer_state.json"
 TRAIN_TIME_FILE = "train_time.json"    # wall seconds of the Ray Train run that made final/
 
 
-def _log(msg: str) -> None:
-    print(f"[peer-rl] {msg}", flush=True)
-
-
 def _quiet_train_reports() -> None:
     """Ray Train logs each report (every metric, the checkpoint path) at INFO under a logger
     named by its file's path, outside the `ray.train` tree that LoggingConfig sets."""
-    import logging
-
     try:
-        from ray.train.v2._internal.execution import context
+        from ray.train.v2._internal.execution import context  # deferred: ray
     except ImportError:           # another Ray: its reports keep their level
         return
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
@@ -74,9 +76,9 @@ def _quiet_train_reports() -> None:
 def _prepare_model(model, gradient_checkpointing: bool, freeze_vision: bool):
     """The loaded (rank 0) or meta-built (other ranks) model made ready to shard: vision tower
     frozen, HF's gradient checkpointing, train mode only where there is dropout."""
-    import torch
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     if freeze_vision and fsdp.vision_tower(model) is not None:
         fsdp.freeze_vision_tower(model)
@@ -90,11 +92,11 @@ def _prepare_model(model, gradient_checkpointing: bool, freeze_vision: bool):
 
 def vision_inputs(model_path: str):
     """peer_rl.workers.vision.VisionInputs for a vision-language checkpoint, None for a text model."""
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     if not fsdp.is_vision_language(model_path):
         return None
-    from peer_rl.workers.vision import VisionInputs
+    from peer_rl.workers.vision import VisionInputs  # deferred: pulls in torch
 
     return VisionInputs(model_path)
 
@@ -110,7 +112,7 @@ def lora_weights(settings: LoRASettings, model_path: str, resume_dir: Path | Non
     """What a stage trains (peer_rl.workers.lora): full weights, or LoRA adapters of `settings`
     (model.lora) that a resume takes from its checkpoint's model/adapter/. A checkpoint of the
     other kind stops the resume naming the key."""
-    from peer_rl.workers import lora
+    from peer_rl.workers import lora  # deferred: pulls in torch
 
     saved = resume_dir is not None and (resume_dir / "model" / "adapter").is_dir()
     if resume_dir is not None and saved != bool(settings.rank):
@@ -129,10 +131,10 @@ def _save_checkpoint(directory: Path, model, optim, rank: int, src_dir: str, sta
     """Collective. Rank 0: model/ (HF, safetensors; LoRA: the adapters merged, and adapter/
     in PEFT's format) + trainer_state.json; every rank: its slices of the AdamW state (optim/,
     peer_rl.workers.fsdp.save_sharded: loadable at another world size; LoRA: the adapters' only)."""
-    import torch.distributed as dist
-    from safetensors.torch import save_file
+    import torch.distributed as dist  # deferred: torch (~2 s); the CLI starts without it
+    from safetensors.torch import save_file  # deferred: safetensors (pulls in torch)
 
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     sd = fsdp.full_state_dict(model)
     if rank == 0:
@@ -167,12 +169,11 @@ def load_objective(config: TrainLoopConfig, tokenizer):
     pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
               else tokenizer.eos_token_id)
     if config.kind == "bt":
-        from peer_rl.supervised.bradley_terry import load_pairs
+        from peer_rl.supervised.bradley_terry import load_pairs  # deferred: pulls in torch
 
         pairs, _ = load_pairs(config.data_root, list(config.train_files), tokenizer,
                               config.max_length, config.skip_invalid, config.max_rows)
         return BradleyTerry(pairs, pad_id)
-    from peer_rl.supervised.examples import example_view, load_examples
 
     vision = vision_inputs(config.model_path)
     examples, _ = load_examples(config.data_root, list(config.train_files), tokenizer,
@@ -194,15 +195,11 @@ class TokenCrossEntropy:
 
     def units(self, indices: list[int]) -> float:
         """The global batch's target tokens (at least 1)."""
-        from peer_rl.supervised.examples import count_targets
-
         return max(1, sum(count_targets(self.examples[i]) for i in indices))
 
     def micro_batch(self, model, chunk: list[dict], real: list[bool], device):
-        import torch
-        import torch.nn.functional as F
-
-        from peer_rl.supervised.examples import collate
+        import torch  # deferred: torch (~2 s); the CLI starts without it
+        import torch.nn.functional as F  # deferred: torch (~2 s); the CLI starts without it
 
         batch = collate(chunk, self.pad_id, real)
         extra = {}
@@ -245,9 +242,9 @@ class BradleyTerry:
         return len(indices)
 
     def micro_batch(self, model, chunk: list[dict], real: list[bool], device):
-        import torch
+        import torch  # deferred: torch (~2 s); the CLI starts without it
 
-        from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs
+        from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs  # deferred: pulls in torch
 
         ok = torch.tensor(real, dtype=torch.float32, device=device)
         batch = {key: v.to(device) for key, v in collate_pairs(chunk, self.pad_id).items()}
@@ -319,7 +316,7 @@ def train_loop(config: TrainLoopConfig) -> None:
     """Ray Train worker function (one FSDP2 rank): the steps from the newest checkpoint (or the
     start) to config.total_steps, logged every log_freq steps, checkpointed every save_freq
     and at the end. `config` is built by the launcher (peer_rl.trainer.supervised_run)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # deferred: transformers (~3 s, pulls in torch)
 
     if not config.verbose:      # the driver draws the progress from metrics.jsonl (StepBar)
         _quiet_train_reports()
@@ -347,18 +344,16 @@ def train_loop(config: TrainLoopConfig) -> None:
 
 def _join_group(config: TrainLoopConfig) -> Rank:
     """This rank's device and mesh in the process group Ray Train set up, and the seed."""
-    import ray.train
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
+    import ray.train  # deferred: ray (~1 s); commands that start no cluster run without it
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    import torch.distributed as dist  # deferred: torch (~2 s); the CLI starts without it
+    from torch.distributed.device_mesh import init_device_mesh  # deferred: torch
 
     ctx = ray.train.get_context()
     rank, ws = ctx.get_world_rank(), ctx.get_world_size()
     use_cuda = torch.cuda.is_available() and config.use_gpu
     if use_cuda:
-        import ray.train.torch as rtt
+        import ray.train.torch as rtt  # deferred: ray
         device = rtt.get_device()
         torch.cuda.set_device(device)
     else:
@@ -375,7 +370,7 @@ def _join_group(config: TrainLoopConfig) -> Rank:
 def _newest_checkpoint() -> tuple[Path | None, int]:
     """(the newest checkpoint's directory, its step), or (None, 0) on a fresh run: what
     ray.train.get_checkpoint() hands a resumed run (remote storage: downloaded once per rank)."""
-    import ray.train
+    import ray.train  # deferred: ray (~1 s); commands that start no cluster run without it
 
     ckpt = ray.train.get_checkpoint()
     if ckpt is None:
@@ -391,10 +386,9 @@ def _load_trainee(config: TrainLoopConfig, me: Rank, ckpt_dir: Path | None,
                   start_step: int) -> Trainee:
     """The model from the checkpoint (LoRA: the base from model_path, the adapters from the
     checkpoint) or from model_path, sharded; its AdamW state restored on a resume."""
-    import torch
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
-    from peer_rl.supervised.examples import lr_schedule
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     weights = lora_weights(config.lora, config.model_path, ckpt_dir)
     src = str(ckpt_dir / "model") if ckpt_dir is not None and not weights.on else config.model_path
@@ -418,24 +412,23 @@ def _load_trainee(config: TrainLoopConfig, me: Rank, ckpt_dir: Path | None,
     if ckpt_dir is not None:
         fsdp.load_sharded(ckpt_dir / "optim", model, optim, include_model=False)
         if me.rank == 0:
-            _log(f"resumed from {ckpt_dir.name} (step {start_step}/{config.total_steps})")
+            log.info(f"resumed from {ckpt_dir.name} (step {start_step}/{config.total_steps})")
     sched = lr_schedule(optim, config.lr, config.total_steps, config.warmup_steps,
                         config.lr_scheduler, config.min_lr_ratio, start_step)
     return Trainee(model, optim, sched, weights, tied)
 
 
 def _log_start(config: TrainLoopConfig, me: Rank, examples: int, start_step: int) -> None:
-    import torch.distributed as dist
+    import torch.distributed as dist  # deferred: torch (~2 s); the CLI starts without it
 
-    _log(f"{me.world_size} rank(s), {dist.get_backend()} on {me.device.type}, {me.dtype} "
-         f"compute; {examples} examples; steps {start_step + 1}..{config.total_steps}")
+    log.info(f"{me.world_size} rank(s), {dist.get_backend()} on {me.device.type}, {me.dtype} "
+             f"compute; {examples} examples; steps {start_step + 1}..{config.total_steps}")
 
 
 def _metrics_sink(config: TrainLoopConfig, me: Rank, resume_step: int | None):
     """Rank 0 writes metrics.jsonl (and TensorBoard), as the RL runs do; the others nothing."""
     if me.rank != 0:
         return None
-    from peer_rl.tracking.metrics import MetricsSink
 
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     return MetricsSink(Path(config.output_dir), ["jsonl", "tensorboard"], resume_step=resume_step)
@@ -446,11 +439,10 @@ def _train_step(config: TrainLoopConfig, me: Rank, objective, trainee: Trainee,
     """One optimizer step on the global batch of `step` (a function of seed and step), this
     rank's rows in micro-batches; the loss a mean over the whole global batch, so world_size 1
     and 2 take the same step."""
-    import torch
-    import torch.distributed as dist
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    import torch.distributed as dist  # deferred: torch (~2 s); the CLI starts without it
 
-    from peer_rl.supervised.examples import batch_indices, rank_rows
-    from peer_rl.workers import fsdp
+    from peer_rl.workers import fsdp  # deferred: pulls in torch
 
     indices = batch_indices(len(objective.examples), config.batch_size, step, config.seed)
     rows, real = rank_rows(indices, me.rank, me.world_size)
@@ -486,8 +478,8 @@ def _log_window(config: TrainLoopConfig, me: Rank, objective, window: Window, st
             "epoch": step * config.batch_size / len(objective.examples),
             "resumed_from_step": start_step, **objective.window_metrics(window)}
     if me.rank == 0 and config.verbose:
-        _log(f"step {done}/{config.total_steps} loss {last['loss']:.4f} lr {lr:.2e} "
-             f"grad_norm {last['grad_norm']:.3f} {objective.rate(last)}")
+        log.info(f"step {done}/{config.total_steps} loss {last['loss']:.4f} lr {lr:.2e} "
+                 f"grad_norm {last['grad_norm']:.3f} {objective.rate(last)}")
     if sink is not None:
         sink.log(done, {k: v for k, v in last.items() if k != "step"})
     return last
@@ -497,8 +489,8 @@ def _save_step(config: TrainLoopConfig, me: Rank, trainee: Trainee, done: int, l
                examples: int) -> None:
     """Collective: checkpoint step `done` into a scratch directory and report it to Ray Train,
     which copies it into <output_dir>/ray_train/run/step_N/."""
-    import ray.train
-    from ray.train import Checkpoint
+    import ray.train  # deferred: ray (~1 s); commands that start no cluster run without it
+    from ray.train import Checkpoint  # deferred: ray
 
     tmp = Path(tempfile.mkdtemp(prefix=f"peer-rl-step{done}-"))
     try:

@@ -11,18 +11,20 @@ A plain class, no Ray import: the placement layer makes it an actor.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
-from peer_rl.prompts.judge import JudgeTemplate
+from peer_rl.prompts.judge import JudgeTemplate, TEMPLATE_FILE
 from peer_rl.prompts.judge_rounds import JudgeRounds, answer_all, judge_result
 from peer_rl.prompts.multimodal import attach_images, for_vllm
 from peer_rl.protocol import Dispatch, dispatch, JudgeItem, JudgeResult
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.config.worker_settings import JudgeSettings
-from peer_rl.models.local import on_this_node
-from peer_rl.workers.vllm_engine import engine_dtype, make_llm
+from peer_rl.models.local import check_adapter_dir, on_this_node
+from peer_rl.workers.vllm_engine import engine_dtype, lora_engine_args, make_llm
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
 OUTCOME_ROUND = 3
@@ -59,7 +61,7 @@ class UnifiRewardWorker:
 
     def answer(self, conversations: list[list[dict]]) -> list[str]:
         """One batched greedy call: the next judge turn of each conversation (one round)."""
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # deferred: vllm
 
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
         outs = self.llm.chat([for_vllm(c) for c in conversations], params, use_tqdm=False,
@@ -71,8 +73,8 @@ class UnifiRewardWorker:
              schema: dict | None = None) -> list[str]:
         """Free-form answers from the judge's engine (the in-training safety evaluation uses it
         as its judge); `schema`: JSON the answers must follow."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm import SamplingParams  # deferred: vllm
+        from vllm.sampling_params import StructuredOutputsParams  # deferred: vllm
 
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                 structured_outputs=StructuredOutputsParams(json=schema)
@@ -120,14 +122,7 @@ class UnifiRewardWorker:
 def judge_adapter(path: str):
     """(LoRARequest, make_llm keywords) for a judge adapter directory; one that is not a PEFT
     adapter with its judge template fails here, naming reward_model.lora_path."""
-    import json
-    from pathlib import Path
-
-    from vllm.lora.request import LoRARequest
-
-    from peer_rl.models.local import check_adapter_dir
-    from peer_rl.prompts.judge import TEMPLATE_FILE
-    from peer_rl.workers.vllm_engine import lora_engine_args
+    from vllm.lora.request import LoRARequest  # deferred: vllm
 
     check_adapter_dir(f"reward_model.lora_path={path!r}", path, also=(TEMPLATE_FILE,),
                       error=FileNotFoundError)

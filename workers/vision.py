@@ -11,16 +11,19 @@ distribution the engine never sampled.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
+
+from peer_rl.prompts.multimodal import open_image
 
 
 class VisionInputs:
     """Pixel values, grid sizes and image-token types for rows of token ids + image paths."""
 
     def __init__(self, model_path: str, cache_size: int = 4096):
-        from transformers import AutoProcessor
+        from transformers import AutoProcessor  # deferred: transformers (~3 s, pulls in torch)
 
         cfg = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
         self.image_token_id = cfg.get("image_token_id")
@@ -38,9 +41,6 @@ class VisionInputs:
         hit = self._cache.get(path)
         if hit is not None:
             return hit
-        import time
-
-        from peer_rl.prompts.multimodal import open_image
 
         t0 = time.perf_counter()
         out = self.image_processor(images=[open_image(path)], return_tensors="pt")

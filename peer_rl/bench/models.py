@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from peer_rl.files.out_paths import staged_dir
+from peer_rl.models.pinned import fetch
+from peer_rl.planning.shapes import weight_params
+from peer_rl.supervised.tiny_models import (build_tiny_causal_lm, default_cache_dir,
+                                            ensure_tiny_models)
+
 # --model names beyond the random shapes: a pinned real model and the data settings a benchmark
 # then takes its prompts with
 REAL_MODELS = {"smollm2": ("smollm2-135m-instruct", ["data.languages=[english]"])}
@@ -24,17 +30,12 @@ SHAPES = {
 
 def real_model(name: str) -> tuple[str, list[str]]:
     """A REAL_MODELS entry: (its directory, fetched once; the data overrides its prompts take)."""
-    from peer_rl.models.pinned import fetch
-
     pinned, data = REAL_MODELS[name]
     return fetch(pinned), data
 
 
 def random_policy(name: str) -> str:
     """The directory of the random policy `name` (one of SHAPES), building it on first use."""
-    from peer_rl.files.out_paths import staged_dir
-    from peer_rl.supervised.tiny_models import build_tiny_causal_lm, default_cache_dir, ensure_tiny_models
-
     if name not in SHAPES:
         raise ValueError(f"model shape {name!r}: expected one of {', '.join(SHAPES)}")
     final = default_cache_dir() / "bench" / name
@@ -49,8 +50,6 @@ def random_policy(name: str) -> str:
 
 def num_params(path: str) -> int:
     """Parameters of a built policy, from its safetensors headers (peer_rl.planning.shapes)."""
-    from peer_rl.planning.shapes import weight_params
-
     n = weight_params(Path(path))
     if n is None:
         raise FileNotFoundError(f"{path}: no *.safetensors there")

@@ -12,6 +12,10 @@ cores, so the measured gain is below the formula's.
 """
 from __future__ import annotations
 
+import argparse
+
+from peer_rl.trainer.run import run
+
 PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
 
 import os
@@ -26,8 +30,6 @@ SCORE_STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy")
 
 
 def _run(overrides: list[str], staleness: int, steps: int) -> list[dict]:
-    from peer_rl.trainer.run import run
-
     with tempfile.TemporaryDirectory(prefix="peer-rl-bench-overlap-") as tmp:
         out = run(list(overrides) + [f"trainer.total_steps={steps}", "trainer.save_freq=0",
                                      f"trainer.output_dir={tmp}",
@@ -45,8 +47,6 @@ def projected_speedup(score: float, update: float, sync: float) -> float:
 
 
 def main(overrides: list[str]) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="peer-rl bench overlap",
                                  epilog="other arguments: key=value overrides of the run")
     ap.add_argument("--steps", type=int, default=6)

@@ -15,6 +15,13 @@ SmolLM2-135M-Instruct (peer_rl.models.pinned, fetched once), prompts of the Engl
 """
 from __future__ import annotations
 
+from peer_rl.bench.models import REAL_MODELS, SHAPES
+from peer_rl.compute.precision import check_dtype
+from peer_rl.config.schema import load_config
+from peer_rl.config.worker_settings import RolloutSettings
+from peer_rl.prompts.multimodal import strip_tags
+from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
+
 PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
 
 import argparse
@@ -30,8 +37,7 @@ MODELS = ("tiny", "100M")
 
 def _model(name: str) -> tuple[str, list[str]]:
     """(the policy's directory, the data overrides its prompts are taken with)."""
-    from peer_rl.bench.models import REAL_MODELS, random_policy, real_model
-    from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
+    from peer_rl.bench.models import REAL_MODELS, random_policy, real_model  # deferred: tests patch random_policy
 
     if name in REAL_MODELS:
         return real_model(name)
@@ -40,9 +46,7 @@ def _model(name: str) -> tuple[str, list[str]]:
 
 
 def _prompts(k: int, overrides: list[str] = ()) -> list[list[dict]]:
-    from peer_rl.config.schema import load_config
-    from peer_rl.prompts.multimodal import strip_tags
-    from peer_rl.trainer.run import load_prompts
+    from peer_rl.trainer.run import load_prompts  # deferred: tests patch load_prompts
 
     cfg = load_config(["data.train_files=[grpo/textual.jsonl]", *overrides])
     rows = [r for r in load_prompts(cfg) if not r.get("images")]
@@ -53,10 +57,9 @@ def _prompts(k: int, overrides: list[str] = ()) -> list[list[dict]]:
 
 def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int,
           dtype: str = "auto") -> dict:
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # deferred: vllm
 
-    from peer_rl.config.worker_settings import RolloutSettings
-    from peer_rl.workers.rollout import RolloutWorker
+    from peer_rl.workers.rollout import RolloutWorker  # deferred: pulls in torch
 
     t0 = time.perf_counter()
     worker = RolloutWorker(path, RolloutSettings(kv_cache_gib=2, max_model_len=2048, dtype=dtype))
@@ -78,10 +81,10 @@ def _vllm(path: str, prompts, n: int, new_tokens: int, repeats: int,
 
 def _generate(path: str, prompts, n: int, new_tokens: int, repeats: int,
               dtype: str = "float32") -> dict:
-    import torch
-    from transformers import AutoTokenizer
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    from transformers import AutoTokenizer  # deferred: transformers (~3 s, pulls in torch)
 
-    from peer_rl.workers.fsdp import load_pretrained
+    from peer_rl.workers.fsdp import load_pretrained  # deferred: pulls in torch
 
     torch.set_num_threads(os.cpu_count() or 1)
     t0 = time.perf_counter()
@@ -140,8 +143,6 @@ def main(argv: list[str]) -> int:
                          "runs in float32")
     ap.add_argument("--one", choices=["vllm", "generate"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    from peer_rl.bench.models import REAL_MODELS, SHAPES
-    from peer_rl.compute.precision import check_dtype
 
     try:
         dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
 
 from peer_rl.tracking.metrics import read_metrics
+from peer_rl.trainer.run import resolve_models, run
 
 # ESCRAG-R1 steps (retrieval.enable) add the retrieval call and the second rollout pass
 STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy", "update", "sync",
@@ -20,8 +22,6 @@ STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy", "updat
 
 
 def main(overrides: list[str]) -> int:
-    from peer_rl.trainer.run import run
-
     has = {o.split("=", 1)[0] for o in overrides}
     extra = [] if "trainer.total_steps" in has else ["trainer.total_steps=4"]
     with tempfile.TemporaryDirectory(prefix="peer-rl-bench-") as tmp:
@@ -58,18 +58,15 @@ def _image_share(timed: list[dict], total: float, cfg) -> None:
     """Image preprocessing inside the stages: the policy's (measured in the update) and the
     engines' (vLLM runs the same processor inside generate: estimated as the processor's time
     per frame x the frames the rollout and judge saw per step)."""
-    import time
-
     share = float(np.median([r.get("data/visual_share", 0.0) for r in timed]))
     policy_s = float(np.median([r.get("timing_s/image_preprocess", 0.0) for r in timed]))
     print(f"visual rows per step (median share): {100 * share:.0f}%")
     if not share:
         return
-    from PIL import Image
-    from transformers import AutoProcessor
+    from PIL import Image  # deferred: Pillow (only images need it)
+    from transformers import AutoProcessor  # deferred: transformers (~3 s, pulls in torch)
 
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.trainer.run import resolve_models
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     policy, _ = resolve_models(cfg)
     proc = AutoProcessor.from_pretrained(policy).image_processor

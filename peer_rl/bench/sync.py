@@ -12,6 +12,10 @@ GB/s counts the model's bytes in the engine's dtype once per sync.
 """
 from __future__ import annotations
 
+import os
+
+from peer_rl.config.worker_settings import RolloutSettings
+
 PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
 
 import argparse
@@ -21,7 +25,7 @@ import time
 
 def _blob_export(policy) -> bytes:
     """Runs inside the policy actor: the old export (rank 0, checkpoint names, no tied copy)."""
-    from safetensors.torch import save
+    from safetensors.torch import save  # deferred: safetensors (pulls in torch)
 
     state = policy.full_state()
     for dup in policy.tied:
@@ -30,28 +34,27 @@ def _blob_export(policy) -> bytes:
 
 
 def _reload(worker, weights: dict) -> None:
-    from peer_rl.workers.vllm_engine import reload_in_place
+    from peer_rl.workers.vllm_engine import reload_in_place  # deferred: pulls in torch
 
     reload_in_place(worker, iter(weights.items()))
 
 
 def _blob_load(engine, blob: bytes) -> None:
     """Runs inside the rollout actor: deserialise and reload through the engine's worker."""
-    from safetensors.torch import load
+    from safetensors.torch import load  # deferred: safetensors (pulls in torch)
 
     engine.llm.collective_rpc(_reload, args=(load(bytes(blob)),))
     engine.llm.reset_prefix_cache()
 
 
 def _one_size(name: str, repeats: int, bucket_mb: float) -> dict:
-    import ray
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
-    from peer_rl.bench.models import num_params, random_policy
-    from peer_rl.trainer.resource_pools import _node_address, engine_env
-    from peer_rl.trainer.sync_group import WeightSyncGroup
-    from peer_rl.workers.policy import PolicyWorker
-    from peer_rl.config.worker_settings import RolloutSettings
-    from peer_rl.workers.rollout import RolloutWorker
+    from peer_rl.bench.models import num_params, random_policy  # deferred: tests patch random_policy
+    from peer_rl.trainer.resource_pools import _node_address, engine_env  # deferred: pulls in ray, torch
+    from peer_rl.trainer.sync_group import WeightSyncGroup  # deferred: pulls in ray
+    from peer_rl.workers.policy import PolicyWorker  # deferred: pulls in safetensors, torch
+    from peer_rl.workers.rollout import RolloutWorker  # deferred: pulls in torch
 
     path = random_policy(name)
     addr, port = ray.get(_node_address.remote())
@@ -97,9 +100,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--bucket-mb", type=float, default=256.0)
     args = ap.parse_args(argv)
-    import os
 
-    import ray
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     ray.init(include_dashboard=False, log_to_driver=False)

@@ -29,6 +29,16 @@ the CPU build).
 """
 from __future__ import annotations
 
+import importlib.util
+
+import psutil
+
+from peer_rl.bench.rollout import _prompts
+from peer_rl.config.schema import load_config
+from peer_rl.config.worker_settings import LoRASettings
+from peer_rl.files.out_paths import claim_file, write_atomic
+from peer_rl.trainer.run import resolve_models
+
 PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
 
 import argparse
@@ -59,8 +69,6 @@ def _tree_memory(proc: subprocess.Popen, stop: threading.Event, out: list,
     process; PSS splits each shared page between its mappers, so its sum is what the machine
     holds. PSS walks every mapped page (~80 ms for a 4 GB process), so it is read only when the
     cheap RSS sum has grown 2% past where it was last read: near the peak, at a few readings."""
-    import psutil
-
     peak_pss = peak_rss = pss_at = 0
     in_steps = None
     root = psutil.Process(proc.pid)
@@ -140,11 +148,9 @@ def _trl_child(model: str, steps: int, beta: float, data: list[str], lora: int =
     """Runs in its own process: TRL's GRPO for `steps` optimizer steps; prints each step's time
     and the part of it that was not generation or reward. `lora` > 0: TRL gets a peft_config of
     that rank with peer-rl's defaults (lora_alpha 16, every linear layer but the output)."""
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from peer_rl.bench.rollout import _prompts
+    from datasets import Dataset  # deferred: datasets (~1 s, pulls in pyarrow)
+    from transformers import AutoTokenizer, TrainerCallback  # deferred: transformers
+    from trl import GRPOConfig, GRPOTrainer  # deferred: optional, peer-rl[compare]
 
     prompts = _prompts(PROMPTS, data)
     data = Dataset.from_list([{"prompt": p} for p in prompts * steps])
@@ -177,9 +183,7 @@ def _trl_child(model: str, steps: int, beta: float, data: list[str], lora: int =
         # tokenizer, or TRL looks for an image processor
         peft = {}
         if lora:
-            from peft import LoraConfig
-
-            from peer_rl.config.worker_settings import LoRASettings
+            from peft import LoraConfig  # deferred: peft (pulls in torch and transformers)
 
             d = LoRASettings(rank=lora)
             peft = {"peft_config": LoraConfig(r=lora, lora_alpha=d.lora_alpha, lora_dropout=0.0,
@@ -204,8 +208,6 @@ TRL_INSTALL = '.venv/bin/pip install --no-deps "trl==1.16.0"'
 
 def check_trl() -> None:
     """Before peer-rl's side runs for minutes: TRL is an optional extra."""
-    import importlib.util
-
     if importlib.util.find_spec("trl") is None:
         raise MissingDependency(f"peer-rl bench trl needs TRL beside peer-rl: {TRL_INSTALL} "
                            "(or --peer-only for peer-rl's side alone)")
@@ -271,11 +273,9 @@ def spread(runs: list[tuple[dict, dict]]) -> str:
 def _model(name: str) -> tuple[str, list[str]]:
     """(the policy's directory, the data overrides both sides take their prompts with)."""
     if name == "tiny":                   # the default run's policy (text rows: TRL's side)
-        from peer_rl.config.schema import load_config
-        from peer_rl.trainer.run import resolve_models
 
         return resolve_models(load_config([]))[0], []
-    from peer_rl.bench.models import SHAPES, random_policy, real_model
+    from peer_rl.bench.models import SHAPES, random_policy, real_model  # deferred: tests patch random_policy
 
     if name in REAL_MODELS:
         return real_model(name)
@@ -327,12 +327,10 @@ def main(argv: list[str]) -> int:
     if args.repeats < 1:
         raise ConfigError(f"--repeats {args.repeats}: expected at least 1")
     if args.json:                     # refused now, not after minutes of steps
-        from peer_rl.files.out_paths import claim_file
 
         claim_file(args.json, "bench trl", force=args.force, flag="--json")
     if not args.peer_only:
         check_trl()
-    from peer_rl.config.schema import load_config
 
     kl = float(load_config([]).actor.kl_loss_coef)
     model, data = _model(args.model)
@@ -365,7 +363,6 @@ def main(argv: list[str]) -> int:
         print("\n" + spread([(rows[0][1], rows[1][1]) for rows in runs]))
     if args.json:
         out = dict(runs[0]) if len(runs) == 1 else [dict(rows) for rows in runs]
-        from peer_rl.files.out_paths import write_atomic
 
         write_atomic(args.json, json.dumps(out, indent=1))
     return 0

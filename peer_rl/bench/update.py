@@ -18,6 +18,16 @@ peer_rl.compute.precision).
 """
 from __future__ import annotations
 
+import socket
+
+import numpy as np
+
+from peer_rl.bench.models import SHAPES
+from peer_rl.compute.precision import check_dtype
+from peer_rl.config.schema import ActorConfig
+from peer_rl.config.worker_settings import PolicySettings
+from peer_rl.protocol import UpdateBatch
+
 PARSES_ITS_ARGS = True          # peer-rl bench NAME --help goes to its argparse
 
 import argparse
@@ -52,15 +62,10 @@ def _watch(limit_gb: float, peak: list) -> None:
 
 def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float,
            dtype: str = "auto") -> None:
-    import socket
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
-    import numpy as np
-    import torch
-
-    from peer_rl.bench.models import random_policy
-    from peer_rl.protocol import UpdateBatch
-    from peer_rl.config.worker_settings import PolicySettings
-    from peer_rl.workers.policy import PolicyWorker
+    from peer_rl.bench.models import random_policy  # deferred: tests patch random_policy
+    from peer_rl.workers.policy import PolicyWorker  # deferred: pulls in safetensors, torch
 
     peak = [0.0]
     threading.Thread(target=_watch, args=(limit_gb, peak), daemon=True).start()
@@ -107,8 +112,6 @@ def main(argv: list[str]) -> int:
                          "setting runs at each")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    from peer_rl.bench.models import SHAPES
-    from peer_rl.compute.precision import check_dtype
 
     try:
         dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
@@ -119,12 +122,11 @@ def main(argv: list[str]) -> int:
     if args.child:
         _child(args.child, args.model, args.tokens, args.seq, args.limit_gb, dtypes[0])
         return 0
-    from peer_rl.bench.models import random_policy
+    from peer_rl.bench.models import random_policy  # deferred: tests patch random_policy
 
     random_policy(args.model)                 # built once, before any timing
     # each setting's process allocates as a policy rank's does (actor.malloc_mmap_threshold_mib)
-    from peer_rl.config.schema import ActorConfig
-    from peer_rl.trainer.resource_pools import malloc_env
+    from peer_rl.trainer.resource_pools import malloc_env  # deferred: pulls in ray, torch
 
     mib = ActorConfig.malloc_mmap_threshold_mib
     env = os.environ | malloc_env(mib)

@@ -18,6 +18,7 @@ import numpy as np
 from peer_rl.files.out_paths import read_json, save_figure, write_atomic
 from peer_rl.evaluation.report import constant_judge
 from peer_rl.tracking.metrics import read_metrics
+from peer_rl.tracking.plot import pyplot
 
 RUN = re.compile(r"^(?P<method>.+)_s(?P<seed>\d+)(?:_step(?P<step>\d+))?$")
 CURVE_KEYS = ("reward/mean", "reward/format_rate", "rur/s_group/mean", "rur/s_hist/mean")
@@ -127,8 +128,6 @@ def training_table(runs: dict[str, list[dict]]) -> list[str]:
 
 
 def plot_runs(runs: dict[str, list[dict]], path: Path) -> Path | None:
-    from peer_rl.tracking.plot import pyplot
-
     if not runs:
         return None
     plt = pyplot()

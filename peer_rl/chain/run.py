@@ -17,6 +17,7 @@ is not a plain name, `seeds` not a list of integers, ...) is refused in one line
 """
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import subprocess
@@ -27,8 +28,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from peer_rl.chain.report import write_chain_report
 from peer_rl.config.schema import RECIPES_DIR, ConfigError, env_kept, load_yaml, yaml_by_name
 from peer_rl.config.credentials import redact_text
+from peer_rl.files.out_paths import (DamagedFile, claim_dir, lock_dir, move_aside, open_append,
+                                     read_json)
+
+logger = logging.getLogger(__name__)
 
 CHAINS_DIR = RECIPES_DIR / "chains"
 
@@ -151,8 +157,6 @@ def stage_done(done: str | Path, dry_run: bool = False) -> bool:
     (peer_rl.files.out_paths.write_atomic), so a JSON mark that does not parse was written by
     something else or damaged later: it is moved aside (kept under `<name>.damaged`, or
     `.damaged.1`, ... beside an earlier copy) and the stage redone. `dry_run`: only said."""
-    from peer_rl.files.out_paths import DamagedFile, move_aside, read_json
-
     path = Path(done)
     if not path.exists():
         return False
@@ -161,19 +165,16 @@ def stage_done(done: str | Path, dry_run: bool = False) -> bool:
             read_json(path)
         except DamagedFile as exc:
             if dry_run:
-                print(f"[peer-rl] {exc}; a run would move it aside and run its stage again",
-                      flush=True)
+                logger.info(f"{exc}; a run would move it aside and run its stage again")
                 return False
             aside = move_aside(path, ".damaged")
-            print(f"[peer-rl] {exc}; moved to {aside}, running its stage again", flush=True)
+            logger.info(f"{exc}; moved to {aside}, running its stage again")
             return False
     return True
 
 
 def run_chain(name: str, overrides=(), only: list[str] | None = None,
               dry_run: bool = False) -> int:
-    from peer_rl.files.out_paths import claim_dir, lock_dir
-
     values, stages = load_chain(name, overrides)
     out = Path(values["out"])
     if dry_run:
@@ -197,19 +198,18 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
         raise ConfigError(f"--only {sorted(unknown)}: not stages of {name} "
                           f"({[s.name for s in stages]})")
     for k, stage in enumerate(stages, start=1):
-        head = f"[peer-rl] chain {name} {k}/{len(stages)} {stage.name}"
+        head = f"chain {name} {k}/{len(stages)} {stage.name}"
         if wanted and stage.name not in wanted:
             continue
         if stage_done(stage.done, dry_run):
-            print(f"{head}: done ({stage.done})", flush=True)
+            logger.info(f"{head}: done ({stage.done})")
             continue
         cmd = [sys.executable, "-m", "peer_rl.cli", *stage.run]
-        print(redact_text(f"{head}: peer-rl {shlex.join(stage.run)}"), flush=True)
+        logger.info(redact_text(f"{head}: peer-rl {shlex.join(stage.run)}"))
         if dry_run:
             continue
         log = logs / f"{stage.name}.log"
         t0 = time.perf_counter()
-        from peer_rl.files.out_paths import open_append
 
         with open_append(log, binary=True) as f:
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
@@ -217,13 +217,12 @@ def _run_stages(name: str, values: dict, stages: list[Stage], out: Path,
         if rc or not stage_done(stage.done):
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
             print("\n".join(tail), file=sys.stderr)
-            print(f"{head}: failed (exit {rc}" + ("" if rc else f", but {stage.done} was not "
-                  "written") + f") after {took:.0f} s; its log: {log}", file=sys.stderr)
+            logger.warning(f"{head}: failed (exit {rc}" + ("" if rc else f", but {stage.done} was "
+                           "not written") + f") after {took:.0f} s; its log: {log}")
             return rc or 1
-        print(f"{head}: finished in {took:.0f} s", flush=True)
+        logger.info(f"{head}: finished in {took:.0f} s")
     if not dry_run:            # from what is on disk: after --only, the rest shows as missing
-        from peer_rl.chain.report import write_chain_report
 
         md = write_chain_report(values)
-        print(f"[peer-rl] chain {name}: report {md}", flush=True)
+        logger.info(f"chain {name}: report {md}")
     return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import sys
 
 from peer_rl.cli.errors import run
@@ -45,9 +47,6 @@ def leave(code: int) -> None:
     (measured 2026-12-03) and has nothing left to write. Non-daemon threads are not joined (the
     interpreter joins them before the exit handlers): a command that leaves early waits on its
     own threads first, as `train` does on its prompt-length and figure threads."""
-    import atexit
-    import os
-
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

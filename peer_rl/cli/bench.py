@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from peer_rl.errors import ConfigError, MissingDependency
+
 # each module has main(argv) -> exit code and prints its table
 BENCHES = {"rewards": "peer_rl.bench.rewards", "step": "peer_rl.bench.step",
            "sync": "peer_rl.bench.sync", "update": "peer_rl.bench.update",
@@ -21,8 +23,6 @@ def _bench(args) -> int:
 
 
 def _errors() -> dict:
-    from peer_rl.errors import ConfigError, MissingDependency
-
     return {ConfigError: 2, MissingDependency: 2}
 
 

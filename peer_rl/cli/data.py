@@ -6,32 +6,30 @@ import json
 import sys
 from pathlib import Path
 
+from peer_rl.cli.eval import eval_errors
+from peer_rl.data.history import training_rows
+from peer_rl.data.layout import discover
+from peer_rl.data.stats import file_stats, format_stats
+from peer_rl.data.validate import check_file
+from peer_rl.datajobs.rows import InvalidInput
+from peer_rl.files.out_paths import OutputError, claim_dir, claim_files, plain_name
+
 
 
 def _errors() -> dict:
-    from peer_rl.files.out_paths import OutputError
-
     return {FileNotFoundError: 2, OutputError: 2, OSError: 2, ValueError: 2}
 
 
 def _rounds_errors() -> dict:
-    from peer_rl.datajobs.rows import InvalidInput
-
     return {OSError: 2, ValueError: 2, InvalidInput: 2}   # OutputError is a ValueError
 
 
 def _job_errors() -> dict:
     """Bad input or settings -> 2; an unusable endpoint -> 3 with the finished rows saved."""
-    from peer_rl.cli.eval import eval_errors
-    from peer_rl.datajobs.rows import InvalidInput
-
     return eval_errors() | {InvalidInput: 2, ValueError: 2}
 
 
 def _data_check(args) -> int:
-    from peer_rl.data.layout import discover
-    from peer_rl.data.validate import check_file
-
     files = discover(args.root)
     total_rows = total_bad = 0
     reasons: dict[str, int] = {}
@@ -61,18 +59,13 @@ def _data_check(args) -> int:
 
 
 def _data_stats(args) -> int:
-    from peer_rl.data.layout import discover
-    from peer_rl.data.stats import file_stats, format_stats
-    from peer_rl.data.validate import check_file
-
     stats = [file_stats(check_file(df)) for df in discover(args.root)]
     print(json.dumps(stats, ensure_ascii=False, indent=1) if args.json else format_stats(stats))
     return 0
 
 
 def _data_sample(args) -> int:
-    from peer_rl.files.out_paths import claim_dir
-    from peer_rl.data.bundled import build_sample
+    from peer_rl.data.bundled import build_sample  # deferred: pulls in PIL
 
     claim_dir(args.out, "data sample", force=args.force)
     counts = build_sample(args.out)
@@ -83,10 +76,8 @@ def _data_sample(args) -> int:
 
 
 def _data_to_verl(args) -> int:
-    from peer_rl.data.history import training_rows
-    from peer_rl.data.loading import load_subset
-    from peer_rl.files.out_paths import claim_dir
-    from peer_rl.data.verl_export import export_verl, is_test_file
+    from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
+    from peer_rl.data.verl_export import export_verl, is_test_file  # deferred: pulls in numpy
 
     claim_dir(args.out, "data to-verl", [args.root], force=args.force)
     res = load_subset(args.root, "grpo", skip_invalid=args.skip_invalid)
@@ -107,9 +98,8 @@ def _data_to_verl(args) -> int:
 
 
 def _data_import_esconv(args) -> int:
-    from peer_rl.data.esconv import import_esconv
-    from peer_rl.files.out_paths import claim_files, plain_name
-    from peer_rl.data.bundled import _write_jsonl
+    from peer_rl.data.esconv import import_esconv  # deferred: pulls in numpy
+    from peer_rl.data.bundled import _write_jsonl  # deferred: pulls in PIL
 
     out = Path(args.out) / "grpo" / plain_name(args.name, "--name")
     claim_files(args.out, [f"grpo/{args.name}"], "data import-esconv", [args.file], args.force)
@@ -126,23 +116,23 @@ def _data_import_esconv(args) -> int:
 def _data_job(args) -> int:
     """The language-model data jobs: bad input or settings -> exit 2, an unusable endpoint ->
     exit 3 with the finished rows saved (rerun the same command to continue)."""
-    from peer_rl.datajobs.config import load_job_config
+    from peer_rl.datajobs.config import load_job_config  # deferred: pulls in numpy, omegaconf, yaml
 
     def run():
         cfg = load_job_config(args.data_cmd.replace("-", "_"), args.overrides)
         if args.data_cmd == "filter":
-            from peer_rl.datajobs.filter import run_filter
+            from peer_rl.datajobs.filter import run_filter  # deferred: pulls in numpy, omegaconf, tqdm, yaml
             return run_filter(args.root, args.out, cfg)
         if args.data_cmd == "personas":
-            from peer_rl.datajobs.personas import run_personas
+            from peer_rl.datajobs.personas import run_personas  # deferred: pulls in numpy, omegaconf, tqdm, yaml
             return run_personas(args.root, args.out, cfg)
         if args.data_cmd == "rewrite":
-            from peer_rl.datajobs.rewrite import run_rewrite
+            from peer_rl.datajobs.rewrite import run_rewrite  # deferred: pulls in numpy, omegaconf, tqdm, yaml
             return run_rewrite(args.root, args.personas, args.out, cfg)
         if args.data_cmd == "cold-start":
-            from peer_rl.datajobs.cold_start import run_cold_start
+            from peer_rl.datajobs.cold_start import run_cold_start  # deferred: pulls in numpy, omegaconf, tqdm, yaml
             return run_cold_start(args.root, args.out, cfg)
-        from peer_rl.datajobs.preference import run_preference
+        from peer_rl.datajobs.preference import run_preference  # deferred: pulls in numpy, omegaconf, tqdm, yaml
         return run_preference(args.out, cfg)
 
     _print_job_report(run(), args.out)
@@ -150,8 +140,6 @@ def _data_job(args) -> int:
 
 
 def _print_job_report(report: dict, out: str) -> None:
-    import json
-
     s = report["summary"]
     brief = {k: v for k, v in s.items() if isinstance(v, (int, float, str)) or v is None}
     print(json.dumps(brief, ensure_ascii=False))
@@ -161,7 +149,7 @@ def _print_job_report(report: dict, out: str) -> None:
 
 
 def _data_rounds(args) -> int:
-    from peer_rl.datajobs.rounds import run_rounds
+    from peer_rl.datajobs.rounds import run_rounds  # deferred: pulls in numpy, omegaconf, tqdm, yaml
 
     report = run_rounds(args.input, args.out, args.rounds_per_dialogue, args.seed,
                         args.language, args.skip_invalid, args.force)

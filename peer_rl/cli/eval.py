@@ -6,15 +6,17 @@ import sys
 from pathlib import Path
 
 from peer_rl.cli.errors import CommandError, Exit
+from peer_rl.errors import ConfigError
+from peer_rl.evaluation.store import RunLocked, RunMismatch
+from peer_rl.files.out_paths import claim_dir, claim_file
+from peer_rl.models.local import check_model_dir
 
 
 def eval_errors() -> dict:
     """Bad input -> 2; an unusable endpoint -> 3, the finished cases staying on disk."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.data.loading import InvalidDataError
-    from peer_rl.evaluation.cases import CaseFileError
-    from peer_rl.evaluation.endpoints import EndpointError
-    from peer_rl.evaluation.store import RunLocked, RunMismatch
+    from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
+    from peer_rl.evaluation.cases import CaseFileError  # deferred: pulls in numpy
+    from peer_rl.evaluation.endpoints import EndpointError  # deferred: pulls in omegaconf
 
     return {EndpointError: Exit(3, then="finished cases are saved in {out}; rerun the same "
                                      "command to continue"),
@@ -27,27 +29,22 @@ def _rm_errors() -> dict:
 
 
 def _pairs_errors() -> dict:
-    from peer_rl.data.loading import InvalidDataError
-    from peer_rl.errors import ConfigError
+    from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
 
     return {FileNotFoundError: 2, InvalidDataError: 2, ConfigError: 2}
 
 
 def _file_errors() -> dict:
-    from peer_rl.errors import ConfigError
-
     return {FileNotFoundError: 2, ConfigError: 2}   # an output refused, a report damaged
 
 
 def _eval_rm(args) -> int:
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.files.out_paths import claim_file
-    from peer_rl.evaluation.rm import evaluate_rm, format_table
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
+    from peer_rl.evaluation.rm import evaluate_rm, format_table  # deferred: pulls in numpy, omegaconf, yaml
 
     if bool(args.model) == bool(args.prm or args.orm) or bool(args.prm) != bool(args.orm):
         raise CommandError("pass --model (UnifiReward) or both --prm and --orm (the separate "
                            "pair)")
-    from peer_rl.models.local import check_model_dir
 
     for flag, path in (("--model", args.model), ("--prm", args.prm), ("--orm", args.orm)):
         if path:
@@ -84,11 +81,8 @@ def _eval_rm(args) -> int:
 
 
 def _eval_pairs(args) -> int:
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.files.out_paths import claim_file
-    from peer_rl.evaluation.pairs import evaluate_pairs
-
-    from peer_rl.models.local import check_model_dir
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
+    from peer_rl.evaluation.pairs import evaluate_pairs  # deferred: pulls in numpy, omegaconf, torch, yaml
 
     check_model_dir(f"--model {args.model}", args.model, error=CommandError,
                     example="the final directory of `peer-rl train-rm recipe=escrag_rm...`")
@@ -104,9 +98,9 @@ def _eval_pairs(args) -> int:
 
 
 def _eval_protocol(args) -> int:
-    from peer_rl.evaluation.config import load_eval_config
-    from peer_rl.evaluation.report import REPORT_MD, TABLES, model_label
-    from peer_rl.evaluation.run import evaluate
+    from peer_rl.evaluation.config import load_eval_config  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.evaluation.report import REPORT_MD, TABLES, model_label  # deferred: pulls in numpy, omegaconf
+    from peer_rl.evaluation.run import evaluate  # deferred: pulls in numpy, omegaconf, torch, tqdm, yaml
 
     rag = ["model.prompt=escrag", f"rag.index={args.rag}", f"rag.k={args.rag_k}"] \
         if args.rag else []
@@ -119,8 +113,7 @@ def _eval_protocol(args) -> int:
 
 
 def _eval_ladder(args) -> int:
-    from peer_rl.files.out_paths import claim_dir
-    from peer_rl.evaluation.ladder import run_ladder
+    from peer_rl.evaluation.ladder import run_ladder  # deferred: pulls in numpy, omegaconf, yaml
 
     claim_dir(args.out, "eval ladder", resume=True)     # each rung is a run that continues
     md = run_ladder(args.ladder, args.out, args.overrides)
@@ -130,8 +123,7 @@ def _eval_ladder(args) -> int:
 
 
 def _eval_compare(args) -> int:
-    from peer_rl.files.out_paths import claim_dir
-    from peer_rl.evaluation.report import compare_runs
+    from peer_rl.evaluation.report import compare_runs  # deferred: pulls in numpy, omegaconf
 
     claim_dir(args.out, "eval compare", args.runs, force=args.force)
     md = compare_runs(args.runs, args.out, args.names.split(",") if args.names else None)

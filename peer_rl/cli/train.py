@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 from peer_rl.cli.errors import Exit
+from peer_rl.trainer.preemption import EXIT_CODE, RunStopped
 
 
 def _train_errors() -> dict:
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.data.loading import InvalidDataError
-    from peer_rl.data.prompt_loader import PromptPoolError
-    from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit
-    from peer_rl.trainer.preemption import EXIT_CODE, RunStopped
-    from peer_rl.trainer.worker_group import PoolFailed
+    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
+    from peer_rl.data.prompt_loader import PromptPoolError  # deferred: pulls in numpy
+    from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit  # deferred: pulls in numpy, torch
+    from peer_rl.trainer.worker_group import PoolFailed  # deferred: pulls in numpy, ray
 
     return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, PromptPoolError: 2,
             DynamicSamplingLimit: 2,        # the data gave too few groups with a signal
@@ -19,23 +19,23 @@ def _train_errors() -> dict:
 
 
 def _supervised_errors() -> dict:
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.data.loading import InvalidDataError
-    from peer_rl.trainer.supervised_run import TemplateMismatch
+    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
+    from peer_rl.trainer.supervised_run import TemplateMismatch  # deferred: pulls in numpy, omegaconf, tqdm, yaml
 
     return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, TemplateMismatch: 2}
 
 
 def _train(args) -> int:
-    from peer_rl.trainer.run import run
+    from peer_rl.trainer.run import run  # deferred: pulls in numpy, omegaconf, tqdm, yaml
 
     run(args.overrides)
     return 0
 
 
 def _supervised(args) -> int:
-    from peer_rl.supervised.config import load_supervised_config
-    from peer_rl.trainer.supervised_run import run_supervised
+    from peer_rl.supervised.config import load_supervised_config  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.trainer.supervised_run import run_supervised  # deferred: pulls in numpy, omegaconf, tqdm, yaml
 
     cfg = load_supervised_config(args.overrides, args.kind)
     # train-rm runs UnifiReward (rm) or scalar (bt) recipes; the last line is the model's path

@@ -75,7 +75,7 @@ def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
     """transformers attention function: causal SDPA on each packed row on its own.
     Anything that is not a packed causal forward (a batch of rows, a mask, an encoder's
     bidirectional attention, a decoding step) goes to transformers' SDPA unchanged."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward  # deferred: transformers
 
     plain = (query.shape[0] != 1 or attention_mask is not None or position_ids is None
              or not getattr(module, "is_causal", True) or query.shape[2] != key.shape[2])
@@ -91,7 +91,7 @@ def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
 
 def register() -> str:
     """Make `ATTENTION` a transformers attention implementation (no mask is built for it)."""
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface  # deferred: transformers (~3 s, pulls in torch)
 
     AttentionInterface.register(ATTENTION, varlen_sdpa)
     return ATTENTION

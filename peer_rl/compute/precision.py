@@ -21,7 +21,7 @@ BYTES = {"float32": 4, "bfloat16": 2}
 def cpu_has_bf16() -> bool:
     """Whether this machine's CPU computes bfloat16 natively (AVX512-BF16 or AMX tiles), the
     test vLLM's CPU platform makes for its bfloat16 kernels."""
-    import torch
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, p, lambda: False)()) for p in probes)

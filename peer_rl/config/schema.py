@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from peer_rl import recipes
+from peer_rl.compute.activation_memory import SETTINGS
+from peer_rl.config.credentials import redact_text
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.schema.ConfigError)
+from peer_rl.files.out_paths import write_atomic
 from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
 from peer_rl.config.reward_kinds import registered_kinds, reward_kind
@@ -30,6 +34,7 @@ from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: a
     RedundancySettings,
     RolloutSettings,
 )
+from peer_rl.retrieval.corpus import parse_splits
 
 # `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.models.pinned)
 if not OmegaConf.has_resolver("pinned"):
@@ -321,8 +326,6 @@ def yaml_by_name(name: str, directory: Path, what: str) -> Path:
 
 def load_yaml(path: Path) -> DictConfig:
     """A YAML file as omegaconf; a syntax error names the file and line, not a traceback."""
-    import yaml
-
     try:
         cfg = OmegaConf.load(path)
     except yaml.YAMLError as exc:
@@ -388,8 +391,8 @@ def registered_choices() -> dict[str, tuple]:
     policy loss a plug-in registers (register_adv_est, register_policy_loss) before load_config
     is accepted like verl's own. The schema's other closed choices are Literal-typed fields,
     refused by OmegaConf at the merge."""
-    from peer_rl.algos.advantages import ADV_ESTIMATORS
-    from peer_rl.algos.losses import LOSS_AGG_MODES, POLICY_LOSSES
+    from peer_rl.algos.advantages import ADV_ESTIMATORS  # deferred: pulls in torch
+    from peer_rl.algos.losses import LOSS_AGG_MODES, POLICY_LOSSES  # deferred: pulls in torch
 
     return {"algorithm.adv_estimator": tuple(ADV_ESTIMATORS),
             "actor.policy_loss.loss_mode": tuple(POLICY_LOSSES),
@@ -468,8 +471,6 @@ def _check_reward_kind(cfg: DictConfig) -> None:
 
 
 def _check_values(cfg: DictConfig) -> None:
-    from peer_rl.compute.activation_memory import SETTINGS
-
     # a YAML or command-line true/false arrives in this str field as "True"/"False"
     cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
     cfg.model.lora.merge = str(cfg.model.lora.merge).lower()
@@ -502,7 +503,6 @@ def _check_values(cfg: DictConfig) -> None:
                           f"GPUs, but resources.rollout.gpus_per_worker={gpus:g}: set "
                           f"resources.rollout.gpus_per_worker={tp} so that each engine's "
                           "placement bundle holds its GPUs")
-    from peer_rl.retrieval.corpus import parse_splits
 
     try:
         parse_splits(list(cfg.retrieval.splits), "retrieval.splits")
@@ -583,8 +583,6 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
 def save_config(cfg: DictConfig, path: str | os.PathLike) -> None:
     """The config as public_config gives it (secrets as their interpolation, URL credentials
     as ***), written whole."""
-    from peer_rl.files.out_paths import write_atomic    # whole or absent: a resume reads it
-
     write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(public_config(cfg))))
 
 
@@ -595,8 +593,6 @@ def public_config(cfg: DictConfig) -> dict:
     that call or through another key (`eval.judge_model=${eval.judge_url}`), is found by its
     value and written as its interpolation; then every string passes redact_text (a URL's
     user:password as ***)."""
-    from peer_rl.config.credentials import redact_text
-
     data = OmegaConf.to_container(cfg, resolve=True)
     raws = _raw_of(cfg)
     secrets = _environment_values(data, raws)

@@ -15,6 +15,8 @@ from typing import Literal, TypeVar
 
 from peer_rl.compute.precision import DType
 
+from omegaconf import DictConfig, OmegaConf
+
 T = TypeVar("T")
 
 
@@ -155,8 +157,6 @@ class RedundancySettings:
 def narrow(cls: type[T], section) -> T:
     """`section` (a config section: a DictConfig of a schema class that extends `cls`, or a
     dataclass) as the worker's own settings `cls`, its other keys left out."""
-    from omegaconf import DictConfig, OmegaConf
-
     if isinstance(section, DictConfig):
         section = OmegaConf.to_object(section)
     missing = [f.name for f in fields(cls) if not hasattr(section, f.name)]

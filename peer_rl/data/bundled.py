@@ -17,6 +17,7 @@ from pathlib import Path
 
 from peer_rl.data.escrag import cold_start_rows, exemplar_rows, preference_rows
 from peer_rl.data.faces import expression_for, write_faces
+from peer_rl.files.out_paths import rewrite_jsonl, write_atomic
 from peer_rl.prompts.judge import PREFERENCE_VERDICTS, STEP_VERDICTS, JudgeTemplate
 from peer_rl.prompts.reasoning import STRATEGIES, format_structured, policy_messages
 
@@ -165,8 +166,6 @@ def sft_row(tg: dict, visual: bool, faces: dict, rid: int) -> dict:
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     """Whole or absent (a training run reads it later): peer_rl.files.out_paths.write_atomic."""
-    from peer_rl.files.out_paths import rewrite_jsonl
-
     rewrite_jsonl(path, rows)
 
 
@@ -210,7 +209,6 @@ def build_sample(out: str | Path) -> dict[str, int]:
         emit(f"preference/{split}.jsonl", preference_rows(both, split))
     emit("exemplars/exemplars.jsonl", exemplar_rows(both))
     emit("cold_start/train.jsonl", cold_start_rows(both, counselling_stages))
-    from peer_rl.files.out_paths import write_atomic
 
     write_atomic(out / "README.md", _CARD)
     return counts

@@ -17,6 +17,7 @@ retrievable.
 from __future__ import annotations
 
 from peer_rl.errors import ConfigError
+from peer_rl.prompts.policy import fit_policy_template
 
 
 def cut(history: list[dict], max_turns: int) -> list[dict]:
@@ -34,7 +35,6 @@ def training_rows(rows: list[dict], max_turns: int = 0) -> list[dict]:
     long = [r for r in out if max_turns and len(r["history"]) > max_turns]
     if not long:
         return out
-    from peer_rl.prompts.policy import fit_policy_template
 
     template, _ = fit_policy_template(rows)
     for r in long:

@@ -14,6 +14,7 @@ from datasets import Features, Sequence, Value
 
 from peer_rl.data.layout import DataFile, discover
 from peer_rl.data.validate import FileReport, check_file
+from peer_rl.errors import ConfigError
 
 _MSG = [{"role": Value("string"), "content": Value("string")}]
 FEATURES = {
@@ -59,8 +60,6 @@ LANGUAGE_NAMES = {"en": "english", "zh": "chinese"}   # SER rows spell `lang` sh
 def check_in_root(root: str | Path, rel: str, key: str) -> Path:
     """root / rel, which must stay inside root (a `../` path or an absolute one would read
     files from anywhere)."""
-    from peer_rl.errors import ConfigError
-
     path = Path(root) / rel
     if Path(rel).is_absolute() or not path.resolve().is_relative_to(Path(root).resolve()):
         raise ConfigError(f"{key}: {rel!r} leaves the data root {root}; name files relative "
@@ -130,9 +129,6 @@ def load_subset(root: str | Path, subset: str, pattern: str = "*", skip_invalid:
 def located_ser_rows(root, train_files, skip_invalid: bool = False) -> list[tuple[str, dict]]:
     """("path:line", row) for the validated rows of the ser/ entries of `train_files` (globs in
     the file part, as `data.train_files` takes them); other subsets are ignored."""
-    from peer_rl.data.layout import discover
-    from peer_rl.data.validate import check_file
-
     found = [f for f in discover(root) if f.subset == "ser"]
     out = []
     for rel in train_files:

@@ -102,7 +102,7 @@ def export_verl(rows: list[dict], out: str | Path, val_fraction: float = 0.05, s
                 test_rows: list[dict] = ()) -> ExportReport:
     """train.parquet, val.parquet and test.parquet (`test_rows`, the held-out files) under
     `out`, and to-verl.json listing them; an earlier run's files not written again are removed."""
-    import datasets
+    import datasets  # deferred: datasets (~1 s, pulls in pyarrow)
 
     datasets.disable_progress_bars()
     if not 0.0 <= val_fraction < 1.0:

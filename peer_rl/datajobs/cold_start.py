@@ -38,11 +38,15 @@ from pathlib import Path
 from peer_rl.data.layout import file_split
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import Row, load_rows, row_source
+from peer_rl.evaluation.retriever import LocalRetriever
+from peer_rl.files.out_paths import claim_dir, read_json
 from peer_rl.prompts.escrag import (format_reasoned, initial_messages, parse_reasoned,
                                     refined_messages)
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
 from peer_rl.evaluation.supporter import Query
+from peer_rl.retrieval.corpus import index_from_root, load_exemplars
+from peer_rl.retrieval.index import INFO_FILE
 
 SOURCE = "peer-rl data cold-start"
 PASSES = ("initial", "final")
@@ -113,10 +117,6 @@ def demo_messages(rec: dict, row: dict) -> list[dict]:
 def pass_two_source(root: Path, cfg) -> dict:
     """What identifies the exemplars pass 2 retrieves from, for the run's manifest:
     `cold_start.index`'s index.json, else ROOT's train exemplar files (read, not yet indexed)."""
-    from peer_rl.files.out_paths import read_json
-    from peer_rl.retrieval.corpus import load_exemplars
-    from peer_rl.retrieval.index import INFO_FILE
-
     c = cfg.cold_start
     if c.index:
         if not (Path(c.index) / INFO_FILE).is_file():
@@ -137,8 +137,6 @@ def pass_two_source(root: Path, cfg) -> dict:
 def pass_two_index(root: Path, directory: Path, cfg) -> Path:
     """The exemplar index pass 2 retrieves from: `cold_start.index`, else one built from ROOT's
     train exemplars into the job's directory (kept while those files are unchanged)."""
-    from peer_rl.retrieval.corpus import index_from_root
-
     c = cfg.cold_start
     if c.index:
         return Path(c.index)
@@ -147,14 +145,10 @@ def pass_two_index(root: Path, directory: Path, cfg) -> Path:
 
 
 def open_retriever(index_dir: Path):
-    from peer_rl.evaluation.retriever import LocalRetriever
-
     return LocalRetriever(index_dir)          # queries embedded with the index's own model
 
 
 def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
-    from peer_rl.files.out_paths import claim_dir
-
     root, out = Path(root), Path(out)
     claim_dir(out, "data cold-start", [root], resume=True,
               run_state="_jobs/cold_start/run.json")     # a rerun continues its run

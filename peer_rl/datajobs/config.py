@@ -9,6 +9,7 @@ from omegaconf import MISSING, DictConfig
 from peer_rl.config.schema import ConfigError, check_ranges, load_config
 from peer_rl.evaluation.config import check_parties, party
 from peer_rl.evaluation.endpoints import EndpointConfig
+from peer_rl.retrieval.corpus import parse_splits
 
 JOBS = ("filter", "personas", "rewrite", "preference", "cold_start")
 # the parties each job talks to
@@ -110,7 +111,6 @@ def check_job(cfg: DictConfig, job: str) -> None:
     if cfg.preference.candidates < 2:
         raise ConfigError(f"preference.candidates={cfg.preference.candidates}: a pair needs at "
                           "least 2 candidates per turn")
-    from peer_rl.retrieval.corpus import parse_splits
 
     try:
         parse_splits(list(cfg.cold_start.splits), "cold_start.splits")

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from peer_rl.files.out_paths import LOCK_FILE, MARKER, copy_file, save_figure
+from peer_rl.config.schema import public_config
+from peer_rl.files.out_paths import (LOCK_FILE, MARKER, copy_file, save_figure, write_atomic,
+                                     write_whole)
 from peer_rl.datajobs.config import ROLES
 from peer_rl.evaluation.endpoints import close_all, open_endpoints
 from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.store import RunStore
+from peer_rl.tracking.plot import pyplot
+
+log = logging.getLogger(__name__)
 
 JOBS_DIR = "_jobs"
 # what identifies a party's answers (concurrency and rate limits may change on rerun)
@@ -32,8 +37,6 @@ def sha256(path: str | Path) -> str:
 
 def manifest(job: str, cfg, inputs: dict, settings: dict) -> dict:
     """The job's run.json; its parties as public_config gives them (no key or secret)."""
-    from peer_rl.config.schema import public_config
-
     public = public_config(cfg)
     return {"job": job, "inputs": inputs, "settings": settings, "seed": cfg.seed,
             "parties": {r: {k: public[r][k] for k in _PARTY_KEYS} for r in ROLES[job]}}
@@ -41,8 +44,6 @@ def manifest(job: str, cfg, inputs: dict, settings: dict) -> dict:
 
 def section(cfg, name: str) -> dict:
     """A job's settings for its manifest, as public_config gives them."""
-    from peer_rl.config.schema import public_config
-
     return public_config(cfg)[name]
 
 
@@ -55,8 +56,8 @@ def run_job(job: str, cfg, cases: list, program, store: RunStore,
         raise ValueError(f"data {job}: the selected files hold no rows to work on (empty); "
                          "check the root and the job's subsets")
     if store.torn_lines:
-        print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
-              "interrupted write; those cases run again", file=sys.stderr)
+        log.warning(f"{store.path}: dropped {store.torn_lines} line(s) cut off by an "
+                    "interrupted write; those cases run again")
     if all(store.done(c.id) for c in cases):
         return 0
     if endpoints is not None:
@@ -72,8 +73,6 @@ def run_job(job: str, cfg, cases: list, program, store: RunStore,
 
 def write_lines(path: Path, lines: Iterable[bytes | str]) -> int:
     """A JSONL file written beside and renamed into place; returns the line count."""
-    from peer_rl.files.out_paths import write_whole
-
     count = [0]
 
     def fill(fh) -> None:
@@ -108,8 +107,6 @@ def copy_root(src: str | Path, dst: str | Path, replaced: set[str]) -> None:
 
 def write_report(directory: Path, title: str, summary: dict, manifest_: dict,
                  tables: list[str], figures: list[Path]) -> dict:
-    from peer_rl.files.out_paths import write_atomic
-
     report = {"summary": summary, "manifest": manifest_, "figures": [f.name for f in figures]}
     write_atomic(directory / "report.json", json.dumps(report, ensure_ascii=False, indent=1))
     md = [f"# {title}", ""] + [t + "\n" for t in tables] + [f"![{f.stem}]({f.name})"
@@ -135,8 +132,6 @@ def share(part: int, whole: int) -> float:
 
 
 def bar_figure(path: Path, title: str, bars: dict[str, float], ylabel: str) -> Path:
-    from peer_rl.tracking.plot import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(bars) + 2), 3.2))
     ax.bar(list(bars), list(bars.values()), color="#4c72b0")

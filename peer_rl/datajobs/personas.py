@@ -24,6 +24,7 @@ from peer_rl.datajobs.rows import load_rows
 from peer_rl.datajobs.seekers import Seeker, group_seekers
 from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
+from peer_rl.files.out_paths import claim_dir, mark_dir, write_atomic
 
 PERSONAS_FILE = "personas.jsonl"
 CLUSTERS_FILE = "clusters.json"
@@ -51,8 +52,6 @@ def seekers_of(root: Path, cfg) -> tuple[list[Seeker], object, int]:
 
 
 def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict:
-    from peer_rl.files.out_paths import claim_dir, mark_dir, write_atomic
-
     root, out = Path(root), Path(out)
     claim_dir(out, "data personas", [root], resume=True, create=False,
               run_state="run.json")   # the store makes it
@@ -66,7 +65,7 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
     job.run_job("personas", cfg, [SeekerCase(s.id, s) for s in seekers], persona_case, store, endpoints)
 
     records = {s.id: store.records[s.id] for s in seekers}
-    from peer_rl.models.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
 
     encoder = load_embedding_model(cfg.personas.embedding_model)
     clusters, assignment = {}, {}
@@ -94,8 +93,8 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
 
 def cluster(vecs: np.ndarray, k: int, k_max: int, seed: int) -> tuple[np.ndarray, dict]:
     """KMeans labels and how k was chosen: fixed, or the best silhouette over [2, k_max]."""
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import silhouette_score
+    from sklearn.cluster import KMeans  # deferred: scikit-learn (~1 s)
+    from sklearn.metrics import silhouette_score  # deferred: scikit-learn (~1 s)
 
     n = len(vecs)
     distinct = len(np.unique(np.round(vecs, 6), axis=0))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from peer_rl.data.escrag import PERSPECTIVES
@@ -38,6 +39,7 @@ from peer_rl.evaluation.parse import is_goodbye, parse_int, strip_think
 from peer_rl.evaluation.prompts import (CCJ_PERSPECTIVES, ccj_messages, ccj_schema, esc_persona,
                                         seeker_messages)
 from peer_rl.evaluation.store import RunStore
+from peer_rl.files.out_paths import claim_dir
 
 SOURCE = "peer-rl data preference"
 
@@ -178,10 +180,6 @@ def split_of(case_id: str, seed: int, test_fraction: float) -> str:
 
 
 def run_preference(out: str | Path, cfg, endpoints=None) -> dict:
-    from functools import partial
-
-    from peer_rl.files.out_paths import claim_dir
-
     out = Path(out)
     seeds = Path(cfg.preference.seeds or SAMPLE_EVAL / "esc_cards.json")
     claim_dir(out, "data preference", [seeds], resume=True,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from peer_rl.data.layout import discover
 from peer_rl.datajobs import job
 from peer_rl.datajobs.filter import judge_dialogue
 from peer_rl.datajobs.parse import parse_rewrite
@@ -139,8 +140,6 @@ def run_rewrite(root: str | Path, personas_dir: str | Path, out: str | Path, cfg
 def _new_ids(root: Path, n: int):
     """Integer ids after the largest integer id of the card's four subsets (its ids are
     integers unique across them), or None when the root uses string ids there."""
-    from peer_rl.data.layout import discover
-
     biggest = 0
     for df in (d for d in discover(root) if d.subset in ("ser", "sft", "grpo", "safety")):
         for line in df.path.read_bytes().split(b"\n"):
@@ -211,7 +210,7 @@ def movement(originals: list[str], rewrites: list[str], encode) -> dict:
 
 
 def summarise(records, kept, added, skipped, seekers, personas, cfg, no_history) -> dict:
-    from peer_rl.models.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
 
     originals = [u for c, _ in kept for u in c.seeker.utterances]
     rewrites = [u for _, r in kept for u in r["rewritten"]]

@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from peer_rl.data.esconv import import_esconv
 from peer_rl.data.vocab import infer_language, language_of
 
 
@@ -186,7 +187,7 @@ def load_profiles(path, skip_invalid: bool = False) -> Loaded:
 
 
 def _peer_rows(root, subset: str, pattern: str, skip_invalid: bool) -> Loaded:
-    from peer_rl.data.loading import load_subset
+    from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
 
     res = load_subset(root, subset, pattern, skip_invalid=skip_invalid)
     skipped = [str(p) for rep in res.reports for p in rep.problems]
@@ -235,9 +236,6 @@ def load_contexts(root, subset: str = "preference", pattern: str = "*test*",
 def load_esconv_contexts(path, per_dialogue: int = 1, seed: int = 0) -> Loaded:
     """Contexts from ESConv dialogues: `per_dialogue` supporter rounds per dialogue (Gaussian
     round sampling, seeded); what the importer skipped is reported as skipped inputs."""
-    from peer_rl.data.esconv import import_esconv
-    from peer_rl.data.vocab import language_of
-
     rows, report = import_esconv(path, rounds_per_dialogue=per_dialogue, seed=seed)
     for r in rows:
         r["language"] = language_of(r["language"])

@@ -13,8 +13,10 @@ import sys
 from typing import NamedTuple
 
 from peer_rl.evaluation.endpoints import EndpointConfig, close_all, open_endpoints
+from peer_rl.evaluation.retriever import LocalRetriever
 from peer_rl.evaluation.runner import run_all
-from peer_rl.evaluation.supporter import supporter_turn
+from peer_rl.evaluation.supporter import Supporter, supporter_turn
+from peer_rl.prompts.policy import PolicyTemplate
 
 HELP = "/reasoning: show or hide the reasoning | /reset: new conversation | /quit: leave"
 # ANSI/VT escape sequences (CSI, OSC, single-character escapes) and other C0/C1 controls but
@@ -50,8 +52,6 @@ def chat_loop(args, stdin=None, stdout=None) -> int:
                          model=args.model_name, api_key_env=args.api_key_env,
                          prompt=style, temperature=args.temperature,
                          max_tokens=args.max_tokens, kv_cache_gib=args.kv_cache_gib)
-    from peer_rl.evaluation.supporter import Supporter
-    from peer_rl.prompts.policy import PolicyTemplate
 
     # a local policy is asked as it was trained (the template saved beside its weights)
     supporter = Supporter(style, PolicyTemplate.load(None if url else args.model)
@@ -59,8 +59,6 @@ def chat_loop(args, stdin=None, stdout=None) -> int:
     endpoints = open_endpoints({"model": cfg})
     try:
         if args.rag:
-            from peer_rl.evaluation.retriever import LocalRetriever
-
             endpoints["retrieval"] = LocalRetriever(args.rag)
         show, history = args.show_reasoning, []
         interactive = stdin.isatty()

@@ -15,6 +15,7 @@ from omegaconf import MISSING, DictConfig
 from peer_rl.config.schema import ConfigError, check_ranges, load_config
 from peer_rl.evaluation.endpoints import EndpointConfig
 from peer_rl.evaluation.supporter import STYLES
+from peer_rl.prompts.policy import PolicyTemplate, PolicyTemplateError, TEMPLATE_FILE
 
 SAMPLE_EVAL = Path(__file__).resolve().parents[1] / "bundled" / "eval"
 PROTOCOLS = ("esc", "sage", "safety", "diversity", "ccj")
@@ -118,8 +119,6 @@ def check_parties(cfg: DictConfig, roles, command: str) -> None:
 def check_policy_template(cfg: DictConfig) -> None:
     """model.template names a template that exists and reads; a broken one saved with
     model.path is named too (before any case runs, not as a traceback mid-run)."""
-    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate, PolicyTemplateError
-
     where = cfg.model.template or cfg.model.path
     key = "model.template" if cfg.model.template else "model.path"
     if cfg.model.template and not Path(cfg.model.template).exists():

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from peer_rl.config.worker_settings import JudgeSettings
 from peer_rl.evaluation.supporter import supporter_turn
+from peer_rl.prompts.reasoning import parse_structured
+from peer_rl.protocol import JudgeItem
 from peer_rl.tracking.metrics import distinct_n
 from peer_rl.algos.rewards import group_similarity, history_similarity
 
@@ -73,9 +76,6 @@ def judge_items(records: list[dict], seed: int = 0) -> list:
     """One JudgeItem per reply, built as training builds them (peer_rl.methods.peer): the
     whole history the policy was prompted with, the steps parsed from the raw reply, the row's
     solution as the reference, the candidate's round-4 position from a seeded coin."""
-    from peer_rl.protocol import JudgeItem
-    from peer_rl.prompts.reasoning import parse_structured
-
     rng = np.random.default_rng(seed)
     items = []
     for r in records:
@@ -98,8 +98,7 @@ def judge_rewards(records: list[dict], reward_model: str, max_tokens: int = 8,
                   seed: int = 0) -> dict:
     """The training reward of every reply, from the UnifiReward judge at `reward_model`
     (in-process vLLM): its mean and spread, and the judge's verdict rates."""
-    from peer_rl.config.worker_settings import JudgeSettings
-    from peer_rl.workers.unifireward import UnifiRewardWorker
+    from peer_rl.workers.unifireward import UnifiRewardWorker  # deferred: tests patch UnifiRewardWorker
 
     ok = [r for r in records if "error" not in r]
     items = judge_items(ok, seed=seed)

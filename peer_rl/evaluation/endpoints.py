@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import mimetypes
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from peer_rl.config.worker_settings import EngineSettings
 from peer_rl.config.credentials import OPENAI_KEY_ENV, check_key_transport, key_variable, redact_text
+from peer_rl.models.local import check_model_dir
+from peer_rl.prompts.multimodal import for_vllm, is_vision_language
+
+log = logging.getLogger(__name__)
 
 
 class EndpointError(RuntimeError):
@@ -117,7 +121,7 @@ def _openai_messages(messages: list[dict]) -> list[dict]:
 
 class HttpEndpoint(Endpoint):
     def __init__(self, role: str, cfg: EndpointConfig):
-        import openai
+        import openai  # deferred: openai (only the API endpoints need it)
 
         self.cfg, self.role = cfg, role
         self._openai = openai
@@ -126,12 +130,12 @@ class HttpEndpoint(Endpoint):
         check_key_transport(f"{role}.url", cfg.url, var if key else "",
                             f"{role}.allow_insecure_http", cfg.allow_insecure_http, EndpointError)
         if key and cfg.url.startswith("http://"):
-            print(f"[peer-rl] warning: {role}: the key in ${var} goes over plain "
-                  f"http to {redact_text(cfg.url)}", file=sys.stderr)
+            log.warning(f"warning: {role}: the key in ${var} goes over plain "
+                        f"http to {redact_text(cfg.url)}")
         if not var and os.environ.get(OPENAI_KEY_ENV):
-            print(f"[peer-rl] {role}: ${OPENAI_KEY_ENV} is not sent to {redact_text(cfg.url)} "
-                  f"(not OpenAI's API); set {role}.api_key_env={OPENAI_KEY_ENV} if this server "
-                  "should have it", file=sys.stderr)
+            log.warning(f"{role}: ${OPENAI_KEY_ENV} is not sent to {redact_text(cfg.url)} "
+                        f"(not OpenAI's API); set {role}.api_key_env={OPENAI_KEY_ENV} if this "
+                        "server should have it")
         self._key = key or "EMPTY"
         self.model = cfg.model or self._only_model()
         self.name = f"{role} ({redact_text(cfg.url)}, model {self.model})"
@@ -226,9 +230,7 @@ class LocalEndpoint(Endpoint):
     """A checkpoint in an in-process vLLM engine (float32 on CPU, as the rollout workers)."""
 
     def __init__(self, role: str, cfg: EndpointConfig, seed: int = 0):
-        from peer_rl.prompts.multimodal import is_vision_language
-        from peer_rl.models.local import check_model_dir
-        from peer_rl.workers.vllm_engine import make_llm
+        from peer_rl.workers.vllm_engine import make_llm  # deferred: pulls in torch
 
         check_model_dir(f"{role}.path={cfg.path}", cfg.path, error=EndpointError,
                         example="outputs/<run>/checkpoints/step_N/policy/model")
@@ -240,8 +242,6 @@ class LocalEndpoint(Endpoint):
         self.tokenizer = self.llm.get_tokenizer()
 
     def _messages(self, messages: list[dict]) -> list[dict]:
-        from peer_rl.prompts.multimodal import for_vllm
-
         if self.vision and self.cfg.images:
             return for_vllm(messages)
         return without_images(messages)
@@ -252,8 +252,8 @@ class LocalEndpoint(Endpoint):
         return len(self.tokenizer(text)["input_ids"]) + self._params(r)[0] <= self.max_len
 
     def chat(self, requests: list[Request]) -> list[Reply]:
-        from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm import SamplingParams  # deferred: vllm
+        from vllm.sampling_params import StructuredOutputsParams  # deferred: vllm
 
         replies: list[Reply | None] = [None] * len(requests)
         todo = []

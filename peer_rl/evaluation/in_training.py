@@ -4,7 +4,7 @@ HTTP endpoint judges, the redundancy pool embeds), logged as `eval/...` beside t
 metrics. The same protocol programs as `peer-rl eval`, without a run store."""
 from __future__ import annotations
 
-import sys
+import logging
 from collections import defaultdict
 from functools import partial
 from pathlib import Path
@@ -16,8 +16,11 @@ from peer_rl.evaluation.endpoints import (Endpoint, EndpointConfig, HttpEndpoint
                                           without_images)
 from peer_rl.evaluation.runner import run_all
 from peer_rl.evaluation.safety import safety_case, summarise_safety
+from peer_rl.evaluation.supporter import Supporter
 from peer_rl.prompts.multimodal import image_paths
 from peer_rl.protocol import Prompt, SamplingConfig, seeded
+
+log = logging.getLogger(__name__)
 
 
 class PoolEndpoint(Endpoint):
@@ -86,8 +89,7 @@ def spread_over_groups(probes: list, k: int) -> list:
 
 class InTrainingEval:
     def __init__(self, cfg, policy_template=None):
-        from peer_rl.data.bundled import sample_root
-        from peer_rl.evaluation.supporter import Supporter
+        from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
         e = cfg.eval
         root = Path(cfg.data.root or sample_root())
@@ -121,9 +123,8 @@ class InTrainingEval:
                 out |= part(model, reward_model, encode)
             except Exception as exc:     # an evaluation never ends the training run
                 out["eval/errors"] += 1
-                print(f"[peer-rl] step {step}: in-training evaluation ({part.__name__[1:]}) "
-                      f"failed and is skipped; training goes on: {type(exc).__name__}: {exc}",
-                      file=sys.stderr, flush=True)
+                log.warning(f"step {step}: in-training evaluation ({part.__name__[1:]}) "
+                            f"failed and is skipped; training goes on: {type(exc).__name__}: {exc}")
         return {k: v for k, v in out.items() if v is not None}
 
     def _diversity(self, model, reward_model, encode) -> dict:

@@ -10,12 +10,16 @@ so rerunning the command finishes what an interrupted one left.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from peer_rl.config.schema import RECIPES_DIR, ConfigError, env_kept, yaml_by_name
+from peer_rl.evaluation.config import load_eval_config
+
+log = logging.getLogger(__name__)
 
 LADDERS_DIR = RECIPES_DIR / "ladders"
 
@@ -80,15 +84,14 @@ def load_ladder(name: str, args: list[str]) -> tuple[Ladder, list[list[str]]]:
 
 
 def run_ladder(name: str, out: str | Path, args: list[str]) -> Path:
-    from peer_rl.evaluation.config import load_eval_config
-    from peer_rl.evaluation.report import compare_runs
-    from peer_rl.evaluation.run import evaluate
+    from peer_rl.evaluation.report import compare_runs  # deferred: tests patch compare_runs
+    from peer_rl.evaluation.run import evaluate  # deferred: pulls in torch
 
     ladder, runs = load_ladder(name, args)
     cfgs = [load_eval_config(ladder.protocol, over) for over in runs]   # all checked up front
     out = Path(out)
     for i, (rung, cfg) in enumerate(zip(ladder.rungs, cfgs)):
-        print(f"[peer-rl] ladder rung {i + 1}/{len(cfgs)}: {rung.name}", flush=True)
+        log.info(f"ladder rung {i + 1}/{len(cfgs)}: {rung.name}")
         evaluate(ladder.protocol, cfg, out / rung.name)
     return compare_runs([out / r.name for r in ladder.rungs], out,
                         [r.name for r in ladder.rungs])

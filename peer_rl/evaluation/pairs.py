@@ -6,15 +6,16 @@ import json
 import time
 from pathlib import Path
 
+from peer_rl.config.worker_settings import JudgeSettings
+from peer_rl.files.out_paths import write_atomic
+from peer_rl.protocol import ScalarItem
 from peer_rl.supervised.bradley_terry import pairwise_accuracy
 
 
 def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, limit: int = 0) -> dict:
-    from peer_rl.data.loading import load_subset
-    from peer_rl.protocol import ScalarItem
-    from peer_rl.config.worker_settings import JudgeSettings
-    from peer_rl.workers.scalar_reward import ScalarRewardWorker
+    from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
+    from peer_rl.workers.scalar_reward import ScalarRewardWorker  # deferred: tests patch ScalarRewardWorker
 
     rows = [dict(r) for r in load_subset(root, "preference", files).dataset]
     rows = rows[:limit] if limit else rows
@@ -38,7 +39,6 @@ def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
             "pairs": len(idx),
             "pairwise_accuracy": pairwise_accuracy([chosen[i] for i in idx],
                                                    [rejected[i] for i in idx])}
-    from peer_rl.files.out_paths import write_atomic
 
     write_atomic(out, json.dumps(report, indent=1))
     return report

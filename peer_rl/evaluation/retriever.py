@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from peer_rl.evaluation.endpoints import Reply
+from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
 
 
 class LocalRetriever:
     def __init__(self, index_dir: str | Path, embedding_model: str = ""):
-        from peer_rl.retrieval.index import ExemplarIndex
-        from peer_rl.models.encoders import load_embedding_model
+        from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
 
         self.index = ExemplarIndex(index_dir, embedding_model=embedding_model or None)
         self.embedding_model = self.index.info["embedding_model"]
@@ -29,8 +29,6 @@ class LocalRetriever:
 
     def chat(self, queries: list) -> list[Reply]:
         """queries: peer_rl.evaluation.supporter.Query (history, reply, k)."""
-        from peer_rl.retrieval.index import Query, exemplar_key
-
         if not queries:
             return []
         vecs = self.encoder.encode([exemplar_key(q.history, q.reply) for q in queries])

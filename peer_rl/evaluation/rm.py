@@ -48,7 +48,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from peer_rl.config.worker_settings import JudgeSettings
+from peer_rl.files.out_paths import write_atomic
+from peer_rl.prompts.judge import JudgeTemplate, check_rows
+from peer_rl.prompts.multimodal import attach_images, strip_tags
 from peer_rl.prompts.verdicts import Preference, parse_preference, parse_step_verdict
+from peer_rl.supervised.examples import image_turn
 
 STEP_TURNS = (2, 4, 6)      # assistant messages of a 9-message SER chat holding step verdicts
 PREFERENCE_TURN = 8
@@ -182,9 +187,6 @@ def format_table(groups: dict[str, dict]) -> str:
 # ---------------------------------------------------------------------------- judge runner
 def judge_chat(row: dict, images: bool = True) -> list[dict]:
     """A SER row's 9 messages, its frame placed in the Step 2 round (or its words alone)."""
-    from peer_rl.prompts.multimodal import attach_images, strip_tags
-    from peer_rl.supervised.examples import image_turn
-
     if images and row.get("images"):
         return attach_images(row["messages"], list(row["images"]),
                              turn=image_turn("ser", row["messages"]))
@@ -212,8 +214,6 @@ def judge_rows_pair(pair, rows: list[dict], images: bool = True) -> list[list[st
     """The PRM + ORM pair on the rows: the process model answers each row's rounds 1-3 (its
     own turns, as judge_rows), the outcome model one turn with the history and both replies
     (read back through the template, peer_rl.prompts.judge.outcome_chat)."""
-    from peer_rl.prompts.multimodal import attach_images, strip_tags
-
     steps = judge_rows(pair.process, rows, images, turns=USER_TURNS[:3])
     template = pair.outcome.template
     chats = []
@@ -242,7 +242,7 @@ def _fits(worker, row: dict) -> bool:
 
 def load_test_rows(root: str | Path, pattern: str = "*_test") -> list[dict]:
     """Validated SER rows of the test splits (ser/<lang>/{text,visual}_test.jsonl)."""
-    from peer_rl.data.loading import load_subset
+    from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
 
     return [dict(r) for r in load_subset(root, "ser", pattern).dataset]
 
@@ -254,16 +254,12 @@ def train_seconds(model) -> float | None:
 
 
 def _readable(template, row: dict) -> bool:
-    from peer_rl.prompts.judge import check_rows
-
     return check_rows(template, [("", row)]).mismatched == 0
 
 
 def _template_report(model, rows: list[dict]) -> dict:
     """The test rows held against the template saved with the judge: rows it cannot reproduce
     measure the judge on a wording the RL-time judge is never asked in."""
-    from peer_rl.prompts.judge import JudgeTemplate, check_rows
-
     check = check_rows(JudgeTemplate.load(model), [(str(r.get("id")), r) for r in rows], keep=3)
     return {"checked": check.checked, "mismatched": check.mismatched, "examples": check.examples}
 
@@ -288,9 +284,7 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     pair = outcome_model is not None
     own = worker is None
     if own:
-        from peer_rl.workers.unifireward import PairRewardWorker, UnifiRewardWorker
-
-        from peer_rl.config.worker_settings import JudgeSettings
+        from peer_rl.workers.unifireward import PairRewardWorker, UnifiRewardWorker  # deferred: pulls in torch
 
         engine = JudgeSettings(kv_cache_gib=kv_cache_gib, max_tokens=max_tokens,
                                max_model_len=max_model_len)
@@ -338,7 +332,5 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
                     for r, a in zip(kept, answers)],
     }
     if out is not None:
-        from peer_rl.files.out_paths import write_atomic
-
         write_atomic(out, json.dumps(report, ensure_ascii=False, indent=1))   # a chain's mark
     return report

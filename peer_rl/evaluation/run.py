@@ -3,21 +3,31 @@ write the report. Rerunning the same command on the same --out continues the run
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
+from peer_rl.config.schema import public_config
 from peer_rl.errors import ConfigError
 from peer_rl.evaluation import cases as case_files
 from peer_rl.evaluation.ccj import ccj_case, summarise_ccj
 from peer_rl.evaluation.config import ROLES, SAMPLE_EVAL
-from peer_rl.evaluation.diversity import diversity_case, summarise_diversity
+from peer_rl.evaluation.diversity import diversity_case, judge_rewards, summarise_diversity
 from peer_rl.evaluation.endpoints import close_all, open_endpoints
 from peer_rl.evaluation.esc import esc_case, summarise_esc
 from peer_rl.evaluation.report import write_report
+from peer_rl.evaluation.retriever import LocalRetriever
 from peer_rl.evaluation.runner import run_cases
 from peer_rl.evaluation.safety import safety_case, summarise_safety
 from peer_rl.evaluation.sage import sage_case, summarise_sage
 from peer_rl.evaluation.store import MANIFEST_FILE, RunStore
+from peer_rl.evaluation.supporter import Supporter
+from peer_rl.files.out_paths import claim_dir, mark_dir
+from peer_rl.prompts.policy import PolicyTemplate
+from peer_rl.retrieval.index import INDEX_FILE, INFO_FILE, META_FILE
+
+log = logging.getLogger(__name__)
 
 # what identifies a party's answers (operational knobs such as concurrency may change on rerun)
 _PARTY_KEYS = ("url", "path", "model", "prompt", "template", "temperature", "top_p",
@@ -30,7 +40,7 @@ def _sha256(path: Path) -> str:
 
 def _inputs(protocol: str, cfg) -> tuple[case_files.Loaded, dict]:
     """The cases and what identifies them (file + hash) for the run's manifest."""
-    from peer_rl.data.bundled import sample_root
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     skip = cfg.skip_invalid
     if protocol == "esc":
@@ -60,7 +70,6 @@ def _rag(cfg) -> dict | None:
     """What identifies the retrieval of a RAG run: index files' hashes, k, embedding model."""
     if not cfg.rag.index:
         return None
-    from peer_rl.retrieval.index import INDEX_FILE, INFO_FILE, META_FILE
 
     d = Path(cfg.rag.index)
     for name in (INDEX_FILE, META_FILE, INFO_FILE):
@@ -74,8 +83,6 @@ def _rag(cfg) -> dict | None:
 def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
     """The run's run.json; its settings and parties as public_config gives them (no key or
     secret: a value read from the environment stays `${oc.env:...}`)."""
-    from peer_rl.config.schema import public_config
-
     public = public_config(cfg)
     manifest = {"protocol": protocol, "settings": public.get(protocol, {}), "inputs": inputs,
                 "parties": {r: {k: public[r][k] for k in _PARTY_KEYS} for r in ROLES[protocol]}}
@@ -87,9 +94,6 @@ def manifest_of(protocol: str, cfg, inputs: dict) -> dict:
 
 def supporter_of(cfg):
     """The model party's style, with the policy template for the peer prompt."""
-    from peer_rl.evaluation.supporter import Supporter
-    from peer_rl.prompts.policy import PolicyTemplate
-
     if cfg.model.prompt != "peer":
         return Supporter(cfg.model.prompt)
     return Supporter("peer", PolicyTemplate.load(cfg.model.template or cfg.model.path))
@@ -119,13 +123,11 @@ def summarise(protocol: str, records: list[dict], cfg) -> dict:
         return summarise_safety(records)
     if protocol == "ccj":
         return summarise_ccj(records)
-    from peer_rl.models.encoders import load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
 
     encoder = load_embedding_model(cfg.diversity.embedding_model)
     summary = summarise_diversity(records, encoder.encode)
     if cfg.diversity.reward_model:
-        from peer_rl.evaluation.diversity import judge_rewards
-
         summary["judge_reward"] = judge_rewards(records, cfg.diversity.reward_model,
                                                 cfg.diversity.reward_max_tokens, cfg.seed)
     return summary
@@ -135,8 +137,6 @@ def open_parties(protocol: str, cfg) -> dict:
     """The protocol's endpoints, plus the in-process retriever under RAG inference."""
     endpoints = open_endpoints({r: cfg[r] for r in ROLES[protocol]}, seed=cfg.seed)
     if cfg.rag.index:
-        from peer_rl.evaluation.retriever import LocalRetriever
-
         try:
             endpoints["retrieval"] = LocalRetriever(cfg.rag.index, cfg.rag.embedding_model)
         except BaseException:
@@ -148,9 +148,7 @@ def open_parties(protocol: str, cfg) -> dict:
 def _keep_languages(loaded, languages) -> dict[str, int]:
     """Drop the cases outside `languages` (cases without a language are kept); return the
     count per language left out."""
-    from collections import Counter
-
-    from peer_rl.data.loading import LANGUAGE_NAMES
+    from peer_rl.data.loading import LANGUAGE_NAMES  # deferred: pulls in datasets
 
     wanted = {LANGUAGE_NAMES.get(x, x) for x in languages}
     if not wanted:
@@ -183,8 +181,6 @@ def _input_paths(cfg, inputs: dict) -> list[str]:
 
 def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     """Run (or continue) one evaluation; returns its report."""
-    from peer_rl.files.out_paths import claim_dir, mark_dir
-
     loaded, inputs = _inputs(protocol, cfg)
     left_out = _keep_languages(loaded, cfg.languages)
     if not loaded.items:    # before the directory is claimed: nothing is written
@@ -198,8 +194,8 @@ def evaluate(protocol: str, cfg, out_dir: str | Path) -> dict:
     mark_dir(out_dir, f"eval {protocol}")
     try:
         if store.torn_lines:
-            print(f"[peer-rl] {store.path}: dropped {store.torn_lines} line(s) cut off by an "
-                  "interrupted write; those cases run again")
+            log.info(f"{store.path}: dropped {store.torn_lines} line(s) cut off by an "
+                     "interrupted write; those cases run again")
         missing = [c for c in todo if not store.done(c.id)]
         if missing:
             endpoints = open_parties(protocol, cfg)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Generator, Iterable
 
+from tqdm import tqdm
+
 from peer_rl.evaluation.endpoints import Endpoint, Request
 from peer_rl.evaluation.store import RunStore
 
@@ -23,8 +25,6 @@ def run_cases(cases: Iterable, program: Callable[[object], CaseProgram],
               endpoints: dict[str, Endpoint], store: RunStore, batch_cases: int = 8,
               desc: str = "eval") -> int:
     """Run every case not yet in `store`; returns how many ran now. Cases need an `id`."""
-    from tqdm import tqdm
-
     cases = list(cases)
     todo = [c for c in cases if not store.done(c.id)]
     bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc=desc, unit="case",

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from peer_rl.files.out_paths import DirLocked, lock_dir, open_append, write_atomic
+from peer_rl.files.out_paths import DirLocked, lock_dir, open_append, read_json, write_atomic
 
 CASES_FILE = "cases.jsonl"
 MANIFEST_FILE = "run.json"
@@ -51,8 +51,6 @@ class RunStore:
     def _check_manifest(self, manifest: dict) -> None:
         path = self.dir / MANIFEST_FILE
         if path.exists():
-            from peer_rl.files.out_paths import read_json
-
             old = read_json(path, "run manifest")
             diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
             if diff:

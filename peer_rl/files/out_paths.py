@@ -26,7 +26,9 @@ updated under a lock of its own, so processes claiming files in one directory lo
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -35,6 +37,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
+from peer_rl.files.durable import fsync_dir
+
+log = logging.getLogger(__name__)
 
 MARKER = ".peer-rl-out.json"
 LOCK_FILE = ".lock"
@@ -92,8 +97,6 @@ def _marker_held(directory: Path):
     """The directory's marker for one read-modify-write at a time: an flock on the directory
     itself (no file is made for it). Where the file system cannot lock a directory (some NFS
     mounts) the update goes on unlocked, as it did before this lock existed."""
-    import fcntl
-
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
@@ -247,8 +250,6 @@ def lock_dir(directory: str | Path, what: str = "directory"):
     refused (DirLocked) naming the holder's pid. The `.lock` is made here, or is one made
     here before (a plain file holding a pid); a link or any other file of that name is
     refused (OutputError) and left as it is."""
-    import fcntl
-
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = d / LOCK_FILE
@@ -378,7 +379,6 @@ def write_whole(path: str | Path, fill, mode: int | None = None) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    from peer_rl.files.durable import fsync_dir
 
     fsync_dir(path.parent)
     return path
@@ -415,7 +415,7 @@ def staged_dir(target: str | Path, exists: str = "replace", *, command: str = ""
                  and ours is dropped (a cache filled by two processes at once); else the
                  rename's error.
     `durable=False`: no fsync (a directory read at once by this process and gone with it)."""
-    from peer_rl.files.durable import fsync_dir, fsync_tree
+    from peer_rl.files.durable import fsync_dir, fsync_tree  # deferred: tests patch fsync_tree
 
     if exists not in ("replace", "refuse", "keep"):
         raise ValueError(f"exists={exists!r}: expected replace, refuse or keep")
@@ -454,7 +454,7 @@ def _replace_dir(staging: Path, out: Path, command: str, durable: bool) -> None:
     where it lists none, the names the new one writes) are dropped; anything else in it (a
     user's notes) is carried into the new `out`, and back into the old one if the swap fails.
     An earlier `out` marked by another command, a file or a link is refused."""
-    from peer_rl.files.durable import fsync_dir, fsync_tree
+    from peer_rl.files.durable import fsync_dir, fsync_tree  # deferred: tests patch fsync_tree
 
     wrote = [p.name for p in staging.iterdir() if p.name != MARKER]
     if command:
@@ -479,10 +479,9 @@ def _replace_dir(staging: Path, out: Path, command: str, durable: bool) -> None:
         fsync_dir(out.parent)
     left = sorted(p.name for p in (aside / out.name).iterdir() if p.name not in ours)
     if left:                             # a name of ours the user also used: kept, said
-        import sys
 
-        print(f"[peer-rl] {aside / out.name}: kept (holds {', '.join(left[:3])}, not written "
-              f"by peer-rl, under names the new {out.name} also has)", file=sys.stderr)
+        log.warning(f"{aside / out.name}: kept (holds {', '.join(left[:3])}, not written "
+                    f"by peer-rl, under names the new {out.name} also has)")
         return
     shutil.rmtree(aside)
 

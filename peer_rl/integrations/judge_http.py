@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from peer_rl.config.credentials import redact_text
+
 
 class JudgeUnreachable(RuntimeError):
     """The judge gave no usable answer (no connection, 5xx, malformed body) after every attempt."""
@@ -62,17 +64,13 @@ class HttpJudge:
 
     def __init__(self, url: str, model: str | None, timeout_s: float, retries: int,
                  backoff_s: float = 1.0):
-        from peer_rl.config.credentials import redact_text
-
         self.url, self.model = url.rstrip("/"), model
         self.shown = redact_text(self.url)      # messages never carry the URL's credentials
         self.timeout_s, self.retries, self.backoff_s = timeout_s, max(1, retries), backoff_s
 
     async def _request(self, method: str, path: str, body: dict | None, parse):
         """`parse(json body)` of the first usable answer."""
-        import aiohttp
-
-        from peer_rl.config.credentials import redact_text
+        import aiohttp  # deferred: aiohttp (only the HTTP endpoints need it)
 
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         last = ""

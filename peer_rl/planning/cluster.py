@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from peer_rl.config.schema import MAX_CPUS_PER_NODE, MAX_GPU_MEMORY_GIB, MAX_GPUS_PER_NODE, MAX_NODES
 
 KEYS = ("nodes", "gpus_per_node", "gpu_memory_gib", "cpus_per_node")
@@ -56,8 +58,6 @@ def from_overrides(values: dict) -> list[Node]:
 
 def from_file(path: str | Path) -> list[Node]:
     """A YAML file: `nodes:` a list of {count, cpus, gpus, gpu_memory_gib} groups."""
-    import yaml
-
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
@@ -88,7 +88,7 @@ def from_file(path: str | Path) -> list[Node]:
 def from_ray(gpu_memory_gib: float = 80.0) -> list[Node]:
     """The alive nodes of the Ray cluster this process is connected to, in ray.nodes()' order;
     Ray does not know a GPU's memory, so `gpu_memory_gib` says it."""
-    import ray
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     _within("gpu_memory_gib", gpu_memory_gib, MAX_GPU_MEMORY_GIB)
 

@@ -21,6 +21,7 @@ from peer_rl.compute.activation_memory import (GiB, adapted_linears, choose_reco
                                        recomputed_activation_bytes, stored_activation_bytes,
                                        trained_for)
 from peer_rl.compute.kv_cache import kv_bytes_per_token, max_positions, text_config
+from peer_rl.compute.precision import BYTES
 
 CUDA_CONTEXT = int(0.75 * GiB)     # per GPU process: CUDA context, NCCL buffers, allocator slack
 ENGINE_WORKSPACE = int(1.5 * GiB)  # vLLM's profiled activation peak at its default token budget
@@ -42,8 +43,6 @@ CPU = Device("CPU", FP32, 0)
 
 def cpu_device(dtype: str) -> Device:
     """A CPU worker computing in `dtype` (a resolved peer_rl.compute.precision dtype)."""
-    from peer_rl.compute.precision import BYTES
-
     return Device("CPU", BYTES[dtype], 0)
 
 

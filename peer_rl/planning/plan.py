@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from peer_rl.compute.activation_memory import GiB
 from peer_rl.config.reward_kinds import reward_kind
+from peer_rl.config.schema import ConfigError, load_config as load
+from peer_rl.models.local import BUNDLED
 from peer_rl.planning import memory
 from peer_rl.planning.cluster import Node
 from peer_rl.planning.placement import Placement, Slot, Unplaced
@@ -48,8 +50,6 @@ def _more_reward_models(cfg) -> dict[str, str]:
 
 def _models(cfg) -> dict[str, str]:
     """role -> model directory or named shape: the recipe's, else the shipped tiny ones."""
-    from peer_rl.models.local import BUNDLED
-
     shipped = BUNDLED / "models" / "tiny"       # what a run without model paths trains
     rm = cfg.reward_model
     out = {"policy": cfg.model.path or str(shipped / "policy"),
@@ -153,8 +153,6 @@ def candidate_fixes(cfg, plan: Plan) -> list[list[str]]:
 def fitting_fixes(overrides: list[str], nodes: list[Node], plan: Plan,
                   limit: int = 3) -> list[list[str]]:
     """Up to `limit` candidate changes (candidate_fixes) with which the plan fits."""
-    from peer_rl.config.schema import ConfigError, load_config as load
-
     cfg, found = load(overrides), []
     for fix in candidate_fixes(cfg, plan):
         if any(set(f) <= set(fix) for f in found):     # a smaller change already fits

@@ -4,7 +4,9 @@ from __future__ import annotations
 from collections import Counter
 
 from peer_rl.compute.activation_memory import GiB
-from peer_rl.planning.plan import Plan
+from peer_rl.config.schema import ConfigError, load_config
+from peer_rl.planning.cluster import Node
+from peer_rl.planning.plan import Plan, fitting_fixes, make_plan
 
 
 def _gib(n: int) -> str:
@@ -57,10 +59,6 @@ def sizing_table(overrides: list[str], gpus_per_node: int = 8, cpus_per_node: fl
     """A Markdown table of the recipe planned on 1, 2 and 4 nodes of `gpus_per_node` GPUs of 80
     and 141 GiB: whether it fits, how many GPUs it uses and its busiest GPU's estimate, or what
     refuses it and the first setting that makes it fit."""
-    from peer_rl.config.schema import load_config
-    from peer_rl.planning.cluster import Node
-    from peer_rl.planning.plan import fitting_fixes, make_plan
-
     cfg = load_config(overrides)
     rows = [f"| nodes x GPUs | {' | '.join(f'{g} GiB GPUs' for g in TABLE_GIB)} |",
             "| --- |" + " --- |" * len(TABLE_GIB)]
@@ -86,9 +84,6 @@ def sizing_table(overrides: list[str], gpus_per_node: int = 8, cpus_per_node: fl
 def _scaled_up(cfg, overrides: list[str], nodes, used: int) -> str:
     """Where GPUs stay idle: the largest whole multiple (4, 3, 2) of the rollout engines, judge
     engines and policy ranks that still fits, as the settings to give."""
-    from peer_rl.config.schema import ConfigError, load_config
-    from peer_rl.planning.plan import make_plan
-
     if used >= sum(n.gpus for n in nodes):
         return ""
     for k in (4, 3, 2):

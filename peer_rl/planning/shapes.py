@@ -4,6 +4,7 @@ a model not downloaded yet."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from peer_rl.compute.kv_cache import text_config
@@ -62,9 +63,7 @@ def vision_params(config: dict) -> int:
 
 def weight_params(model_dir: Path) -> int | None:
     """Exact parameter count from the safetensors headers (no tensor read); None without any."""
-    import math
-
-    from safetensors import safe_open
+    from safetensors import safe_open  # deferred: safetensors (pulls in torch)
 
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from peer_rl.prompts.multimodal import strip_tags
 from peer_rl.prompts.quoting import line_starts, quote_policy_text
 from peer_rl.prompts.reasoning import join_turns
 
@@ -409,8 +410,6 @@ class TemplateCheck:
 def check_rows(template: JudgeTemplate, rows: Iterable[tuple[str, dict]],
                keep: int = 5) -> TemplateCheck:
     """(where, row) pairs -> TemplateCheck; a row's `<image>` tags are not part of the wording."""
-    from peer_rl.prompts.multimodal import strip_tags
-
     report = TemplateCheck()
     for where, row in rows:
         try:

@@ -22,6 +22,7 @@ from collections import Counter
 from difflib import SequenceMatcher
 
 from peer_rl.prompts.judge import JudgeTemplate, check_rows
+from peer_rl.prompts.multimodal import strip_tags
 
 _SENTENCE_END = ".!?。！？…,，;；"
 _PREFIX = re.compile(r"^([^\n:：]{1,20}[:：][ \t]?)")
@@ -170,8 +171,6 @@ def fit_language(rows: list[dict]) -> dict:
 def fit_template(rows: list[tuple[str, dict]]) -> tuple[JudgeTemplate, dict]:
     """(where, row) pairs -> (fitted template, report with per-language counts and the rows
     the template cannot reproduce)."""
-    from peer_rl.prompts.multimodal import strip_tags
-
     rows = [(w, {**r, "messages": strip_tags(r["messages"])}) for w, r in rows]
     by_lang: dict[str, list[tuple[str, dict]]] = {}
     for where, row in rows:

@@ -113,7 +113,7 @@ class ImageRefused(ValueError):
 
 def open_image(path):
     """A dataset image as RGB: PNG, JPEG or WebP only, at most MAX_IMAGE_PIXELS pixels."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # deferred: Pillow (only images need it)
 
     try:
         im = Image.open(path, formats=IMAGE_FORMATS)

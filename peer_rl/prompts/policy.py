@@ -22,6 +22,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from peer_rl.prompts.multimodal import strip_tags
 from peer_rl.prompts.reasoning import join_turns, policy_messages
 
 TEMPLATE_FILE = "policy_template.json"
@@ -148,8 +149,6 @@ class PolicyTemplate:
 
 
 def _strip_tags(messages: list[dict]) -> list[dict]:
-    from peer_rl.prompts.multimodal import strip_tags
-
     return [{"role": m["role"], "content": m["content"]} for m in strip_tags(messages)]
 
 

@@ -9,15 +9,22 @@ of other test dialogues, during GRPO and under RAG inference alike.
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 from pathlib import Path
+
+from peer_rl.data.layout import DataFile, SPLITS, discover, file_split
+from peer_rl.data.validate import check_file
+from peer_rl.files.out_paths import read_json
+from peer_rl.retrieval.index import INFO_FILE, build_index
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = ("train",)
 
 
 def parse_splits(value, what: str) -> tuple[str, ...]:
     """`train`, `train,test` or a list of them -> a tuple of known split names."""
-    from peer_rl.data.layout import SPLITS
-
     names = [s.strip() for s in (value.split(",") if isinstance(value, str) else value)]
     names = [s for s in names if s]
     bad = [s for s in names if s not in SPLITS]
@@ -37,9 +44,7 @@ def load_exemplars(data: str | Path, skip_invalid: bool = False,
     subset (`path:line: field`). The second value says what was read: files, sha256 of their
     bytes, rows per split (`splits`), and the rows of the files left out per split
     (`left_out`)."""
-    from peer_rl.data.layout import DataFile, discover, file_split
-    from peer_rl.data.loading import InvalidDataError
-    from peer_rl.data.validate import check_file
+    from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
 
     splits = parse_splits(splits, "splits")
     data = Path(data)
@@ -96,15 +101,11 @@ def describe(src: dict) -> str:
 
 
 def index_from_root(root: str | Path, target: str | Path, embedding_model: str,
-                    splits=DEFAULT_SPLITS, skip_invalid: bool = False, log=print) -> Path:
+                    splits=DEFAULT_SPLITS, skip_invalid: bool = False, log=logger.info) -> Path:
     """An index of `root`'s exemplars of `splits` at `target`, built there unless the one
     already there was built from the same files with the same embedding model (the trainer's
     `<output_dir>/index`, the cold start's pass-2 index). `log` gets what it holds."""
-    import time
-
-    from peer_rl.files.out_paths import read_json
-    from peer_rl.models.encoders import load_embedding_model
-    from peer_rl.retrieval.index import INFO_FILE, build_index
+    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
 
     rows, src = load_exemplars(root, skip_invalid, splits)
     target = Path(target)
@@ -117,6 +118,6 @@ def index_from_root(root: str | Path, target: str | Path, embedding_model: str,
     encoder = load_embedding_model(embedding_model)
     info = build_index(rows, encoder.encode, embedding_model, target,
                        source_sha256=src["sha256"], source_splits=src["splits"])
-    log(f"[peer-rl] exemplar index: {describe(src)} from {root} -> {target} "
+    log(f"exemplar index: {describe(src)} from {root} -> {target} "
         f"({info['kind']}, {time.perf_counter() - t0:.1f} s)")
     return target

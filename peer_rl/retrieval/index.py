@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from peer_rl.data.dialogues import turn_keys
+from peer_rl.files.out_paths import LOCK_FILE, MARKER, read_json, read_marker, staged_dir
 
 INDEX_FILE, META_FILE, INFO_FILE = "index.faiss", "exemplars.jsonl", "index.json"
 INDEX_FILES = (INDEX_FILE, META_FILE, INFO_FILE)
@@ -77,7 +78,7 @@ class SearchResult:
 
 def _faiss():
     try:
-        import faiss
+        import faiss  # deferred: optional, peer-rl[cpu]/[gpu] (faiss)
     except ImportError as exc:
         raise RuntimeError("the exemplar index needs faiss (pip install faiss-cpu, or "
                            "faiss-gpu-cu12 on GPU nodes)") from exc
@@ -93,8 +94,6 @@ def check_replaceable(out_dir: str | Path) -> None:
     index's own files, index.json among them: a data root's `exemplars/` holding just an
     `exemplars.jsonl` is not one). Anything else (a data root, a home directory) is refused,
     untouched."""
-    from peer_rl.files.out_paths import LOCK_FILE, MARKER, read_marker
-
     p = Path(out_dir)
     if not p.exists() and not p.is_symlink():
         return
@@ -145,7 +144,6 @@ def build_index(exemplars: list[dict], encode, embedding_model: str, out_dir: st
             "kind": kind, "key": "last seeker turn + reply", "source_sha256": source_sha256,
             **({"splits": dict(source_splits)} if source_splits is not None else {}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    from peer_rl.files.out_paths import staged_dir
 
     with staged_dir(out, command=marker) as tmp:   # the old index stays whole until this is in
         faiss.write_index(index, str(tmp / INDEX_FILE))
@@ -167,7 +165,6 @@ class ExemplarIndex:
             if not (d / name).is_file():
                 raise FileNotFoundError(f"{d}: no {name} (build one with `peer-rl index build "
                                         f"DATA --out {d}`)")
-        from peer_rl.files.out_paths import read_json
 
         self.info = read_json(d / INFO_FILE, "index info")
         if embedding_model is not None and embedding_model != self.info["embedding_model"]:

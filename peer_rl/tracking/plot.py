@@ -2,16 +2,21 @@
 metrics.jsonl, and the evaluation reports' bars and lines (peer_rl.evaluation.figures)."""
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
+
+from peer_rl.files.out_paths import DamagedFile, save_figure
+from peer_rl.tracking.metrics import read_metrics
+
+log = logging.getLogger(__name__)
 
 
 def pyplot():
     """matplotlib's pyplot on the file-only backend (safe in Ray workers and on servers)."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib (~1 s); only figures need it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib (~1 s); only figures need it
 
     return plt
 
@@ -20,13 +25,10 @@ def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
                 title: str = "", width: int = 720, height: int = 420) -> Path | None:
     """Line plot of `keys` (today's names; older files' are mapped, RENAMED) against `step`
     on one shared y axis (at least [0, 1])."""
-    from peer_rl.files.out_paths import DamagedFile
-    from peer_rl.tracking.metrics import read_metrics
-
     try:                              # a torn last line (a crash mid-append) is left out
         recs = read_metrics(metrics_path)
     except DamagedFile as exc:        # a figure is not worth failing a finished run for
-        print(f"[peer-rl] no curves figure: {exc}", file=sys.stderr, flush=True)
+        log.warning(f"no curves figure: {exc}")
         return None
     series = {k: [(r["step"], r[k]) for r in recs if isinstance(r.get(k), (int, float))]
               for k in keys}
@@ -44,7 +46,6 @@ def plot_curves(metrics_path: str | Path, keys: list[str], out_path: str | Path,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from peer_rl.files.out_paths import save_figure
 
     save_figure(fig, out_path)
     plt.close(fig)

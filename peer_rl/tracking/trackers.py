@@ -15,7 +15,6 @@ import logging
 import netrc
 import os
 import socket
-import sys
 import time
 import warnings
 from contextlib import contextmanager
@@ -24,6 +23,9 @@ from urllib.parse import unquote, urlsplit
 
 from peer_rl.config.credentials import check_key_transport, key_variable, redact_text
 from peer_rl.errors import ConfigError
+from peer_rl.files.out_paths import read_json, refuse_inside, write_atomic
+
+logger = logging.getLogger(__name__)
 
 STATE_FILE = "trackers.json"
 
@@ -50,18 +52,18 @@ class WandbTracker:
     """A W&B run in <output_dir>/wandb; offline unless a key is known and the server answers."""
 
     def __init__(self, out: Path, trainer, name: str, config: dict, run_id: str | None):
-        import wandb
+        import wandb  # deferred: optional, peer-rl[trackers]
 
         mode, why = wandb_mode(trainer.wandb.mode)
-        print(f"[peer-rl] wandb: {mode} ({why})", flush=True)
+        logger.info(f"wandb: {mode} ({why})")
         self.run = wandb.init(
             project=trainer.project_name, entity=trainer.wandb.entity or None, name=name,
             dir=str(out), mode=mode, id=run_id, resume="allow" if run_id else None,
             config=config, settings=wandb.Settings(console="off"))
         self.run_id = self.run.id
         if mode == "offline":
-            print(f"[peer-rl] wandb: run {self.run_id} in {self.run.settings.sync_dir} (upload "
-                  "it later with `wandb sync`)", flush=True)
+            logger.info(f"wandb: run {self.run_id} in {self.run.settings.sync_dir} (upload "
+                        "it later with `wandb sync`)")
 
     def log(self, step: int, metrics: dict) -> None:
         self.run.log(numeric(metrics), step=step)
@@ -99,8 +101,8 @@ class MlflowTracker:
     """An MLflow run: the experiment is trainer.project_name, the run is named `name`."""
 
     def __init__(self, out: Path, trainer, name: str, config: dict, run_id: str | None):
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
+        from mlflow.entities import Param  # deferred: optional, peer-rl[trackers]
+        from mlflow.tracking import MlflowClient  # deferred: optional, peer-rl[trackers]
 
         uri = mlflow_uri(trainer.mlflow.tracking_uri, out)
         # as config.yaml writes it (an `${oc.env:...}` kept), else without its user:password
@@ -121,10 +123,10 @@ class MlflowTracker:
         if run_id and self._exists(run_id):
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
-            print(f"[peer-rl] mlflow: continuing run {run_id} at {shown}", flush=True)
+            logger.info(f"mlflow: continuing run {run_id} at {shown}")
             return               # its parameters were logged when it started
         self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # deferred: optional, peer-rl[trackers]
 
         params, cut = [], []
         for key, value in flat_params(config).items():
@@ -134,13 +136,13 @@ class MlflowTracker:
             params.append(Param(key, value))
         self.client.log_batch(self.run_id, params=params)  # MLflow splits it into batches
         if cut:
-            print(f"[peer-rl] mlflow: parameters cut to {MAX_PARAM_VAL_LENGTH} characters "
-                  f"(config.yaml holds them whole): {cut}", flush=True)
-        print(f"[peer-rl] mlflow: run {self.run_id} in experiment {trainer.project_name!r} at "
-              f"{shown}", flush=True)
+            logger.info(f"mlflow: parameters cut to {MAX_PARAM_VAL_LENGTH} characters "
+                        f"(config.yaml holds them whole): {cut}")
+        logger.info(f"mlflow: run {self.run_id} in experiment {trainer.project_name!r} at "
+                    f"{shown}")
 
     def _exists(self, run_id: str) -> bool:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # deferred: optional, peer-rl[trackers]
 
         try:
             self.client.get_run(run_id)
@@ -149,7 +151,7 @@ class MlflowTracker:
             return False
 
     def log(self, step: int, metrics: dict) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # deferred: optional, peer-rl[trackers]
 
         ts = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, ts, step)
@@ -211,9 +213,9 @@ def send_mlflow_credentials(uri: str, shown: str, settings) -> None:
     if token:                           # MLflow reads the token from this variable only
         os.environ[MLFLOW_TOKEN_ENV] = token
     if withheld:
-        print(f"[peer-rl] mlflow: {', '.join('$' + v for v in withheld)} not sent to {shown}: "
-              "not the server $MLFLOW_TRACKING_URI names (trainer.mlflow.token_env="
-              f"{MLFLOW_TOKEN_ENV} sends it the token)", file=sys.stderr, flush=True)
+        logger.warning(f"mlflow: {', '.join('$' + v for v in withheld)} not sent to {shown}: "
+                       "not the server $MLFLOW_TRACKING_URI names (trainer.mlflow.token_env="
+                       f"{MLFLOW_TOKEN_ENV} sends it the token)")
 
 
 def mlflow_store(uri: str) -> Path | None:
@@ -233,8 +235,6 @@ def mlflow_store(uri: str) -> Path | None:
 def check_mlflow_store(cfg, out: Path, inputs) -> None:
     """A local MLflow store follows the rule every output follows (peer_rl.files.out_paths): not
     an input, not inside an input directory, holding none; checked before anything is written."""
-    from peer_rl.files.out_paths import refuse_inside
-
     if "mlflow" not in cfg.trainer.loggers:
         return
     setting = cfg.trainer.mlflow.tracking_uri
@@ -252,8 +252,6 @@ class Trackers:
     """The trackers trainer.loggers names, started together, fed together, closed together."""
 
     def __init__(self, out: Path, trainer, name: str, config: dict, resume: bool):
-        from peer_rl.files.out_paths import read_json, write_atomic
-
         state_path = out / STATE_FILE
         ids = read_json(state_path, "tracker run ids") if resume and state_path.exists() else {}
         self.active: dict[str, object] = {}
@@ -268,10 +266,9 @@ class Trackers:
             try:
                 tracker.log(step, metrics)
             except Exception as exc:   # noqa: BLE001 - a tracker is never worth the run
-                print(redact_text(f"[peer-rl] {kind}: logging step {step} failed "
-                                  f"({type(exc).__name__}: {exc}); {kind} is off for the rest "
-                                  "of this run, metrics.jsonl has every step"),
-                      file=sys.stderr, flush=True)
+                logger.warning(redact_text(f"{kind}: logging step {step} failed "
+                                           f"({type(exc).__name__}: {exc}); {kind} is off for "
+                                           "the rest of this run, metrics.jsonl has every step"))
                 del self.active[kind]
 
     def close(self, ok: bool = True) -> None:
@@ -279,8 +276,8 @@ class Trackers:
             try:
                 tracker.close(ok)
             except Exception as exc:   # noqa: BLE001
-                print(redact_text(f"[peer-rl] {kind}: closing failed ({type(exc).__name__}: "
-                                  f"{exc})"), file=sys.stderr, flush=True)
+                logger.warning(redact_text(f"{kind}: closing failed ({type(exc).__name__}: "
+                                           f"{exc})"))
         self.active = {}
 
 

@@ -11,7 +11,12 @@ resume never cuts back another timeline's metrics nor writes over or prunes its 
 (peer_rl.trainer.run.check_fresh_output)."""
 from __future__ import annotations
 
+import re
+import shutil
 from pathlib import Path
+
+from peer_rl.errors import ConfigError
+from peer_rl.files.out_paths import read_json
 
 STATE_FILE = "trainer_state.json"
 PROMPTS_FILE = "prompts.json"     # ids of the run's prompt pool, in pool order
@@ -19,8 +24,6 @@ PROMPTS_FILE = "prompts.json"     # ids of the run's prompt pool, in pool order
 
 def complete_checkpoints(output_dir: Path) -> list[Path]:
     """The complete checkpoints of a run directory, oldest first (numeric order)."""
-    import re
-
     return sorted((p for p in (Path(output_dir) / "checkpoints").glob("step_*")
                    if re.fullmatch(r"step_\d+", p.name) and p.is_dir() and not p.is_symlink()
                    and (p / STATE_FILE).exists()), key=lambda p: int(p.name.split("_")[1]))
@@ -36,8 +39,6 @@ def prune_checkpoints(output_dir: Path, keep: int, upto: int | None = None) -> l
     """Delete all but the newest `keep` complete checkpoints at or before step `upto` (the
     step just saved; keep 0: none deleted); returns what was deleted. A later checkpoint is
     never this timeline's to delete; incomplete ones (no state) are not ours to judge."""
-    import shutil
-
     if keep <= 0:
         return []
     ckpts = [p for p in complete_checkpoints(output_dir)
@@ -64,7 +65,6 @@ def saved_prompt_selection(checkpoint: Path | None) -> list[str] | None:
     path = checkpoint / PROMPTS_FILE if checkpoint is not None else None
     if path is None or not path.exists():
         return None
-    from peer_rl.files.out_paths import read_json
 
     return read_json(path, "checkpoint prompt pool")["ids"]
 
@@ -82,8 +82,6 @@ def unseen_files(root: Path, reports: list[dict]) -> list[str]:
 
 
 def not_shared_error(key: str, path: Path, unseen: list[str]):
-    from peer_rl.errors import ConfigError
-
     return ConfigError(
         f"{key}={path}: {len(unseen)} file(s) the policy ranks wrote there are not visible to "
         f"the controller (e.g. {unseen[0]}): the directory is on a disk of its own on each "

@@ -21,16 +21,21 @@ pi_old / pi_behavior per token (actor.behavior_weight_cap) from the engine's log
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import ray
+from tqdm import tqdm
 
 from peer_rl.algos import sequence_advantages
+from peer_rl.evaluation.in_training import InTrainingEval
+from peer_rl.files.out_paths import open_append, read_json, staged_dir, write_atomic
+from peer_rl.tracking.plot import plot_curves
 from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
                                  prune_checkpoints, resume_checkpoint, unseen_files)
 from peer_rl.files.durable import fsync_tree
@@ -41,11 +46,14 @@ from peer_rl.tracking.metrics import MetricsSink, distinct_n, summarise
 from peer_rl.config.schema import public_config
 from peer_rl.tracking.trackers import open_trackers
 from peer_rl.methods.scored_batch import ScoredBatch
+from peer_rl.trainer.preemption import StopRequest
 from peer_rl.trainer.step_batch import update_batch
 from peer_rl.trainer.sync_group import WeightSyncGroup
 from peer_rl.trainer.timeline import Timing, append_spans, covered, overlap, plot_timeline
 from peer_rl.trainer.worker_group import (GroupHooks, PolicyGroup, Pools, WorkerGroup,
                                           WorkerRestarted)
+
+log = logging.getLogger(__name__)
 
 TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
 
@@ -135,8 +143,6 @@ class Controller:
         cursor = None
         resume_dir = resume_checkpoint(cfg, self.out)
         if resume_dir is not None:
-            from peer_rl.files.out_paths import read_json
-
             state = read_json(resume_dir / STATE_FILE, "checkpoint state")
             self.step, cursor = state["step"], Cursor(**state["cursor"])
         self.resume_cursor: dict | None = None   # the data cursor after self.step's draws
@@ -150,11 +156,10 @@ class Controller:
         self.stopped_by: str | None = None     # the signal that stopped fit() early
         self.evaluator = None
         if t.eval_freq:    # inputs are read now: a bad file fails before step 1
-            from peer_rl.evaluation.in_training import InTrainingEval
 
             self.evaluator = InTrainingEval(cfg, policy_template)
         if resume_dir is not None:
-            print(f"[peer-rl] resuming from {resume_dir} (step {self.step})", flush=True)
+            log.info(f"resuming from {resume_dir} (step {self.step})")
             self.policy.call("load_checkpoint", str(resume_dir / "policy"))
         # versions count as the policy counts (its update count, restored with its checkpoint),
         # so the engines' stamps and the policy's staleness check agree
@@ -174,8 +179,6 @@ class Controller:
         batch: a batch already drawn and scored for the next step (trainer.async_training) is
         drawn and sampled again on resume. A step_N already there is never written over (a
         resume that would write over one is refused at start-up: trainer.run.check_fresh_output)."""
-        from peer_rl.files.out_paths import staged_dir
-
         step_dir = self.out / "checkpoints" / f"step_{self.step}"
         with staged_dir(step_dir, "refuse", refused="a checkpoint is never written over") as tmp:
             (tmp / "policy").mkdir()
@@ -202,8 +205,6 @@ class Controller:
         """memory.json: each pool's peak resident memory per worker (GiB) and the dtype its
         first worker computes in, from the workers' health probes; a worker that does not
         answer is left out and named."""
-        import ray
-
         pools = {"rollout": self.pools.rollout, "reward_model": self.pools.reward_model,
                  "actor": self.pools.actor, "redundancy": self.pools.redundancy,
                  "retrieval": self.pools.retrieval}
@@ -223,12 +224,11 @@ class Controller:
                 out[name] = [round(p, 2) for p in peaks]
         report = {"peak_rss_gib": out, "dtype": dtypes, "unanswered": missing,
                   "note": "per worker process; on CPU a vLLM engine runs inside its worker"}
-        from peer_rl.files.out_paths import write_atomic    # whole: bench step reads it
 
         write_atomic(self.out / "memory.json", json.dumps(report, indent=1) + "\n")
-        print("[peer-rl] peak resident memory (GiB per worker): "
-              + "; ".join(f"{k} {v}" for k, v in out.items())
-              + (f"; no answer from {missing}" if missing else ""), flush=True)
+        log.info("peak resident memory (GiB per worker): "
+                 + "; ".join(f"{k} {v}" for k, v in out.items())
+                 + (f"; no answer from {missing}" if missing else ""))
         return report
 
     def _write_side_files(self, directory: Path) -> None:
@@ -241,8 +241,6 @@ class Controller:
         """<output_dir>/final: the trained policy as a plain Hugging Face model directory
         (what `peer-rl eval`, `peer-rl chat` and vLLM load), written beside and swapped in
         like `train-rm`'s final/ (peer_rl.files.out_paths.staged_dir)."""
-        from peer_rl.files.out_paths import staged_dir
-
         final = self.out / "final"
         with staged_dir(final) as tmp:
             self.policy.call("export_hf", str(tmp))
@@ -309,7 +307,7 @@ class Controller:
         out_rows, out, note = refill((rows, scored), draw, self.cfg.algorithm.filter_groups,
                                      self.cfg.data.train_batch_size, self.G, timing.step)
         if note:
-            print(f"[peer-rl] {note}", file=sys.stderr, flush=True)
+            log.warning(note)
         return out_rows, out
 
     def _scored_step(self, batch_rows: list[dict] | None, step: int) -> ScoredStep:
@@ -409,7 +407,6 @@ class Controller:
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
         redundancy = scored.redundancy
-        from peer_rl.files.out_paths import open_append
 
         with open_append(self.out / "samples.jsonl") as fh:
             for k, s in enumerate(scored.samples):
@@ -437,12 +434,6 @@ class Controller:
         peer_rl.trainer.preemption.StopRequest; one is made if not given): then the step in progress
         finishes and is checkpointed, and `stopped_by` names the signal. `plot=False` leaves the
         figures to the caller (`plot()`), which can draw them while the pools shut down."""
-        from contextlib import nullcontext
-
-        from tqdm import tqdm
-
-        from peer_rl.trainer.preemption import StopRequest
-
         total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
         bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
         ckpt = latest_checkpoint(self.out) if self.step == total else None
@@ -479,8 +470,6 @@ class Controller:
     def plot(self) -> None:
         """curves.png (rewards, format and parse-failure rates) and timeline.png (the stages of
         the last steps), from the files the run wrote; no worker is needed."""
-        from peer_rl.tracking.plot import plot_curves
-
         plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
                                                  "reward/rur_mean", "judge/parse_failure_rate"],
                     self.out / "curves.png", title=f"{self.cfg.experiment_name}: GRPO")

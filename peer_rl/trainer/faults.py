@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import logging
 import os
 import signal
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from peer_rl.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ENV, DIR_ENV = "PEER_RL_FAULTS", "PEER_RL_FAULTS_DIR"
 
@@ -103,10 +105,10 @@ def with_faults(cls: type) -> type:
     for f in mine:
         if not callable(getattr(cls, f.method, None)):
             raise ConfigError(f"{ENV}: {cls.__name__} has no method {f.method!r}")
-    print(f"[peer-rl] fault injection ({ENV}): " + ", ".join(
-        f"{f.cls}.{f.method} dies on call {f.call}" + (f" and the next {f.deaths - 1}"
-                                                        if f.deaths > 1 else "")
-        for f in mine), file=sys.stderr, flush=True)
+    log.warning(f"fault injection ({ENV}): " + ", ".join(
+              f"{f.cls}.{f.method} dies on call {f.call}" + (f" and the next {f.deaths - 1}"
+                                                              if f.deaths > 1 else "")
+              for f in mine))
     # defined here, not in cls's module: Ray pickles it by value, so the workers get the
     # armed subclass and not the class their import of that module would find
     return type(cls.__name__, (cls,), {f.method: armed(f) for f in mine})

@@ -5,10 +5,12 @@ expects. The handler only records the signal: a blocking Ray call is never inter
 mid-step, the step finishes, then the loop stops."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
-import sys
 import threading
+
+log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 EXIT_CODE = 128 + signal.SIGTERM        # what a process killed by SIGTERM reports
@@ -48,8 +50,8 @@ class StopRequest:
             os.kill(os.getpid(), signum)
             return
         self.signal = signal.Signals(signum).name
-        print(f"[peer-rl] {self.signal}: finishing {self.what}, then a checkpoint and a stop; "
-              "send it again to stop at once", file=sys.stderr, flush=True)
+        log.warning(f"{self.signal}: finishing {self.what}, then a checkpoint and a stop; "
+                    "send it again to stop at once")
 
 
 class RunStopped(RuntimeError):

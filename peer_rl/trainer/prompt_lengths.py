@@ -5,21 +5,20 @@ KV cache for the longest row the data can bring."""
 from __future__ import annotations
 
 from peer_rl.config.schema import ConfigError
+from peer_rl.prompts.multimodal import attach_images, is_vision_language, strip_tags
 
 
 def load_processors(policy_path: str):
     """The policy's tokenizer and, for a vision-language policy, its image processor
     (peer_rl.workers.vision.VisionInputs), as the rollout and the policy ranks will load them: a model
     directory without them is named (ConfigError) before any pool starts."""
-    from transformers import AutoTokenizer
-
-    from peer_rl.prompts.multimodal import is_vision_language
+    from transformers import AutoTokenizer  # deferred: transformers (~3 s, pulls in torch)
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(policy_path)
         if not is_vision_language(policy_path):
             return tokenizer, None
-        from peer_rl.workers.vision import VisionInputs
+        from peer_rl.workers.vision import VisionInputs  # deferred: pulls in torch
 
         return tokenizer, VisionInputs(policy_path)
     except (OSError, ValueError) as exc:
@@ -32,8 +31,6 @@ def prompt_lengths(rows: list[dict], policy_path: str) -> list[int]:
     count as the tokens its processor expands them into (each image's placeholder pad becomes
     grid_t x grid_h x grid_w / merge_size^2 pads), a text-only policy's as nothing (it reads
     the words alone)."""
-    from peer_rl.prompts.multimodal import attach_images, strip_tags
-
     tokenizer, vision = load_processors(policy_path)
     out = []
     for row in rows:

@@ -7,6 +7,7 @@ place (with the CLI) where peer_rl reaches into workers/.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
 import socket
@@ -18,6 +19,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from peer_rl.compute.kv_cache import fit_kv_cache, kv_bytes_per_token, read_config
 from peer_rl.planning.pools import ORDER, bundle, pool_sizes, start_waves, strategy
 from peer_rl.config.reward_kinds import reward_kind
 from peer_rl.compute.precision import BYTES, cpu_has_bf16, dtype_line, resolve_dtype
@@ -122,8 +124,6 @@ class PoolFactory:
     def worker_class(self, pool: str) -> type:
         """The worker class of a pool (WORKERS, the reward model's kind), imported only when its
         pool starts."""
-        import importlib
-
         entry = self.kind.worker if pool == "reward_model" else WORKERS[pool]
         module, name = entry.split(":")
         return getattr(importlib.import_module(module), name)
@@ -166,8 +166,6 @@ class PoolFactory:
         """The settings each engine of `pool` starts with; on CPU kv_cache_gib 0 sized from the
         step (peer_rl.compute.kv_cache.fit_kv_cache; the models' own config.json say the bytes per
         token); GPU engines as configured (gpu_memory_utilization sizes their cache)."""
-        from peer_rl.compute.kv_cache import fit_kv_cache
-
         dtype = self.engine_dtype(pool)
         settings = replace(narrow(RolloutSettings if pool == "rollout" else JudgeSettings,
                                   self.cfg[pool]), dtype=dtype)
@@ -178,7 +176,6 @@ class PoolFactory:
                                 self._rollout_row(), dtype_bytes=BYTES[dtype])
         path, *more = self.reward_paths()
         if more:                                   # one size for all: the largest model's
-            from peer_rl.compute.kv_cache import kv_bytes_per_token, read_config
 
             path = max((path, *more), key=lambda m: kv_bytes_per_token(read_config(m)))
         return fit_kv_cache(settings, path, self.step_sequences(pool), dtype_bytes=BYTES[dtype])

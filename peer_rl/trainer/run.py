@@ -1,16 +1,37 @@
 """`peer-rl train`: resolve the config, load prompts, start Ray and the pools, run the controller."""
 from __future__ import annotations
 
-import sys
+import logging
+import shutil
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from peer_rl.config.reward_kinds import reward_kind
-from peer_rl.config.schema import load_config, save_config
-from peer_rl.files.out_paths import claim_run_dir
+from peer_rl.config.schema import ConfigError, load_config, public_config, save_config
+from peer_rl.config.worker_settings import LoRASettings, narrow
+from peer_rl.data.history import training_rows
+from peer_rl.data.prompt_loader import PromptPoolError, restore_prompts, select_prompts
+from peer_rl.files.out_paths import claim_run_dir, new_dir, read_json
+from peer_rl.models.local import check_adapter_dir, check_model_dir
+from peer_rl.models.pinned import card_files, check_languages
+from peer_rl.prompts.judge import JudgeTemplate, TEMPLATE_FILE, TemplateError
+from peer_rl.prompts.multimodal import is_vision_language
+from peer_rl.prompts.policy import training_template
+from peer_rl.retrieval.corpus import index_from_root
+from peer_rl.supervised.tiny_models import default_cache_dir
+from peer_rl.tracking.metrics import LOGS
+from peer_rl.tracking.trackers import check_mlflow_store, open_trackers
+from peer_rl.trainer import tiny_cache
+from peer_rl.trainer.checkpoints import (STATE_FILE, complete_checkpoints, latest_checkpoint,
+                                         not_shared_error, resume_checkpoint,
+                                         saved_prompt_selection)
+from peer_rl.trainer.preemption import RunStopped, StopRequest
+from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
 from peer_rl.trainer.runtime import init_ray, quiet_driver
+
+log = logging.getLogger(__name__)
 
 
 def resolve_models(cfg) -> tuple[str, str]:
@@ -21,9 +42,6 @@ def resolve_models(cfg) -> tuple[str, str]:
     reward model and the policy after the `<think>` cold start."""
     policy, judge = cfg.model.path, cfg.reward_model.path
     if not policy or not judge:
-        from peer_rl.supervised.tiny_models import default_cache_dir
-        from peer_rl.trainer import tiny_cache
-
         cache, address = cfg.model.tiny_cache_dir or default_cache_dir(), cfg.ray.address
         if reward_kind(cfg.reward_model.kind).style == "escrag":
             judge = judge or tiny_cache.ensure_trained_tiny_reward_model(cache, address)
@@ -31,7 +49,6 @@ def resolve_models(cfg) -> tuple[str, str]:
         else:
             tiny = tiny_cache.ensure_trained_tiny_models(cache, address)
             policy, judge = policy or tiny["policy"], judge or tiny["judge"]
-    from peer_rl.models.local import check_model_dir
 
     for key, path in (("model.path", policy), ("reward_model.path", judge)):
         check_model_dir(f"{key}={path!r}", path)
@@ -42,17 +59,12 @@ def check_judges(cfg, judge: str) -> None:
     """The generative judges' templates read, and each judge sits in the slot its template's
     role names (a PRM given as UnifiReward would never be asked the preference round), before
     any pool starts."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.prompts.judge import JudgeTemplate, TemplateError
-
     kind = reward_kind(cfg.reward_model.kind)
     if not kind.writes:                  # a scoring model: no template to read
         return
     paths = (judge, *(cfg.reward_model[key] for key in kind.models[1:]))
     slots = [(f"reward_model.{key}", path, role)
              for key, path, role in zip(kind.models, paths, kind.judge_roles)]
-    from peer_rl.models.local import check_adapter_dir, check_model_dir
-    from peer_rl.prompts.judge import TEMPLATE_FILE
 
     lora = cfg.reward_model.lora_path
     if lora:      # the judge is the base plus this adapter, and its template is the adapter's
@@ -74,8 +86,7 @@ def resolve_index(cfg, out: Path) -> str:
     """retrieval.index, or an index built from data.root's exemplars/ (else preference/) of
     retrieval.splits into <output_dir>/index, rebuilt only when the source files or the
     embedding model change."""
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.retrieval.corpus import index_from_root
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     if cfg.retrieval.index:
         return cfg.retrieval.index
@@ -89,14 +100,12 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
     """Validated grpo rows of data.train_files (invalid rows fail, or are counted and skipped),
     drawn per data.prompts_per_file; `selection` (prompt ids saved with a checkpoint) restores
     the pool of the run being resumed instead of drawing a new one."""
-    from peer_rl.data.loading import load_subset
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.data.history import training_rows
-    from peer_rl.data.prompt_loader import PromptPoolError, restore_prompts, select_prompts
+    from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     root = Path(cfg.data.root) if cfg.data.root else sample_root()
     files: list[list[dict]] = []
-    from peer_rl.data.loading import check_in_root
+    from peer_rl.data.loading import check_in_root  # deferred: pulls in datasets
 
     for rel in cfg.data.train_files:
         check_in_root(root, rel, "data.train_files")
@@ -106,14 +115,13 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
         res = load_subset(root, subset, name, skip_invalid=cfg.data.skip_invalid,
                           languages=cfg.data.languages)
         if res.filtered:
-            print(f"[peer-rl] {rel}: data.languages={list(cfg.data.languages)}: left out "
-                  f"{res.n_filtered} row(s) ({res.filtered})", file=sys.stderr)
+            log.warning(f"{rel}: data.languages={list(cfg.data.languages)}: left out "
+                        f"{res.n_filtered} row(s) ({res.filtered})")
         if res.n_skipped:
             reasons = Counter()
             for rep in res.reports:
                 reasons.update(rep.reasons())
-            print(f"[peer-rl] {rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}",
-                  file=sys.stderr)
+            log.warning(f"{rel}: skipped {res.n_skipped} invalid row(s): {dict(reasons)}")
         # the one place a row's history is decided (peer_rl.data.history): the policy's
         # prompt, the judge, RUR, ESCRAG-R1's passes and the retrieval all read it
         files.append(training_rows(list(res.dataset), cfg.data.max_history_turns))
@@ -131,17 +139,14 @@ def load_prompts(cfg, selection: list[str] | None = None) -> list[dict]:
         rows = select_prompts(files, list(cfg.data.prompts_per_file), cfg.data.seed)
         how = "drawn with data.seed" if any(cfg.data.prompts_per_file) else "all rows"
     per_modality = Counter(r["modality"] for r in rows)
-    print(f"[peer-rl] {len(rows)} training prompt(s) from {root} ({how}; "
-          f"{', '.join(f'{k} {v}' for k, v in sorted(per_modality.items()))})", flush=True)
+    log.info(f"{len(rows)} training prompt(s) from {root} ({how}; "
+             f"{', '.join(f'{k} {v}' for k, v in sorted(per_modality.items()))})")
     return rows
 
 
 def check_modalities(cfg, rows: list[dict], policy: str) -> None:
     """Visual rows need a vision-language policy: the update must see the frames the rollout
     was conditioned on. A text-only policy trains them only when the recipe says so."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.prompts.multimodal import is_vision_language
-
     n_visual = sum(bool(r.get("images")) for r in rows)
     vision = is_vision_language(policy)
     if n_visual and not vision and not cfg.data.visual_rows_as_text:
@@ -151,8 +156,8 @@ def check_modalities(cfg, rows: list[dict], policy: str) -> None:
             "(Qwen2-VL / Qwen2.5-VL / Qwen3-VL), drop the visual files from data.train_files, or "
             "set data.visual_rows_as_text=true to train those rows on their words alone.")
     if n_visual and not vision:
-        print(f"[peer-rl] data.visual_rows_as_text: {n_visual} visual prompt(s) are trained on "
-              "their text (the policy is text-only)", flush=True)
+        log.info(f"data.visual_rows_as_text: {n_visual} visual prompt(s) are trained on "
+                 "their text (the policy is text-only)")
 
 
 def check_policy_lora(cfg, policy: str) -> None:
@@ -161,9 +166,7 @@ def check_policy_lora(cfg, policy: str) -> None:
     nothing fails in seconds, naming the key, not in a policy rank once the pools are up."""
     if not cfg.model.lora.rank:
         return
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.config.worker_settings import LoRASettings, narrow
-    from peer_rl.workers.lora import check_settings
+    from peer_rl.workers.lora import check_settings  # deferred: pulls in torch
 
     try:
         check_settings(narrow(LoRASettings, cfg.model.lora), policy)
@@ -178,11 +181,6 @@ def check_fresh_output(cfg, out: Path) -> None:
     resume=<checkpoint> continues the run that wrote it only from its newest checkpoint (a
     directory holds one timeline: peer_rl.trainer.checkpoints); from an earlier one, or from
     another run's, it goes into a directory that holds no run yet."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.files.out_paths import read_json
-    from peer_rl.tracking.metrics import LOGS
-    from peer_rl.trainer.checkpoints import STATE_FILE, complete_checkpoints, latest_checkpoint
-
     held = [name for name in (*LOGS, "checkpoints", "final")
             if out.is_dir() and (out / name).exists()]
     if cfg.resume not in ("disable", "auto"):
@@ -227,13 +225,7 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
     """Each policy rank writes a probe file into the output directory, which the controller
     must see: a relative or node-local trainer.output_dir on a multi-node cluster would leave
     checkpoint shards on the GPU nodes and a complete-looking checkpoint on the head."""
-    import shutil
-
-    import ray
-
-    from peer_rl.trainer.checkpoints import not_shared_error
-
-    from peer_rl.files.out_paths import new_dir
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     probe = new_dir(out, "shared-probe")     # made now, so removed after
     try:
@@ -251,8 +243,6 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
     (peer_rl.trainer.prompt_lengths); 0 where the method builds the prompts (ESCRAG-R1: the
     reward kind's rows_prompt is false). Either way the policy's tokenizer and image processor
     are loaded here first, before any pool."""
-    from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
-
     if not reward_kind(cfg.reward_model.kind).rows_prompt:
         load_processors(policy)
         return 0
@@ -263,8 +253,7 @@ def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
 
 
 def run(overrides: list[str]) -> Path:
-    from peer_rl.data.bundled import SAMPLE_ROOT
-    from peer_rl.tracking.trackers import check_mlflow_store
+    from peer_rl.data.bundled import SAMPLE_ROOT  # deferred: pulls in PIL
 
     cfg = load_config(overrides)
     if not cfg.logging.verbose:
@@ -285,25 +274,18 @@ def run(overrides: list[str]) -> Path:
 
 def _train(cfg, out: Path) -> Path:
     """The run, in the output directory run() has claimed and locked."""
-    from peer_rl.trainer.checkpoints import STATE_FILE, resume_checkpoint, saved_prompt_selection
-    from peer_rl.trainer.controller import Controller
-    from peer_rl.data.loading import row_language
-    from peer_rl.models.pinned import card_files, check_languages
-    from peer_rl.trainer.resource_pools import PoolFactory
-    from peer_rl.trainer.preemption import RunStopped, StopRequest
-    from peer_rl.config.schema import public_config
-    from peer_rl.tracking.trackers import open_trackers
+    from peer_rl.trainer.controller import Controller  # deferred: pulls in ray, torch
+    from peer_rl.data.loading import row_language  # deferred: pulls in datasets
+    from peer_rl.trainer.resource_pools import PoolFactory  # deferred: pulls in ray, torch
 
     save_config(cfg, out / "config.yaml")
-    print(f"[peer-rl] recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}",
-          flush=True)
+    log.info(f"recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}")
     rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
     template = None
     if reward_kind(cfg.reward_model.kind).rows_prompt:   # the rows' own Steps 1-4 instruction
-        from peer_rl.prompts.policy import training_template
 
         template, line = training_template(rows)
-        print(f"[peer-rl] {line}", flush=True)
+        log.info(line)
     policy, judge = resolve_models(cfg)
     check_judges(cfg, judge)
     check_modalities(cfg, rows, policy)
@@ -315,28 +297,27 @@ def _train(cfg, out: Path) -> Path:
     stop = StopRequest("the current step")   # from here on a SIGTERM ends the run cleanly
     with stop:
         init_ray(cfg)
-        import ray
+        import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
         stop.install()                       # Ray's driver took SIGTERM over (it aborts)
         longest = lengths.result()
         index = resolve_index(cfg, out) if cfg.retrieval.enable else ""
         factory = PoolFactory(cfg, policy, judge, index, longest)
-        print(f"[peer-rl] {factory.dtype_line()}", flush=True)
+        log.info(f"{factory.dtype_line()}")
         kv_line = factory.kv_cache_line()
         if kv_line:
-            print(f"[peer-rl] {kv_line}", flush=True)
+            log.info(kv_line)
         pools = plots = trackers = None
         try:
             # W&B / MLflow runs before the pools: a bad tracking URI or key fails in seconds
             trackers = open_trackers(cfg, out, resume_checkpoint(cfg, out) is not None,
                                      public_config(cfg))
             pools = factory.make_pools()
-            print(f"[peer-rl] pools ready in {time.perf_counter() - t0:.0f} s: "
-                  + ", ".join(f"{name} x{len(getattr(pools, name))} ({s:.0f} s)"
-                              for name, s in factory.ready_s.items()), flush=True)
+            log.info(f"pools ready in {time.perf_counter() - t0:.0f} s: "
+                     + ", ".join(f"{name} x{len(getattr(pools, name))} ({s:.0f} s)"
+                                 for name, s in factory.ready_s.items()))
             check_shared_output(pools.actor, out)
-            print(f"[peer-rl] actor: {ray.get(pools.actor[0].recomputation.remote())['line']}",
-                  flush=True)
+            log.info(f"actor: {ray.get(pools.actor[0].recomputation.remote())['line']}")
             controller = Controller(cfg, pools, rows, out, policy_template=template,
                                     side_files=card_files(policy), trackers=trackers)
             trackers = None                  # the controller's metrics sink closes them
@@ -357,7 +338,6 @@ def _train(cfg, out: Path) -> Path:
                          + (f"; checkpoint {saved}" if (saved / STATE_FILE).exists() else "")
                          + "; rerun with resume=auto to continue")
     final = out / "final"
-    print(f"[peer-rl] done: {steps} step(s); output in {out}"
-          + (f" (policy, HF format: {final})" if (final / "config.json").exists() else ""),
-          flush=True)
+    log.info(f"done: {steps} step(s); output in {out}"
+             + (f" (policy, HF format: {final})" if (final / "config.json").exists() else ""))
     return out

@@ -1,8 +1,12 @@
 """Connecting to Ray: one place for how every entry point (train, train-rm, sft) joins a cluster."""
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 # what keeps the workers' start-up out of the console (logging.verbose=false): transformers'
@@ -16,13 +20,10 @@ def quiet_driver() -> None:
     """The driver's share of QUIET_ENV (its interpreter has already read the environment):
     no library deprecation notes, no weight-writing bars, no notice that the local cluster
     uses token authentication. peer-rl's own lines and bars, and every warning, stay."""
-    import logging
-    import warnings
-
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as hf_logging
+    from huggingface_hub.utils import disable_progress_bars  # deferred: huggingface_hub
+    from transformers.utils import logging as hf_logging  # deferred: transformers
 
     disable_progress_bars()
     hf_logging.disable_progress_bar()          # its flag was read at import: set it as well
@@ -36,7 +37,7 @@ def init_ray(cfg, dashboard: bool = False) -> None:
     """Join `ray.address` (or start a local cluster). `dashboard`: a local cluster starts its
     dashboard too (bound to ray.dashboard_host), which serves Ray's state API: Ray Train's
     placement-group cleaner polls it and warns every few seconds when it is missing."""
-    import ray
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     if ray.is_initialized():
         return
@@ -57,5 +58,4 @@ def init_ray(cfg, dashboard: bool = False) -> None:
     ctx = ray.init(**kwargs)
     how = "started a local Ray cluster" if address == "local" else f"joined Ray at {address}"
     board = f", dashboard http://{ctx.dashboard_url}" if ctx.dashboard_url else ""
-    print(f"[peer-rl] {how} (GCS {ctx.address_info.get('gcs_address', '?')}{board})",
-          flush=True)
+    log.info(f"{how} (GCS {ctx.address_info.get('gcs_address', '?')}{board})")

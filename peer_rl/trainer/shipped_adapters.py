@@ -14,13 +14,20 @@ it, so a fresh clone reaches GRPO without training the judge or the policy (23 a
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
+from datetime import date
 from pathlib import Path
 
-from peer_rl.trainer.supervised_run import _log, run_supervised
+from peer_rl.files.out_paths import claim_dir, claim_run_dir, staged_dir
+from peer_rl.supervised.config import load_supervised_config
+from peer_rl.trainer.runtime import quiet_driver
+from peer_rl.trainer.supervised_run import run_supervised
 from peer_rl.trainer.tiny_cache import (MANIFEST, config_inputs, inputs_sha256, read_manifest,
                                         shipped_model, swap_in)
+
+log = logging.getLogger(__name__)
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "bundled" / "models" / "smollm2"
 STAGES = {"judge": ("rm", "unifireward_smollm2"), "policy": ("sft", "sft_smollm2")}
@@ -32,8 +39,6 @@ SHIPPED_FROM = "shipped_from.json"      # in a final/ made from a shipped adapte
 
 def stage_config(name: str, overrides=(), stages=None):
     """(the supervised config of shipped model `name`'s recipe with `overrides`, its kind)."""
-    from peer_rl.supervised.config import load_supervised_config
-
     stages = stages or STAGES
     if name not in stages:
         raise ValueError(f"{name!r}: expected one of {sorted(stages)}")
@@ -45,8 +50,6 @@ def use_shipped(name: str, out_dir: str | Path, overrides=(), shipped_dir: Path 
                 stages=None) -> Path:
     """<out_dir>/final for shipped model `name`: its adapter merged into the starting model when
     the stage would train on exactly the inputs it was trained on, else the stage run there."""
-    from peer_rl.files.out_paths import claim_dir, claim_run_dir
-
     shipped_dir = Path(shipped_dir or SHIPPED_DIR)
     out_dir = Path(out_dir).resolve()
     cfg, kind = stage_config(name, [*overrides, f"trainer.output_dir={out_dir}"], stages)
@@ -56,26 +59,24 @@ def use_shipped(name: str, out_dir: str | Path, overrides=(), shipped_dir: Path 
     claim_dir(out_dir, command, inputs, resume=True, create=False, flag="--out")
     final = out_dir / "final"
     if (final / "config.json").exists():
-        _log(f"{final} already holds the {name}; remove it to make it again")
+        log.info(f"{final} already holds the {name}; remove it to make it again")
         return final
     path, why = shipped_model(name, config_inputs(cfg, kind), shipped_dir, label="SmolLM2",
                               build=BUILD_COMMAND, needs=ADAPTER)
     if not path:
-        _log(f"{why}: training the {name} (recipe={cfg.recipe}) in {out_dir}")
+        log.info(f"{why}: training the {name} (recipe={cfg.recipe}) in {out_dir}")
         return run_supervised(cfg, kind)
     manifest = read_manifest(shipped_dir, BUILD_COMMAND)
     if not cfg.logging.verbose:
-        from peer_rl.trainer.runtime import quiet_driver
-
         quiet_driver()          # no weight-loading bars: the stage's own line says what it did
     lock = claim_run_dir(out_dir, command, inputs)
     try:
         materialize(Path(path), cfg.model.path, final, manifest, name)
     finally:
         lock.close()
-    _log(f"{name}: the adapter shipped with peer-rl (built {manifest.get('built', '?')} by "
-         f"`{BUILD_COMMAND}`; recipe {cfg.recipe}, its inputs match) merged into "
-         f"{cfg.model.path} -> {final}")
+    log.info(f"{name}: the adapter shipped with peer-rl (built {manifest.get('built', '?')} by "
+             f"`{BUILD_COMMAND}`; recipe {cfg.recipe}, its inputs match) merged into "
+             f"{cfg.model.path} -> {final}")
     return final
 
 
@@ -83,10 +84,9 @@ def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name:
     """`final` as a supervised stage writes it: the base with the adapter merged (float32),
     adapter/, the templates and card saved beside it, trainer_state.json; written beside and
     swapped in whole."""
-    from peft import PeftModel
+    from peft import PeftModel  # deferred: peft (pulls in torch and transformers)
 
-    from peer_rl.files.out_paths import staged_dir
-    from peer_rl.workers.fsdp import copy_model_files, load_pretrained
+    from peer_rl.workers.fsdp import copy_model_files, load_pretrained  # deferred: pulls in torch
 
     entry = manifest["models"][name]
     with staged_dir(final) as tmp:
@@ -110,8 +110,8 @@ def materialize(adapter_dir: Path, base: str, final: Path, manifest: dict, name:
 def ship_adapter(trained_adapter: Path, dest: Path) -> None:
     """A trained adapter/ as peer-rl ships it: the weights in bfloat16 (half the bytes; the merged
     weights move by the rounding of B and A, ~0.4% of the adapter's own change)."""
-    from safetensors.torch import load_file, save_file
-    import torch
+    from safetensors.torch import load_file, save_file  # deferred: safetensors (pulls in torch)
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
     dest.mkdir(parents=True)
     for f in trained_adapter.iterdir():
@@ -129,10 +129,8 @@ def build_shipped_adapters(out_dir: str | Path = SHIPPED_DIR, overrides=(), stag
                            ray_address: str = "") -> Path:
     """Train every stage of `stages` by its recipe (+ overrides) and write the adapters with a
     manifest of their inputs' digests to out_dir (replaced whole once all are trained)."""
-    from datetime import date
-
-    import torch
-    import transformers
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    import transformers  # deferred: transformers (~3 s, pulls in torch)
 
     stages = stages or STAGES
     out_dir = Path(out_dir).resolve()
@@ -157,5 +155,5 @@ def build_shipped_adapters(out_dir: str | Path = SHIPPED_DIR, overrides=(), stag
                                         "final_loss": round(state["loss"], 4),
                                         "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
         swap_in(staging, out_dir, manifest, BUILT_BY)
-    _log(f"{', '.join(stages)} adapters written to {out_dir} ({MANIFEST})")
+    log.info(f"{', '.join(stages)} adapters written to {out_dir} ({MANIFEST})")
     return out_dir

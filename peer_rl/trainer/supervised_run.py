@@ -6,22 +6,35 @@ wording the model was trained on (the judge's template, the policy's instruction
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from peer_rl.supervised.config import TrainLoopConfig
-from peer_rl.supervised.examples import example_view
+from tqdm import tqdm
+
+from peer_rl.config.schema import ConfigError, save_config
+from peer_rl.config.worker_settings import LoRASettings
+from peer_rl.files.out_paths import (claim_run_dir, read_json, release_unwritten, staged_dir,
+                                     write_atomic)
+from peer_rl.models.local import check_model_dir
+from peer_rl.models.pinned import card_files, check_languages
+from peer_rl.prompts.judge import JudgeTemplate, TemplateError, check_rows
+from peer_rl.supervised.config import JUDGE_KINDS, TrainLoopConfig
+from peer_rl.supervised.examples import example_view, load_examples, load_rows, steps_per_epoch
+from peer_rl.supervised.tiny_models import (default_cache_dir, ensure_tiny_models,
+                                            ensure_tiny_reward_model)
+from peer_rl.trainer.runtime import init_ray, quiet_driver
 from peer_rl.workers.supervised import (RUN_NAME, STATE_FILE, TRAIN_TIME_FILE, image_token_counter,
                                        train_loop, vision_inputs)
 
-
-def _log(msg: str) -> None:
-    print(f"[peer-rl] {msg}", flush=True)
+log = logging.getLogger(__name__)
 
 
 class StepBar:
@@ -58,8 +71,6 @@ class StepBar:
             self._show()
 
     def __enter__(self):
-        from tqdm import tqdm
-
         self.bar = tqdm(total=self.total, desc=self.name, unit="step", dynamic_ncols=True)
         self.thread = threading.Thread(target=self._poll, daemon=True, name="step-bar")
         self.thread.start()
@@ -77,17 +88,12 @@ def resolve_model(cfg, kind: str) -> str:
     """model.path, or the tiny random model of this stage: judge for train-rm, policy for sft."""
     path = cfg.model.path
     if not path:
-        from peer_rl.supervised.tiny_models import default_cache_dir, ensure_tiny_models
-
         # same cache location as peer_rl.trainer.run.resolve_models, so all stages share one build
         cache = cfg.model.tiny_cache_dir or default_cache_dir()
         if kind == "bt":
-            from peer_rl.supervised.tiny_models import ensure_tiny_reward_model
-
             path = ensure_tiny_reward_model(cache)
         else:
             path = ensure_tiny_models(cache)["policy" if kind == "sft" else "judge"]
-    from peer_rl.models.local import check_model_dir
 
     check_model_dir(f"model.path={path!r}", path)
     return str(Path(path).resolve())
@@ -95,11 +101,7 @@ def resolve_model(cfg, kind: str) -> str:
 
 def check_row_languages(cfg, model_path: str, root: Path) -> None:
     """peer_rl.trainer.run.check_languages on the rows this stage would train on."""
-    from collections import Counter
-
-    from peer_rl.data.loading import row_language
-    from peer_rl.models.pinned import check_languages
-    from peer_rl.supervised.examples import load_rows
+    from peer_rl.data.loading import row_language  # deferred: pulls in datasets
 
     found = Counter()
     for rel in cfg.data.train_files:
@@ -113,9 +115,7 @@ def judge_template_text(cfg, model_path: str, examples_root: Path) -> str:
     saved with the starting model, else the built-in one), checked against every SER row it
     trains on: a row the template cannot reproduce is a chat shaped unlike anything the RL-time
     judge will be shown. strict stops here, before anything is written."""
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.prompts.judge import JudgeTemplate, TemplateError, check_rows
-    from peer_rl.data.loading import located_ser_rows
+    from peer_rl.data.loading import located_ser_rows  # deferred: pulls in datasets
 
     source = cfg.judge.template or str(Path(model_path) / "judge_template.json")
     try:
@@ -139,9 +139,9 @@ def judge_template_text(cfg, model_path: str, examples_root: Path) -> str:
             if cfg.judge.template_check == "strict":
                 raise TemplateMismatch(f"{msg}\nThe RL-time judge is asked through this "
                                        f"template; {advice}.")
-            _log(f"warning (judge.template_check=warn): {msg}")
+            log.info(f"warning (judge.template_check=warn): {msg}")
         else:
-            _log(f"judge template ({source}): all {report.checked} SER row(s) match")
+            log.info(f"judge template ({source}): all {report.checked} SER row(s) match")
     return template.with_role(JUDGE_KINDS[cfg.kind]).dumps()
 
 
@@ -149,8 +149,7 @@ def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
     """{policy_template.json: text} for the SFT'd policy: the starting model's template (else the
     built-in one), held against the sft/ rows' prompts; rows worded otherwise are counted and
     reported (the policy still learns from them, but an evaluation will not ask it so)."""
-    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate
-    from peer_rl.supervised.examples import load_rows
+    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate  # deferred: TEMPLATE_FILE is bound otherwise here
 
     template = PolicyTemplate.load(model_path)
     checked, differ = 0, 0
@@ -165,11 +164,11 @@ def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
     if not checked:
         return {}
     if differ:
-        _log(f"warning: {differ}/{checked} sft prompt(s) are worded unlike the policy template "
-             f"({template.source}) saved with the model, which the evaluations build prompts "
-             "from; GRPO reads its own template off its rows")
+        log.info(f"warning: {differ}/{checked} sft prompt(s) are worded unlike the policy template "
+                 f"({template.source}) saved with the model, which the evaluations build prompts "
+                 "from; GRPO reads its own template off its rows")
     else:
-        _log(f"policy prompt ({template.source}): all {checked} sft prompt(s) match")
+        log.info(f"policy prompt ({template.source}): all {checked} sft prompt(s) match")
     return {TEMPLATE_FILE: template.dumps()}
 
 
@@ -180,8 +179,6 @@ class TemplateMismatch(ValueError):
 def _export_final(ckpt_dir: Path, out: Path) -> Path:
     """<out>/final from a checkpoint's model/: written beside, then swapped in whole
     (peer_rl.files.out_paths.staged_dir), so a reader never meets half of either."""
-    from peer_rl.files.out_paths import staged_dir
-
     with staged_dir(out / "final") as tmp:
         shutil.copytree(ckpt_dir / "model", tmp, dirs_exist_ok=True)
         (tmp / STATE_FILE).write_text((ckpt_dir / STATE_FILE).read_text(encoding="utf-8"),
@@ -205,18 +202,15 @@ class StagePlan:
 
 def plan_stage(cfg, kind: str) -> StagePlan:
     """The model, the rows and the worker config of one supervised stage (no file written)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # deferred: transformers (~3 s, pulls in torch)
 
-    from peer_rl.data.bundled import sample_root
-    from peer_rl.models.pinned import card_files
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.supervised.examples import load_examples, steps_per_epoch
+    from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
 
     root = Path(cfg.data.root).resolve() if cfg.data.root else sample_root()
     model_path = resolve_model(cfg, kind)
     extra = {}
     if kind in JUDGE_KINDS:     # checked before anything is written
-        from peer_rl.prompts.judge import TEMPLATE_FILE
+        from peer_rl.prompts.judge import TEMPLATE_FILE  # deferred: TEMPLATE_FILE is bound otherwise here
 
         extra[TEMPLATE_FILE] = judge_template_text(cfg, model_path, root)
     elif kind == "sft":
@@ -227,7 +221,7 @@ def plan_stage(cfg, kind: str) -> StagePlan:
     t0 = time.perf_counter()
     vision = None if kind == "bt" else vision_inputs(model_path)
     if kind == "bt":
-        from peer_rl.supervised.bradley_terry import load_pairs
+        from peer_rl.supervised.bradley_terry import load_pairs  # deferred: pulls in torch
 
         examples, summary = load_pairs(root, list(cfg.data.train_files), tokenizer,
                                        cfg.trainer.max_length, cfg.data.skip_invalid,
@@ -247,22 +241,22 @@ def plan_stage(cfg, kind: str) -> StagePlan:
                      "their history and replies for the outcome model")
     total = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch(len(examples),
                                                                             cfg.trainer.batch_size)
-    _log(f"model {model_path}; data {root}: {summary['examples']} {what}; "
-         f"{summary['too_long']} dropped as longer than max_length={cfg.trainer.max_length}; "
-         f"{summary['invalid']} invalid skipped; "
-         + (f"left out by data.languages: {summary['other_languages']}; "
-            if summary.get("other_languages") else "")
-         + f"read in {time.perf_counter() - t0:.1f} s; "
-         f"{total} step(s) of {cfg.trainer.batch_size}")
+    log.info(f"model {model_path}; data {root}: {summary['examples']} {what}; "
+             f"{summary['too_long']} dropped as longer than max_length={cfg.trainer.max_length}; "
+             f"{summary['invalid']} invalid skipped; "
+             + (f"left out by data.languages: {summary['other_languages']}; "
+                if summary.get("other_languages") else "")
+             + f"read in {time.perf_counter() - t0:.1f} s; "
+             f"{total} step(s) of {cfg.trainer.batch_size}")
     if summary.get("verdicts"):
-        _log("verdicts weighted by class (trainer.verdict_balance): " + "; ".join(
-            f"turn {pos + 1}: " + ", ".join(f"{label[:24]!r} x{n} w{w:.2f}"
-                                            for label, (n, w) in sorted(labels.items()))
-            for pos, labels in sorted(summary["verdicts"].items())))
+        log.info("verdicts weighted by class (trainer.verdict_balance): " + "; ".join(
+                f"turn {pos + 1}: " + ", ".join(f"{label[:24]!r} x{n} w{w:.2f}"
+                                                for label, (n, w) in sorted(labels.items()))
+                for pos, labels in sorted(summary["verdicts"].items())))
     if summary.get("with_images"):
-        _log(f"{summary['with_images']} row(s) have images: " + (
-            "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
-            else "the model is text-only, so they are trained on their words alone"))
+        log.info(f"{summary['with_images']} row(s) have images: " + (
+                "trained with them (SER: in the Step 2 round; sft: in the prompt)" if vision
+                else "the model is text-only, so they are trained on their words alone"))
     worker = loop_config(cfg, kind, model_path, root, extra, int(total))
     return StagePlan(model_path, root, extra, int(total), summary, worker,
                      examples_sha256(examples))
@@ -271,9 +265,7 @@ def plan_stage(cfg, kind: str) -> StagePlan:
 def loop_config(cfg, kind: str, model_path: str, root: Path, extra: dict,
                 total: int) -> TrainLoopConfig:
     """The one place a stage's config becomes what its ranks are given."""
-    import torch
-
-    from peer_rl.config.worker_settings import LoRASettings
+    import torch  # deferred: torch (~2 s); the CLI starts without it
 
     lora = cfg.model.lora
     return TrainLoopConfig(
@@ -300,8 +292,6 @@ def loop_config(cfg, kind: str, model_path: str, root: Path, extra: dict,
 def examples_sha256(examples: list[dict]) -> str:
     """One digest of what a stage trains on: every example's fields but its id and image paths
     (the images' bytes are the data's), in order."""
-    import hashlib
-
     h = hashlib.sha256()
     for ex in examples:
         h.update(json.dumps({k: v for k, v in ex.items() if k not in ("id", "images")},
@@ -312,10 +302,6 @@ def examples_sha256(examples: list[dict]) -> str:
 
 def run_supervised(cfg, kind: str) -> Path:
     """Run one supervised stage end to end; returns <trainer.output_dir>/final."""
-    from peer_rl.config.schema import ConfigError
-    from peer_rl.files.out_paths import claim_run_dir, release_unwritten
-    from peer_rl.trainer.runtime import quiet_driver
-
     if cfg.kind != kind:
         raise ConfigError(f"recipe {cfg.recipe!r} has kind={cfg.kind!r}, expected {kind!r}")
     if not cfg.logging.verbose:
@@ -343,14 +329,10 @@ def run_supervised(cfg, kind: str) -> Path:
 def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     """The stage, in the output directory run_supervised has claimed and locked."""
     from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
-                           ScalingConfig)
-    from ray.train.torch import TorchTrainer
+                           ScalingConfig)  # deferred: ray
+    from ray.train.torch import TorchTrainer  # deferred: ray
 
-    from peer_rl.config.schema import save_config
-    from peer_rl.supervised.config import JUDGE_KINDS
-    from peer_rl.trainer.runtime import init_ray
-
-    _log(f"{stage}: recipe={cfg.recipe} kind={kind} output_dir={out}")
+    log.info(f"{stage}: recipe={cfg.recipe} kind={kind} output_dir={out}")
     plan = plan_stage(cfg, kind)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
@@ -366,7 +348,7 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     # and FailureConfig retries it); its start-up prints an error line from Ray's core worker
     # about its constructor arguments on every run
     os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-    import ray
+    import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
     started_ray = not ray.is_initialized()
     init_ray(cfg, dashboard=True)
@@ -399,21 +381,20 @@ def _run_stage(cfg, kind: str, out: Path, storage: Path, stage: str) -> Path:
     finally:
         if started_ray:          # a local cluster this call started; also flushes worker logs
             ray.shutdown()
-    from peer_rl.files.out_paths import read_json, write_atomic
 
     state = read_json(final / STATE_FILE, "trainer state")
     if state["step"] < total:
         raise RuntimeError(f"the newest checkpoint is step {state['step']} < {total}")
-    _log(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
-    _log(f"output directory: {out} (model: {final})")
+    log.info(f"done: {state['step']} step(s) in {time.perf_counter() - t0:.0f} s")
+    log.info(f"output directory: {out} (model: {final})")
     write_atomic(final / TRAIN_TIME_FILE, json.dumps(     # `eval rm` reads it
         {"seconds": round(time.perf_counter() - t0, 1), "steps": state["step"], "kind": kind,
          "world_size": cfg.trainer.world_size}))
     if kind == "rm":
-        _log(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
+        log.info(f"score the judge: peer-rl eval rm --model {final} --out {out / 'eval_rm.json'}")
     if kind in ("prm", "orm"):
-        _log(f"score the pair: peer-rl eval rm --prm <prm>/final --orm <orm>/final --out "
-             f"{out / 'eval_rm.json'}")
+        log.info(f"score the pair: peer-rl eval rm --prm <prm>/final --orm <orm>/final --out "
+                 f"{out / 'eval_rm.json'}")
     if kind == "bt":
-        _log(f"score the reward model: peer-rl eval pairs --model {final}")
+        log.info(f"score the reward model: peer-rl eval pairs --model {final}")
     return final

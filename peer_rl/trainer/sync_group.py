@@ -14,12 +14,14 @@ trainer.max_actor_restarts the run stops (exit 3) with the last checkpoint stand
 """
 from __future__ import annotations
 
-import sys
+import logging
 from typing import Callable
 
 import ray
 
 from peer_rl.trainer.worker_group import WorkerGroupFailed
+
+log = logging.getLogger(__name__)
 
 
 class WeightSyncGroup:
@@ -99,9 +101,8 @@ class WeightSyncGroup:
                         f"(trainer.max_actor_restarts={self.max_retries}): {_first_line(exc)}"
                         f"{hung}. The last complete checkpoint stands; rerun with resume=auto"
                     ) from None
-                print(f"[peer-rl] weight sync interrupted ({type(exc).__name__}){hung}; waiting "
-                      "for the rollout engines, forming the group again", file=sys.stderr,
-                      flush=True)
+                log.warning(f"weight sync interrupted ({type(exc).__name__}){hung}; waiting "
+                            "for the rollout engines, forming the group again")
                 self.formed = False
                 self.recoveries += 1
                 for i in range(len(self.engines())):

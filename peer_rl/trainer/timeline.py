@@ -8,9 +8,14 @@ t's update, which is what `overlap` measures and the PNG shows.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from pathlib import Path
+
+from peer_rl.files.out_paths import DamagedFile, open_append, read_jsonl, save_figure
+from peer_rl.tracking.plot import pyplot
+
+log = logging.getLogger(__name__)
 
 
 class Timing(dict):
@@ -56,8 +61,6 @@ def overlap(inner: list[dict], outer: dict) -> float:
 
 
 def append_spans(path: Path, spans: list[dict]) -> None:
-    from peer_rl.files.out_paths import open_append
-
     with open_append(path) as fh:
         for s in spans:
             fh.write(json.dumps(s) + "\n")
@@ -68,18 +71,16 @@ def plot_timeline(spans_path: Path, out_path: Path, last_steps: int = 4,
     """One row per stage, one bar per span, for the last `last_steps` steps (labelled by step)."""
     if not spans_path.exists():
         return None
-    from peer_rl.files.out_paths import DamagedFile, read_jsonl, save_figure
 
     try:                                  # a torn last line (a crash mid-append) is left out
         spans = read_jsonl(spans_path)[0]
     except DamagedFile as exc:            # a figure is not worth failing a finished run for
-        print(f"[peer-rl] no timeline figure: {exc}", file=sys.stderr, flush=True)
+        log.warning(f"no timeline figure: {exc}")
         return None
     if not spans:
         return None
     steps = sorted({s["step"] for s in spans})[-last_steps:]
     spans = [s for s in spans if s["step"] in steps]
-    from peer_rl.tracking.plot import pyplot
 
     plt = pyplot()
     stages = list(dict.fromkeys(s["stage"] for s in spans))

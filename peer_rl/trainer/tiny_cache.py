@@ -8,23 +8,29 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import shutil
 import tempfile
+from datetime import date
+from importlib.metadata import version
 from pathlib import Path
 
-from peer_rl.trainer.supervised_run import _log, run_supervised
+from peer_rl import recipes, workers
+from peer_rl.files.out_paths import DamagedFile, read_json, staged_dir, write_atomic
+from peer_rl.supervised.config import load_supervised_config
+from peer_rl.trainer.supervised_run import run_supervised
+
+log = logging.getLogger(__name__)
 
 
 def ensure_trained_tiny_reward_model(cache_dir: str | Path, ray_address: str = "") -> str:
     """The tiny scalar reward model after `train-rm recipe=escrag_rm_tiny` (Bradley-Terry on the
     sample's preference pairs), trained once into <cache_dir>/trained/reward and reused."""
-    from peer_rl.supervised.config import load_supervised_config
-
     run_dir = Path(cache_dir) / "trained" / "reward"
     final = run_dir / "final"
     if not (final / "config.json").exists():
-        _log(f"first run: training the tiny scalar reward model once (train-rm "
-             f"recipe=escrag_rm_tiny, ~2 minutes on 2 cores; cached in {run_dir})")
+        log.info(f"first run: training the tiny scalar reward model once (train-rm "
+                 f"recipe=escrag_rm_tiny, ~2 minutes on 2 cores; cached in {run_dir})")
         over = ["recipe=escrag_rm_tiny", f"trainer.output_dir={run_dir}",
                 f"model.tiny_cache_dir={cache_dir}"]
         cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
@@ -37,14 +43,12 @@ def ensure_trained_tiny_escrag_policy(cache_dir: str | Path, ray_address: str = 
     """The tiny policy after ESCRAG-R1's cold start (`sft recipe=escrag_sft_tiny` from the tiny
     PEER-SFT policy, which already writes the sample's languages): writes `<think>...</think>`
     then a reply; trained once into <cache_dir>/trained/escrag_policy and reused."""
-    from peer_rl.supervised.config import load_supervised_config
-
     run_dir = Path(cache_dir) / "trained" / "escrag_policy"
     final = run_dir / "final"
     if not (final / "config.json").exists():
         start = ensure_trained_tiny_models(cache_dir, ray_address)["policy"]
-        _log(f"first run: the tiny policy's cold-start SFT on the <think> format once (sft "
-             f"recipe=escrag_sft_tiny, ~1.5 minutes on 2 cores; cached in {run_dir})")
+        log.info(f"first run: the tiny policy's cold-start SFT on the <think> format once (sft "
+                 f"recipe=escrag_sft_tiny, ~1.5 minutes on 2 cores; cached in {run_dir})")
         over = ["recipe=escrag_sft_tiny", f"model.path={start}", f"trainer.output_dir={run_dir}"]
         cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
                                              else []), "sft")
@@ -94,15 +98,13 @@ def stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     starting random model, the data tree's bytes and the token ids and labels the current code
     renders from it. Paths and machine settings are left out, so the same inputs give the
     same digests on any machine."""
-    from peer_rl.supervised.config import load_supervised_config
-
     return config_inputs(load_supervised_config([f"model.tiny_cache_dir={cache_dir}"], kind),
                          kind)
 
 
 def config_inputs(cfg, kind: str) -> dict[str, str]:
     """stage_inputs of a loaded supervised config (any recipe, any starting model)."""
-    from peer_rl.trainer.supervised_run import plan_stage
+    from peer_rl.trainer.supervised_run import plan_stage  # deferred: tests patch plan_stage
 
     with contextlib.redirect_stdout(io.StringIO()):     # the stage's own log lines, not ours
         plan = plan_stage(cfg, kind)
@@ -115,10 +117,6 @@ def config_inputs(cfg, kind: str) -> dict[str, str]:
 def _code_and_data_key(kind: str) -> str:
     """A digest of everything stage_inputs reads: peer-rl's code, recipes and bundled data and
     the installed torch / transformers (which build the starting model and tokenize)."""
-    from importlib.metadata import version
-
-    from peer_rl import recipes, workers
-
     pkg = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(f"{kind} torch {version('torch')} transformers "
                        f"{version('transformers')}".encode())
@@ -132,8 +130,6 @@ def _code_and_data_key(kind: str) -> str:
 def remembered_stage_inputs(cache_dir: str | Path, kind: str) -> dict[str, str]:
     """stage_inputs, worked out once per version of peer-rl's code and data and kept in
     <cache_dir>/inputs/ (it reads every training row through the tokenizer: seconds a run)."""
-    from peer_rl.files.out_paths import DamagedFile, read_json, write_atomic
-
     memo = Path(cache_dir) / "inputs" / f"{_code_and_data_key(kind)[:24]}.json"
     if memo.exists():
         try:
@@ -212,8 +208,6 @@ def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> 
     current recipes, data, templates or example rendering differ, the model is trained once
     into <cache_dir>/trained/<name>-<digest> instead (an interrupted build resumes: Ray Train's
     own resume on the same output directory)."""
-    from peer_rl.supervised.config import load_supervised_config
-
     out = {}
     for name, kind in STAGES:
         inputs = remembered_stage_inputs(cache_dir, kind)
@@ -224,9 +218,9 @@ def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> 
         run_dir = Path(cache_dir) / "trained" / f"{name}-{inputs_sha256(inputs)[:12]}"
         final = run_dir / "final"
         if not (final / "config.json").exists():
-            _log(f"first run: {why}; training the tiny {name} once "
-                 f"({'train-rm' if kind == 'rm' else 'sft'}, ~2-3 minutes on 2 cores; cached "
-                 f"in {run_dir})")
+            log.info(f"first run: {why}; training the tiny {name} once "
+                     f"({'train-rm' if kind == 'rm' else 'sft'}, ~2-3 minutes on 2 cores; cached "
+                     f"in {run_dir})")
             over = [f"trainer.output_dir={run_dir}", f"model.tiny_cache_dir={cache_dir}"]
             cfg = load_supervised_config(over + ([f"ray.address={ray_address}"] if ray_address
                                                  else []), kind)
@@ -234,8 +228,8 @@ def ensure_trained_tiny_models(cache_dir: str | Path, ray_address: str = "") -> 
         out[name] = str(final)
     if all(Path(p).parent == SHIPPED_DIR for p in out.values()):
         built = read_manifest().get("built", "?")
-        _log(f"tiny judge and policy: the trained ones shipped with peer-rl (built {built} by "
-             f"`{BUILD_COMMAND}`; their recipes, data and examples match this code's)")
+        log.info(f"tiny judge and policy: the trained ones shipped with peer-rl (built {built} by "
+                 f"`{BUILD_COMMAND}`; their recipes, data and examples match this code's)")
     return out
 
 
@@ -243,12 +237,8 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
     """Train the tiny judge and policy from freshly built random models by their default recipes
     and write them, with a manifest of their inputs' digests, to out_dir (replaced whole only
     once both are trained)."""
-    from datetime import date
-
-    import torch
-    import transformers
-
-    from peer_rl.supervised.config import load_supervised_config
+    import torch  # deferred: torch (~2 s); the CLI starts without it
+    import transformers  # deferred: transformers (~3 s, pulls in torch)
 
     out_dir = Path(out_dir).resolve()
     manifest = {"built": date.today().isoformat(), "command": BUILD_COMMAND,
@@ -268,7 +258,7 @@ def build_shipped_tiny_models(out_dir: str | Path = SHIPPED_DIR, ray_address: st
                                         "final_loss": round(state["loss"], 4),
                                         "inputs": inputs, "inputs_sha256": inputs_sha256(inputs)}
         swap_in(staging, out_dir, manifest, BUILT_BY)
-    _log(f"tiny judge and policy written to {out_dir}")
+    log.info(f"tiny judge and policy written to {out_dir}")
     return out_dir
 
 
@@ -276,8 +266,6 @@ def swap_in(staging: Path, out_dir: Path, manifest: dict, built_by: str) -> None
     """`staging` with its manifest becomes `out_dir`: copied into a directory made beside it,
     then swapped in (peer_rl.files.out_paths.staged_dir), so a reader never meets a
     half-written copy; files of the earlier `out_dir` that the build did not write stay."""
-    from peer_rl.files.out_paths import staged_dir
-
     for name, entry in manifest["models"].items():
         entry["files"] = file_digests(staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ with `PolicyGroupFailed`, naming the checkpoint to resume from.
 """
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +27,8 @@ from pathlib import Path
 import ray
 
 from peer_rl.protocol import Dispatch, dispatch_of, gather, shard
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -130,8 +132,8 @@ class WorkerGroup:
                             + _resume_hint(self.hooks.last_checkpoint)) from None
                     what = ("was restarted between calls" if isinstance(exc, WorkerRestarted)
                             else f"died during step {step}")
-                    print(f"[peer-rl] {self.name} worker {i} {what} ({type(exc).__name__}); "
-                          "retrying its chunk", file=sys.stderr, flush=True)
+                    log.warning(f"{self.name} worker {i} {what} ({type(exc).__name__}); "
+                                "retrying its chunk")
                     self.restarts += 1
                     handle = self.wait_alive(i)
                     self.hooks.on_restart(i)
@@ -145,8 +147,8 @@ class WorkerGroup:
             return
         if not recovered and i in self.seen and self.seen[i] != who:
             self.restarts += 1
-            print(f"[peer-rl] {self.name} worker {i} was restarted between calls; its answer "
-                  "stands (the worker keeps no state)", file=sys.stderr, flush=True)
+            log.warning(f"{self.name} worker {i} was restarted between calls; its answer "
+                        "stands (the worker keeps no state)")
         self.seen[i] = who
 
     def call(self, method: str, items, *args, step: int | None = None):

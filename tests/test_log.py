@@ -1,0 +1,48 @@
+"""peer-rl's progress lines (peer_rl/log.py): `[peer-rl] message`, info on stdout and warnings
+on stderr, as the hand-written prints showed them, and in every process that imports peer_rl."""
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import peer_rl  # noqa: F401 - configures the console handler
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_info_goes_to_stdout_and_warning_to_stderr(capsys):
+    log = logging.getLogger("peer_rl.some.module")
+    log.info("x")
+    log.warning("careful: %d left", 2)
+    out, err = capsys.readouterr()
+    assert out == "[peer-rl] x\n"
+    assert err == "[peer-rl] careful: 2 left\n"
+
+
+def test_a_stream_swapped_after_set_up_receives_the_line(capsys, monkeypatch):
+    """The stream is looked up per line, not kept from when the handler was made."""
+    class Lines(list):
+        def write(self, text):
+            self.append(text)
+
+        def flush(self):
+            self.append("<flushed>")
+
+    lines = Lines()
+    monkeypatch.setattr(sys, "stdout", lines)
+    logging.getLogger("peer_rl.x").info("y")
+    assert lines == ["[peer-rl] y\n", "<flushed>"]
+
+
+def test_a_fresh_process_shows_the_lines_and_honours_the_level():
+    code = ("import logging, peer_rl\n"
+            "log = logging.getLogger('peer_rl.a')\n"
+            "log.info('i')\nlog.warning('w')\nprint('output')")
+    run = lambda **env: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    default = run()
+    assert (default.stdout, default.stderr) == ("[peer-rl] i\noutput\n", "[peer-rl] w\n")
+    quiet = run(PEER_RL_LOG_LEVEL="warning")
+    assert (quiet.stdout, quiet.stderr) == ("output\n", "[peer-rl] w\n")
