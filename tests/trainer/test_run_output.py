@@ -84,7 +84,7 @@ def test_a_stop_signal_checkpoints_without_the_in_training_evaluation(tmp_path):
     c.cfg = SimpleNamespace(trainer=SimpleNamespace(total_steps=4, save_freq=0, eval_freq=1))
     c.out, c.step, c.staleness, c.evaluator = tmp_path, 0, 0, object()
 
-    def train_step(rows, scored, timing, look_ahead):
+    def train_step(rows, ready, look_ahead):
         calls.append(f"step {c.step + 1}")
         if c.step + 1 == 2:
             stop.signal = "SIGTERM"             # what the handler records
