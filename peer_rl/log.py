@@ -19,6 +19,7 @@ import sys
 
 PREFIX = "[peer-rl] "
 LEVEL_ENV = "PEER_RL_LOG_LEVEL"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConsoleHandler(logging.Handler):
@@ -40,8 +41,14 @@ class ConsoleHandler(logging.Handler):
 def configure_console() -> logging.Logger:
     """The `peer_rl` logger with one ConsoleHandler (a second call adds none)."""
     logger = logging.getLogger("peer_rl")
-    logger.setLevel(os.environ.get(LEVEL_ENV, "INFO").upper())
     logger.propagate = False      # a host's root handlers (Ray, verl) would print each line twice
     if not any(isinstance(h, ConsoleHandler) for h in logger.handlers):
         logger.addHandler(ConsoleHandler())
+    setting = os.environ.get(LEVEL_ENV, "INFO").strip().upper()
+    if setting in LEVELS:
+        logger.setLevel(setting)
+    else:   # at import, in every process: a typo must not stop peer-rl, only be named once
+        logger.setLevel(logging.INFO)
+        logger.warning(f"{LEVEL_ENV}={os.environ[LEVEL_ENV]!r}: expected one of "
+                       f"{', '.join(LEVELS)}; using INFO")
     return logger

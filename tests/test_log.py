@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import peer_rl  # noqa: F401 - configures the console handler
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +37,7 @@ def test_a_stream_swapped_after_set_up_receives_the_line(capsys, monkeypatch):
     assert lines == ["[peer-rl] y\n", "<flushed>"]
 
 
+@pytest.mark.e2e   # a child interpreter
 def test_a_fresh_process_shows_the_lines_and_honours_the_level():
     code = ("import logging, peer_rl\n"
             "log = logging.getLogger('peer_rl.a')\n"
@@ -46,3 +49,7 @@ def test_a_fresh_process_shows_the_lines_and_honours_the_level():
     assert (default.stdout, default.stderr) == ("[peer-rl] i\noutput\n", "[peer-rl] w\n")
     quiet = run(PEER_RL_LOG_LEVEL="warning")
     assert (quiet.stdout, quiet.stderr) == ("output\n", "[peer-rl] w\n")
+    typo = run(PEER_RL_LOG_LEVEL="verbose")
+    assert typo.returncode == 0 and typo.stdout == "[peer-rl] i\noutput\n"
+    assert typo.stderr == ("[peer-rl] PEER_RL_LOG_LEVEL='verbose': expected one of DEBUG, INFO, "
+                           "WARNING, ERROR; using INFO\n[peer-rl] w\n")
