@@ -1,5 +1,9 @@
 """`peer-rl`: one module per subcommand, each registering its parser and its error map
-(`register(sub)`); peer_rl.cli.errors turns an error into one line and an exit code."""
+(`register(sub)`); peer_rl.cli.errors turns an error into one line and an exit code.
+
+Building the parser imports every subcommand module, so in this room an import that reaches a
+third-party library is made inside the command that needs it (marked `# deferred (--help)`):
+`peer-rl --help` and a mistyped command answer without loading numpy, torch or Ray."""
 from __future__ import annotations
 
 import argparse

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 
 def _errors() -> dict:
-    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.config.schema import ConfigError  # deferred (--help)
 
     return {ConfigError: 2, FileNotFoundError: 2}
 
 
 def _chain(args) -> int:
-    from peer_rl.chain.run import run_chain  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.chain.run import run_chain  # deferred (--help)
 
     return run_chain(args.name, args.overrides, only=args.only, dry_run=args.dry_run)
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 
 def _errors() -> dict:
-    from peer_rl.evaluation.endpoints import EndpointError  # deferred: pulls in omegaconf
+    from peer_rl.evaluation.endpoints import EndpointError  # deferred (--help)
 
     return {EndpointError: 3}
 
 
 def _chat(args) -> int:
-    from peer_rl.evaluation.chat import chat_loop  # deferred: pulls in numpy, omegaconf, tqdm
+    from peer_rl.evaluation.chat import chat_loop  # deferred (--help)
 
     return chat_loop(args)
 

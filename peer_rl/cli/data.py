@@ -77,7 +77,7 @@ def _data_sample(args) -> int:
 
 def _data_to_verl(args) -> int:
     from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
-    from peer_rl.data.verl_export import export_verl, is_test_file  # deferred: pulls in numpy
+    from peer_rl.data.verl_export import export_verl, is_test_file  # deferred (--help)
 
     claim_dir(args.out, "data to-verl", [args.root], force=args.force)
     res = load_subset(args.root, "grpo", skip_invalid=args.skip_invalid)
@@ -98,7 +98,7 @@ def _data_to_verl(args) -> int:
 
 
 def _data_import_esconv(args) -> int:
-    from peer_rl.data.esconv import import_esconv  # deferred: pulls in numpy
+    from peer_rl.data.esconv import import_esconv  # deferred (--help)
     from peer_rl.data.bundled import _write_jsonl  # deferred: pulls in PIL
 
     out = Path(args.out) / "grpo" / plain_name(args.name, "--name")
@@ -116,23 +116,23 @@ def _data_import_esconv(args) -> int:
 def _data_job(args) -> int:
     """The language-model data jobs: bad input or settings -> exit 2, an unusable endpoint ->
     exit 3 with the finished rows saved (rerun the same command to continue)."""
-    from peer_rl.datajobs.config import load_job_config  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.datajobs.config import load_job_config  # deferred (--help)
 
     def run():
         cfg = load_job_config(args.data_cmd.replace("-", "_"), args.overrides)
         if args.data_cmd == "filter":
-            from peer_rl.datajobs.filter import run_filter  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+            from peer_rl.datajobs.filter import run_filter  # deferred (--help)
             return run_filter(args.root, args.out, cfg)
         if args.data_cmd == "personas":
-            from peer_rl.datajobs.personas import run_personas  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+            from peer_rl.datajobs.personas import run_personas  # deferred (--help)
             return run_personas(args.root, args.out, cfg)
         if args.data_cmd == "rewrite":
-            from peer_rl.datajobs.rewrite import run_rewrite  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+            from peer_rl.datajobs.rewrite import run_rewrite  # deferred (--help)
             return run_rewrite(args.root, args.personas, args.out, cfg)
         if args.data_cmd == "cold-start":
-            from peer_rl.datajobs.cold_start import run_cold_start  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+            from peer_rl.datajobs.cold_start import run_cold_start  # deferred (--help)
             return run_cold_start(args.root, args.out, cfg)
-        from peer_rl.datajobs.preference import run_preference  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+        from peer_rl.datajobs.preference import run_preference  # deferred (--help)
         return run_preference(args.out, cfg)
 
     _print_job_report(run(), args.out)
@@ -149,7 +149,7 @@ def _print_job_report(report: dict, out: str) -> None:
 
 
 def _data_rounds(args) -> int:
-    from peer_rl.datajobs.rounds import run_rounds  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+    from peer_rl.datajobs.rounds import run_rounds  # deferred (--help)
 
     report = run_rounds(args.input, args.out, args.rounds_per_dialogue, args.seed,
                         args.language, args.skip_invalid, args.force)

@@ -15,8 +15,8 @@ from peer_rl.models.local import check_model_dir
 def eval_errors() -> dict:
     """Bad input -> 2; an unusable endpoint -> 3, the finished cases staying on disk."""
     from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
-    from peer_rl.evaluation.cases import CaseFileError  # deferred: pulls in numpy
-    from peer_rl.evaluation.endpoints import EndpointError  # deferred: pulls in omegaconf
+    from peer_rl.evaluation.cases import CaseFileError  # deferred (--help)
+    from peer_rl.evaluation.endpoints import EndpointError  # deferred (--help)
 
     return {EndpointError: Exit(3, then="finished cases are saved in {out}; rerun the same "
                                      "command to continue"),
@@ -40,7 +40,7 @@ def _file_errors() -> dict:
 
 def _eval_rm(args) -> int:
     from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
-    from peer_rl.evaluation.rm import evaluate_rm, format_table  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.evaluation.rm import evaluate_rm, format_table  # deferred (--help)
 
     if bool(args.model) == bool(args.prm or args.orm) or bool(args.prm) != bool(args.orm):
         raise CommandError("pass --model (UnifiReward) or both --prm and --orm (the separate "
@@ -98,8 +98,8 @@ def _eval_pairs(args) -> int:
 
 
 def _eval_protocol(args) -> int:
-    from peer_rl.evaluation.config import load_eval_config  # deferred: pulls in numpy, omegaconf, yaml
-    from peer_rl.evaluation.report import REPORT_MD, TABLES, model_label  # deferred: pulls in numpy, omegaconf
+    from peer_rl.evaluation.config import load_eval_config  # deferred (--help)
+    from peer_rl.evaluation.report import REPORT_MD, TABLES, model_label  # deferred (--help)
     from peer_rl.evaluation.run import evaluate  # deferred: pulls in numpy, omegaconf, torch, tqdm, yaml
 
     rag = ["model.prompt=escrag", f"rag.index={args.rag}", f"rag.k={args.rag_k}"] \
@@ -113,7 +113,7 @@ def _eval_protocol(args) -> int:
 
 
 def _eval_ladder(args) -> int:
-    from peer_rl.evaluation.ladder import run_ladder  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.evaluation.ladder import run_ladder  # deferred (--help)
 
     claim_dir(args.out, "eval ladder", resume=True)     # each rung is a run that continues
     md = run_ladder(args.ladder, args.out, args.overrides)
@@ -123,7 +123,7 @@ def _eval_ladder(args) -> int:
 
 
 def _eval_compare(args) -> int:
-    from peer_rl.evaluation.report import compare_runs  # deferred: pulls in numpy, omegaconf
+    from peer_rl.evaluation.report import compare_runs  # deferred (--help)
 
     claim_dir(args.out, "eval compare", args.runs, force=args.force)
     md = compare_runs(args.runs, args.out, args.names.split(",") if args.names else None)

@@ -12,15 +12,15 @@ from peer_rl.retrieval.corpus import describe, load_exemplars, parse_splits
 
 def _errors() -> dict:
     from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
-    from peer_rl.retrieval.index import IndexMismatch  # deferred: pulls in numpy
+    from peer_rl.retrieval.index import IndexMismatch  # deferred (--help)
 
     return {FileNotFoundError: 2, InvalidDataError: 2, IndexMismatch: 2, ValueError: 2}
 
 
 
 def build(args) -> int:
-    from peer_rl.models.encoders import load_embedding_model  # deferred: pulls in numpy
-    from peer_rl.retrieval.index import IndexDirError, build_index, check_replaceable  # deferred: pulls in numpy
+    from peer_rl.models.encoders import load_embedding_model  # deferred (--help)
+    from peer_rl.retrieval.index import IndexDirError, build_index, check_replaceable  # deferred (--help)
 
     claim_dir(args.out, "index build", [args.data], force=args.force, create=False)
     try:
@@ -49,8 +49,8 @@ def build(args) -> int:
 
 
 def query(args) -> int:
-    from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key  # deferred: pulls in numpy
-    from peer_rl.models.encoders import load_embedding_model  # deferred: pulls in numpy
+    from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key  # deferred (--help)
+    from peer_rl.models.encoders import load_embedding_model  # deferred (--help)
 
     index = ExemplarIndex(args.index)
     encoder = load_embedding_model(index.info["embedding_model"])
@@ -72,7 +72,7 @@ def query(args) -> int:
 
 
 def register(sub) -> None:
-    from peer_rl.models.encoders import DEFAULT_EMBEDDING_MODEL  # deferred: pulls in numpy
+    from peer_rl.models.encoders import DEFAULT_EMBEDDING_MODEL  # deferred (--help)
 
     ix = sub.add_parser("index", help="ESCRAG-R1 exemplar index (faiss)").add_subparsers(
         dest="index_cmd", required=True)

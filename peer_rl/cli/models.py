@@ -23,7 +23,7 @@ def _fetch(args) -> int:
 
 
 def _build_tiny(args) -> int:
-    from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+    from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models  # deferred (--help)
 
     # the copy peer-rl ships is this command's own, and rebuilding it is what it is for
     out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
@@ -33,7 +33,7 @@ def _build_tiny(args) -> int:
 
 
 def _build_smollm2(args) -> int:
-    from peer_rl.trainer.shipped_adapters import BUILT_BY, SHIPPED_DIR, build_shipped_adapters  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+    from peer_rl.trainer.shipped_adapters import BUILT_BY, SHIPPED_DIR, build_shipped_adapters  # deferred (--help)
 
     out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
                     create=False)
@@ -42,14 +42,14 @@ def _build_smollm2(args) -> int:
 
 
 def _use_smollm2(args) -> int:
-    from peer_rl.trainer.shipped_adapters import use_shipped  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+    from peer_rl.trainer.shipped_adapters import use_shipped  # deferred (--help)
 
     print(use_shipped(args.name, args.out, args.overrides))
     return 0
 
 
 def _errors() -> dict:
-    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.config.schema import ConfigError  # deferred (--help)
 
     return {PinnedModelError: 2, OutputError: 2, ConfigError: 2}
 

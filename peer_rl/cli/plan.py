@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 
 def _errors() -> dict:
-    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.config.schema import ConfigError  # deferred (--help)
 
     return {ConfigError: 2, ValueError: 2}
 
@@ -57,8 +57,8 @@ def _print_probe(cfg, plan) -> None:
 
 
 def _plan(args) -> int:
-    from peer_rl.config.schema import load_config  # deferred: pulls in numpy, omegaconf, yaml
-    from peer_rl.planning import cluster  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.config.schema import load_config  # deferred (--help)
+    from peer_rl.planning import cluster  # deferred (--help)
     from peer_rl.planning.plan import fitting_fixes, make_plan  # deferred: pulls in numpy, omegaconf, torch, yaml
     from peer_rl.planning.report import render  # deferred: pulls in numpy, omegaconf, torch, yaml
 

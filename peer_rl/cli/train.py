@@ -6,9 +6,9 @@ from peer_rl.trainer.preemption import EXIT_CODE, RunStopped
 
 
 def _train_errors() -> dict:
-    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.config.schema import ConfigError  # deferred (--help)
     from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
-    from peer_rl.data.prompt_loader import PromptPoolError  # deferred: pulls in numpy
+    from peer_rl.data.prompt_loader import PromptPoolError  # deferred (--help)
     from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit  # deferred: pulls in numpy, torch
     from peer_rl.trainer.worker_group import PoolFailed  # deferred: pulls in numpy, ray
 
@@ -19,23 +19,23 @@ def _train_errors() -> dict:
 
 
 def _supervised_errors() -> dict:
-    from peer_rl.config.schema import ConfigError  # deferred: pulls in numpy, omegaconf, yaml
+    from peer_rl.config.schema import ConfigError  # deferred (--help)
     from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
-    from peer_rl.trainer.supervised_run import TemplateMismatch  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+    from peer_rl.trainer.supervised_run import TemplateMismatch  # deferred (--help)
 
     return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, TemplateMismatch: 2}
 
 
 def _train(args) -> int:
-    from peer_rl.trainer.run import run  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+    from peer_rl.trainer.run import run  # deferred (--help)
 
     run(args.overrides)
     return 0
 
 
 def _supervised(args) -> int:
-    from peer_rl.supervised.config import load_supervised_config  # deferred: pulls in numpy, omegaconf, yaml
-    from peer_rl.trainer.supervised_run import run_supervised  # deferred: pulls in numpy, omegaconf, tqdm, yaml
+    from peer_rl.supervised.config import load_supervised_config  # deferred (--help)
+    from peer_rl.trainer.supervised_run import run_supervised  # deferred (--help)
 
     cfg = load_supervised_config(args.overrides, args.kind)
     # train-rm runs UnifiReward (rm) or scalar (bt) recipes; the last line is the model's path
