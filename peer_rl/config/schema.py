@@ -27,6 +27,7 @@ from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
 from peer_rl.config.reward_kinds import registered_kinds, reward_kind
 from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: actor.policy_loss)
+    REDUNDANCY_CHOICES,
     JudgeSettings,
     LoRASettings,
     PolicyLossConfig,
@@ -478,7 +479,8 @@ def _check_values(cfg: DictConfig) -> None:
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE,
                  {**registered_choices(), "actor.gradient_checkpointing": SETTINGS,
                   "model.lora.merge": ("auto", "true", "false"),
-                  "reward_model.kind": registered_kinds()})
+                  "reward_model.kind": registered_kinds(),
+                  **{f"algorithm.rur.{k}": v for k, v in REDUNDANCY_CHOICES.items()}})
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
     check_loggers(cfg.trainer)

@@ -6,7 +6,7 @@ live here once. The placement layer hands each worker its settings with `narrow`
 without Ray (a benchmark, the GPU check, a test) takes the same dataclass. Like peer_rl.protocol,
 this module imports nothing of the project but the dtype choices (peer_rl.compute.precision, which
 imports nothing either): workers read their settings without the schema. A closed choice is a
-Literal field, which OmegaConf checks at the merge.
+Literal field, which OmegaConf checks at the merge (RedundancySettings excepted: see there).
 """
 from __future__ import annotations
 
@@ -140,6 +140,9 @@ class JudgeSettings(EngineSettings):
     max_tokens: int = 16                 # a verdict's length (the generative judge)
 
 
+REDUNDANCY_CHOICES = {"history_agg": ("max", "mean"), "group_agg": ("mean", "max")}
+
+
 @dataclass
 class RedundancySettings:
     """RUR's encoder and penalty (peer_rl.workers.redundancy.RedundancyWorker)."""
@@ -149,8 +152,10 @@ class RedundancySettings:
     alpha: float = 0.5
     beta: float = 5.0
     cjk_chars_per_word: float = 1.5      # reply length L in words: CJK characters / this
-    history_agg: Literal["max", "mean"] = "max"      # over history utterances
-    group_agg: Literal["mean", "max"] = "mean"       # over the other G-1 replies
+    # plain str, not Literal: verl's reward plug-in reads these under verl's OmegaConf 2.3, which
+    # has no Literal fields; REDUNDANCY_CHOICES is checked by the schema and by the plug-in
+    history_agg: str = "max"      # max | mean, over history utterances
+    group_agg: str = "mean"       # mean | max, over the other G-1 replies
     batch_size: int = 64
 
 

@@ -48,7 +48,7 @@ from peer_rl.prompts.judge_rounds import JudgeRounds, candidate_coin, judge_resu
 from peer_rl.protocol import JudgeItem
 from peer_rl.prompts.reasoning import parse_structured
 from peer_rl.algos.rewards import rur_reweight
-from peer_rl.config.worker_settings import JudgeSettings, RedundancySettings
+from peer_rl.config.worker_settings import REDUNDANCY_CHOICES, JudgeSettings, RedundancySettings
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +80,15 @@ class PeerRewardSettings:
                              "least +reward.reward_kwargs.judge_path=<judge directory>")
         try:
             merged = OmegaConf.merge(OmegaConf.structured(cls), kwargs)
-            return OmegaConf.to_object(merged)
+            settings = OmegaConf.to_object(merged)
         except Exception as exc:     # omegaconf names the key and the expected type
             raise ValueError(f"reward.reward_kwargs: {exc}") from exc
+        for key, allowed in REDUNDANCY_CHOICES.items():
+            value = getattr(settings.redundancy, key)
+            if value not in allowed:
+                raise ValueError(f"reward.reward_kwargs.redundancy.{key}={value!r}: expected one "
+                                 f"of {allowed}")
+        return settings
 
 
 @dataclass

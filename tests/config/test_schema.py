@@ -23,8 +23,9 @@ def test_recipes_by_name_with_overrides():
     ("actor.world_size=0", "actor.world_size=0: expected a positive value"),
     ("rollout.n=1", "rollout.n=1: GRPO needs at least 2"),
     # a Literal field: OmegaConf's own message, on the project's one line naming the key
-    ("algorithm.rur.history_agg=median", "config key 'algorithm.rur.history_agg': Invalid value "
-                                         "'median', expected one of ['max', 'mean']"),
+    # a str field (verl's OmegaConf 2.3 reads RedundancySettings), checked against its choices
+    ("algorithm.rur.history_agg=median", "algorithm.rur.history_agg='median': expected one of "
+                                         "('max', 'mean')"),
     ("recipe=nope", "recipe='nope': no such recipe"),
     ("resume=/does/not/exist", "resume='/does/not/exist'"),
     ("actor.ppo_micro_batch_size=3", "must be a multiple of actor.ppo_micro_batch_size=3"),
