@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal, get_args
 
 from omegaconf import MISSING, DictConfig
 
-from peer_rl.compute.precision import DTYPES
+from peer_rl.compute.precision import DType
 from peer_rl.config.schema import (ConfigError, LoggingConfig, RayConfig, check_lora, check_ranges,
                             load_config)
 from peer_rl.config.worker_settings import LoRASettings
@@ -19,7 +20,8 @@ from peer_rl.config.worker_settings import LoRASettings
 # rm: UnifiReward SFT on SER chats; prm / orm: the separate process and outcome judges PEER
 # compares it with, on the same SER rows; bt: a scalar reward model on preference pairs
 # (Bradley-Terry; ESCRAG-R1); all run as `peer-rl train-rm`. sft: the policy (`peer-rl sft`).
-KINDS = ("rm", "prm", "orm", "bt", "sft")
+Kind = Literal["rm", "prm", "orm", "bt", "sft"]
+KINDS = get_args(Kind)
 JUDGE_KINDS = {"rm": "unified", "prm": "process", "orm": "outcome"}   # kind -> SER view / role
 DEFAULT_RECIPE = {"rm": "unifireward_tiny", "prm": "prm_tiny", "orm": "orm_tiny",
                   "bt": "escrag_rm_tiny", "sft": "sft_tiny"}
@@ -60,7 +62,7 @@ class SupervisedJudgeConfig:
     template: str = ""
     # strict: stop before training when any SER row differs from the template (count + the
     # first rows, exit 2); warn: train anyway and say so; off: do not check
-    template_check: str = "strict"
+    template_check: Literal["strict", "warn", "off"] = "strict"
 
 
 @dataclass
@@ -69,7 +71,7 @@ class SupervisedTrainerConfig:
     total_steps: int = 0                    # optimizer steps; 0 = epochs x ceil(rows / batch_size)
     epochs: int = 1                         # used when total_steps is 0
     lr: float = 1e-5
-    lr_scheduler: str = "constant"          # constant | cosine (to min_lr_ratio x lr)
+    lr_scheduler: Literal["constant", "cosine"] = "constant"   # cosine: to min_lr_ratio x lr
     warmup_steps: int = 0
     min_lr_ratio: float = 0.0
     weight_decay: float = 0.0
@@ -85,7 +87,7 @@ class SupervisedTrainerConfig:
     seed: int = 0
     # compute dtype (fp32 master weights and optimizer either way): auto | float32 | bfloat16;
     # auto: bfloat16 on GPUs and on CPUs with AVX512-BF16 or AMX (peer_rl.compute.precision)
-    dtype: str = "auto"
+    dtype: DType = "auto"
     # judges (rm, prm, orm): weight each verdict by its class so that, at every verdict position
     # (step 1-3, the preference), each label weighs the same in total (SER steps are ~64% True:
     # an unweighted judge learns to answer True); the loss is then a weighted token mean
@@ -102,10 +104,10 @@ class SupervisedResourcesConfig:
 class SupervisedConfig:
     recipe: str = "unifireward_tiny"
     experiment_name: str = MISSING
-    kind: str = "rm"                        # rm (train-rm) | sft
+    kind: Kind = "rm"                       # rm, prm, orm, bt (train-rm) | sft
     # auto: continue from the newest checkpoint of this output_dir (Ray Train's run snapshot);
     # disable: start fresh (refuses to run over existing checkpoints).
-    resume: str = "auto"
+    resume: Literal["auto", "disable"] = "auto"
     data: SupervisedDataConfig = field(default_factory=SupervisedDataConfig)
     model: SupervisedModelConfig = field(default_factory=SupervisedModelConfig)
     judge: SupervisedJudgeConfig = field(default_factory=SupervisedJudgeConfig)
@@ -122,9 +124,6 @@ _NON_NEGATIVE = ("trainer.total_steps", "trainer.lr", "trainer.warmup_steps",
                  "trainer.min_lr_ratio", "trainer.weight_decay", "trainer.grad_clip",
                  "trainer.save_freq", "trainer.max_failures", "data.max_rows",
                  "resources.cpus_per_worker", "resources.gpus_per_worker", "model.lora.rank")
-_CHOICES = {"kind": KINDS, "trainer.lr_scheduler": ("constant", "cosine"),
-            "resume": ("auto", "disable"), "judge.template_check": ("strict", "warn", "off"),
-            "trainer.dtype": DTYPES}
 
 
 def check_supervised(cfg: DictConfig) -> None:
@@ -132,7 +131,7 @@ def check_supervised(cfg: DictConfig) -> None:
     if path.startswith("<") and path.endswith(">"):     # a recipe's placeholder: must be set
         raise ConfigError(f"model.path: recipe {cfg.recipe!r} needs a starting model, {path} (an "
                           "HF model directory); pass model.path=/path/to/model")
-    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE, _CHOICES)
+    check_ranges(cfg, _POSITIVE, _NON_NEGATIVE)   # the closed choices are Literal fields
     check_lora(cfg.model.lora)
     if cfg.model.lora.rank and cfg.kind == "bt":
         raise ConfigError(f"model.lora.rank={cfg.model.lora.rank}: the Bradley-Terry reward "

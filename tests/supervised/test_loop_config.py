@@ -58,3 +58,21 @@ def test_the_training_inputs_leave_out_where_it_runs_and_the_settings_left_off()
     # lora as it always was digested: four keys, not the GRPO engines' merge
     assert on == inputs | {"verdict_balance": True, "lora": {
         "rank": 8, "lora_alpha": 32.0, "target_modules": ["q_proj"], "lora_adapter_path": ""}}
+
+
+@pytest.mark.parametrize("override, allowed", [
+    ("trainer.lr_scheduler=linear", "['constant', 'cosine']"),
+    ("resume=maybe", "['auto', 'disable']"),
+    ("judge.template_check=loud", "['strict', 'warn', 'off']"),
+    ("trainer.dtype=fp16", "['auto', 'float32', 'bfloat16']"),
+])
+def test_a_closed_choice_of_the_supervised_stages_is_refused_naming_key_and_choices(override,
+                                                                                    allowed):
+    from peer_rl.config.schema import ConfigError
+    from peer_rl.supervised.config import load_supervised_config
+
+    key, value = override.split("=")
+    with pytest.raises(ConfigError) as err:
+        load_supervised_config([override], "rm")
+    assert str(err.value) == (f"config key '{key}': Invalid value '{value}', "
+                              f"expected one of {allowed}")
