@@ -244,7 +244,8 @@ class BradleyTerry:
     def micro_batch(self, model, chunk: list[dict], real: list[bool], device):
         import torch  # deferred: torch (~2 s); the CLI starts without it
 
-        from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs  # deferred: pulls in torch
+        # deferred: pulls in torch
+        from peer_rl.supervised.bradley_terry import bt_loss, collate_pairs
 
         ok = torch.tensor(real, dtype=torch.float32, device=device)
         batch = {key: v.to(device) for key, v in collate_pairs(chunk, self.pad_id).items()}

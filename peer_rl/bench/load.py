@@ -31,7 +31,8 @@ GiB = 2**30
 def _child(rank: int, world_size: int, port: int, path: str, lora_rank: int) -> None:
     """One rank: its peaks before and after the worker, as one JSON line."""
     import torch  # deferred: torch (~2 s); the CLI starts without it
-    from transformers import AutoModelForCausalLM  # deferred: transformers; noqa: F401  (counted in "before")
+    # deferred: transformers
+    from transformers import AutoModelForCausalLM  # noqa: F401  (counted in "before")
 
     from peer_rl.workers.policy import PolicyWorker  # deferred: pulls in safetensors, torch
 
@@ -85,7 +86,8 @@ def main(argv: list[str]) -> int:
         ap.error(f"--model {args.model!r}: expected one of {', '.join(SHAPES)}")
     if args.ranks < 1:
         ap.error(f"--ranks {args.ranks}: expected 1 or more")
-    from peer_rl.bench.models import num_params, random_policy  # deferred: tests patch random_policy
+    # deferred: tests patch random_policy
+    from peer_rl.bench.models import num_params, random_policy
 
     path = random_policy(args.model)          # built once, before any rank starts
     if args.child is not None:

@@ -36,7 +36,8 @@ def model_parts(run_dir: Path, dtypes: dict[str, str]) -> tuple[dict[str, dict[s
     pool computing in dtypes[pool] (float32 where absent); what the run's policy ranks
     allocated with)."""
     from peer_rl.trainer.resource_pools import PoolFactory  # deferred: pulls in ray, torch
-    from peer_rl.trainer.run import load_prompts, measured_prompts, resolve_models  # deferred: tests patch load_prompts
+    # deferred: tests patch load_prompts
+    from peer_rl.trainer.run import load_prompts, measured_prompts, resolve_models
 
     dtype = {pool: dtypes.get(pool, "float32") for pool in ("actor", "rollout", "reward_model")}
     cfg = load_config([f"recipe={run_dir / 'config.yaml'}"]

@@ -17,7 +17,8 @@ def _median_seconds(fn, repeats: int = 5) -> float:
 
 def bench_rewards(n_groups: int = 10_000, group_size: int = 4, dim: int = 384) -> list[tuple]:
     from peer_rl.algos import sequence_advantages  # deferred: pulls in torch
-    from peer_rl.algos.rewards import group_similarity, length_coefficient, rur_reweight  # deferred: pulls in torch
+    # deferred: pulls in torch
+    from peer_rl.algos.rewards import group_similarity, length_coefficient, rur_reweight
     import torch  # deferred: torch (~2 s); the CLI starts without it
 
     rng = np.random.default_rng(0)

@@ -37,7 +37,8 @@ MODELS = ("tiny", "100M")
 
 def _model(name: str) -> tuple[str, list[str]]:
     """(the policy's directory, the data overrides its prompts are taken with)."""
-    from peer_rl.bench.models import REAL_MODELS, random_policy, real_model  # deferred: tests patch random_policy
+    # deferred: tests patch random_policy
+    from peer_rl.bench.models import REAL_MODELS, random_policy, real_model
 
     if name in REAL_MODELS:
         return real_model(name)

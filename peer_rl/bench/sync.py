@@ -50,8 +50,10 @@ def _blob_load(engine, blob: bytes) -> None:
 def _one_size(name: str, repeats: int, bucket_mb: float) -> dict:
     import ray  # deferred: ray (~1 s); commands that start no cluster run without it
 
-    from peer_rl.bench.models import num_params, random_policy  # deferred: tests patch random_policy
-    from peer_rl.trainer.resource_pools import _node_address, engine_env  # deferred: pulls in ray, torch
+    # deferred: tests patch random_policy
+    from peer_rl.bench.models import num_params, random_policy
+    # deferred: pulls in ray, torch
+    from peer_rl.trainer.resource_pools import _node_address, engine_env
     from peer_rl.trainer.sync_group import WeightSyncGroup  # deferred: pulls in ray
     from peer_rl.workers.policy import PolicyWorker  # deferred: pulls in safetensors, torch
     from peer_rl.workers.rollout import RolloutWorker  # deferred: pulls in torch

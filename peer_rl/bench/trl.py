@@ -275,7 +275,8 @@ def _model(name: str) -> tuple[str, list[str]]:
     if name == "tiny":                   # the default run's policy (text rows: TRL's side)
 
         return resolve_models(load_config([]))[0], []
-    from peer_rl.bench.models import SHAPES, random_policy, real_model  # deferred: tests patch random_policy
+    # deferred: tests patch random_policy
+    from peer_rl.bench.models import SHAPES, random_policy, real_model
 
     if name in REAL_MODELS:
         return real_model(name)

@@ -82,7 +82,8 @@ def _eval_rm(args) -> int:
 
 def _eval_pairs(args) -> int:
     from peer_rl.data.bundled import sample_root  # deferred: pulls in PIL
-    from peer_rl.evaluation.pairs import evaluate_pairs  # deferred: pulls in numpy, omegaconf, torch, yaml
+    # deferred: pulls in numpy, omegaconf, torch, yaml
+    from peer_rl.evaluation.pairs import evaluate_pairs
 
     check_model_dir(f"--model {args.model}", args.model, error=CommandError,
                     example="the final directory of `peer-rl train-rm recipe=escrag_rm...`")
@@ -100,7 +101,8 @@ def _eval_pairs(args) -> int:
 def _eval_protocol(args) -> int:
     from peer_rl.evaluation.config import load_eval_config  # deferred (--help)
     from peer_rl.evaluation.report import REPORT_MD, TABLES, model_label  # deferred (--help)
-    from peer_rl.evaluation.run import evaluate  # deferred: pulls in numpy, omegaconf, torch, tqdm, yaml
+    # deferred: pulls in numpy, omegaconf, torch, tqdm, yaml
+    from peer_rl.evaluation.run import evaluate
 
     rag = ["model.prompt=escrag", f"rag.index={args.rag}", f"rag.k={args.rag_k}"] \
         if args.rag else []

@@ -20,7 +20,8 @@ def _errors() -> dict:
 
 def build(args) -> int:
     from peer_rl.models.encoders import load_embedding_model  # deferred (--help)
-    from peer_rl.retrieval.index import IndexDirError, build_index, check_replaceable  # deferred (--help)
+    # deferred (--help)
+    from peer_rl.retrieval.index import IndexDirError, build_index, check_replaceable
 
     claim_dir(args.out, "index build", [args.data], force=args.force, create=False)
     try:

@@ -23,7 +23,8 @@ def _fetch(args) -> int:
 
 
 def _build_tiny(args) -> int:
-    from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models  # deferred (--help)
+    # deferred (--help)
+    from peer_rl.trainer.tiny_cache import BUILT_BY, SHIPPED_DIR, build_shipped_tiny_models
 
     # the copy peer-rl ships is this command's own, and rebuilding it is what it is for
     out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
@@ -33,7 +34,8 @@ def _build_tiny(args) -> int:
 
 
 def _build_smollm2(args) -> int:
-    from peer_rl.trainer.shipped_adapters import BUILT_BY, SHIPPED_DIR, build_shipped_adapters  # deferred (--help)
+    # deferred (--help)
+    from peer_rl.trainer.shipped_adapters import BUILT_BY, SHIPPED_DIR, build_shipped_adapters
 
     out = claim_dir(args.out or SHIPPED_DIR, BUILT_BY, force=args.force or not args.out,
                     create=False)

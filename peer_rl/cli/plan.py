@@ -35,7 +35,8 @@ def _errors() -> dict:
 
 def _print_probe(cfg, plan) -> None:
     """Ray's own placement of the run, beside the plan's."""
-    from peer_rl.planning.probe import in_use, node_map, probe  # deferred: pulls in numpy, ray, torch
+    # deferred: pulls in numpy, ray, torch
+    from peer_rl.planning.probe import in_use, node_map, probe
 
     held = in_use()
     found, refused = probe(cfg)
@@ -59,7 +60,8 @@ def _print_probe(cfg, plan) -> None:
 def _plan(args) -> int:
     from peer_rl.config.schema import load_config  # deferred (--help)
     from peer_rl.planning import cluster  # deferred (--help)
-    from peer_rl.planning.plan import fitting_fixes, make_plan  # deferred: pulls in numpy, omegaconf, torch, yaml
+    # deferred: pulls in numpy, omegaconf, torch, yaml
+    from peer_rl.planning.plan import fitting_fixes, make_plan
     from peer_rl.planning.report import render  # deferred: pulls in numpy, omegaconf, torch, yaml
 
     keys = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in args.overrides if "=" in o}
@@ -68,7 +70,8 @@ def _plan(args) -> int:
     if args.probe and not args.from_ray:
         raise CommandError("--probe places the run on a running cluster: give --from-ray ADDRESS")
     if args.table:
-        from peer_rl.planning.report import sizing_table  # deferred: pulls in numpy, omegaconf, torch, yaml
+        # deferred: pulls in numpy, omegaconf, torch, yaml
+        from peer_rl.planning.report import sizing_table
 
         node = cluster.from_overrides({k: v for k, v in mine.items()
                                        if k in ("gpus_per_node", "cpus_per_node")})[0]

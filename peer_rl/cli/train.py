@@ -9,7 +9,8 @@ def _train_errors() -> dict:
     from peer_rl.config.schema import ConfigError  # deferred (--help)
     from peer_rl.data.loading import InvalidDataError  # deferred: pulls in datasets
     from peer_rl.data.prompt_loader import PromptPoolError  # deferred (--help)
-    from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit  # deferred: pulls in numpy, torch
+    # deferred: pulls in numpy, torch
+    from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit
     from peer_rl.trainer.worker_group import PoolFailed  # deferred: pulls in numpy, ray
 
     return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, PromptPoolError: 2,

@@ -75,7 +75,8 @@ def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
     """transformers attention function: causal SDPA on each packed row on its own.
     Anything that is not a packed causal forward (a batch of rows, a mask, an encoder's
     bidirectional attention, a decoding step) goes to transformers' SDPA unchanged."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward  # deferred: transformers
+    # deferred: transformers
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     plain = (query.shape[0] != 1 or attention_mask is not None or position_ids is None
              or not getattr(module, "is_causal", True) or query.shape[2] != key.shape[2])

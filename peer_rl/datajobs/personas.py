@@ -65,7 +65,8 @@ def run_personas(root: str | Path, out: str | Path, cfg, endpoints=None) -> dict
     job.run_job("personas", cfg, [SeekerCase(s.id, s) for s in seekers], persona_case, store, endpoints)
 
     records = {s.id: store.records[s.id] for s in seekers}
-    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
+    # deferred: tests patch load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     encoder = load_embedding_model(cfg.personas.embedding_model)
     clusters, assignment = {}, {}

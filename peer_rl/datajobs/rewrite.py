@@ -210,7 +210,8 @@ def movement(originals: list[str], rewrites: list[str], encode) -> dict:
 
 
 def summarise(records, kept, added, skipped, seekers, personas, cfg, no_history) -> dict:
-    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
+    # deferred: tests patch load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     originals = [u for c, _ in kept for u in c.seeker.utterances]
     rewrites = [u for _, r in kept for u in r["rewritten"]]

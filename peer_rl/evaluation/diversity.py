@@ -98,7 +98,8 @@ def judge_rewards(records: list[dict], reward_model: str, max_tokens: int = 8,
                   seed: int = 0) -> dict:
     """The training reward of every reply, from the UnifiReward judge at `reward_model`
     (in-process vLLM): its mean and spread, and the judge's verdict rates."""
-    from peer_rl.workers.unifireward import UnifiRewardWorker  # deferred: tests patch UnifiRewardWorker
+    # deferred: tests patch UnifiRewardWorker
+    from peer_rl.workers.unifireward import UnifiRewardWorker
 
     ok = [r for r in records if "error" not in r]
     items = judge_items(ok, seed=seed)

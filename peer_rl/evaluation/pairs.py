@@ -15,7 +15,8 @@ from peer_rl.supervised.bradley_terry import pairwise_accuracy
 def evaluate_pairs(root, model: str, out: str | Path, files: str = "test",
                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, limit: int = 0) -> dict:
     from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
-    from peer_rl.workers.scalar_reward import ScalarRewardWorker  # deferred: tests patch ScalarRewardWorker
+    # deferred: tests patch ScalarRewardWorker
+    from peer_rl.workers.scalar_reward import ScalarRewardWorker
 
     rows = [dict(r) for r in load_subset(root, "preference", files).dataset]
     rows = rows[:limit] if limit else rows

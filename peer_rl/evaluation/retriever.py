@@ -19,7 +19,8 @@ from peer_rl.retrieval.index import ExemplarIndex, Query, exemplar_key
 
 class LocalRetriever:
     def __init__(self, index_dir: str | Path, embedding_model: str = ""):
-        from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
+        # deferred: tests patch load_embedding_model
+        from peer_rl.models.encoders import load_embedding_model
 
         self.index = ExemplarIndex(index_dir, embedding_model=embedding_model or None)
         self.embedding_model = self.index.info["embedding_model"]

@@ -284,7 +284,8 @@ def evaluate_rm(root: str | Path, model: str, out: str | Path | None = None, *,
     pair = outcome_model is not None
     own = worker is None
     if own:
-        from peer_rl.workers.unifireward import PairRewardWorker, UnifiRewardWorker  # deferred: pulls in torch
+        # deferred: pulls in torch
+        from peer_rl.workers.unifireward import PairRewardWorker, UnifiRewardWorker
 
         engine = JudgeSettings(kv_cache_gib=kv_cache_gib, max_tokens=max_tokens,
                                max_model_len=max_model_len)

@@ -123,7 +123,8 @@ def summarise(protocol: str, records: list[dict], cfg) -> dict:
         return summarise_safety(records)
     if protocol == "ccj":
         return summarise_ccj(records)
-    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
+    # deferred: tests patch load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     encoder = load_embedding_model(cfg.diversity.embedding_model)
     summary = summarise_diversity(records, encoder.encode)

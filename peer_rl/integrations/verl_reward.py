@@ -113,7 +113,8 @@ class GroupBarrier:
     """
 
     def __init__(self, settings: RedundancySettings, keep_groups: int = 100_000):
-        from peer_rl.workers.redundancy import RedundancyWorker  # deferred: tests patch RedundancyWorker
+        # deferred: tests patch RedundancyWorker
+        from peer_rl.workers.redundancy import RedundancyWorker
 
         self.worker = RedundancyWorker(settings, device="cpu")
         self.keep_groups = keep_groups

@@ -31,7 +31,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     Written to a temp directory beside it and renamed into place, so an interrupted conversion
     never leaves a directory that looks complete."""
     import torch  # deferred: torch (~2 s); the CLI starts without it
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # deferred: transformers
+    # deferred: transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     gguf_path, out_dir = Path(gguf_path).resolve(), Path(out_dir)
     if not gguf_path.is_file():

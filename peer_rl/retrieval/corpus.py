@@ -105,7 +105,8 @@ def index_from_root(root: str | Path, target: str | Path, embedding_model: str,
     """An index of `root`'s exemplars of `splits` at `target`, built there unless the one
     already there was built from the same files with the same embedding model (the trainer's
     `<output_dir>/index`, the cold start's pass-2 index). `log` gets what it holds."""
-    from peer_rl.models.encoders import load_embedding_model  # deferred: tests patch load_embedding_model
+    # deferred: tests patch load_embedding_model
+    from peer_rl.models.encoders import load_embedding_model
 
     rows, src = load_exemplars(root, skip_invalid, splits)
     target = Path(target)

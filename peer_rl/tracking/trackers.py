@@ -126,7 +126,8 @@ class MlflowTracker:
             logger.info(f"mlflow: continuing run {run_id} at {shown}")
             return               # its parameters were logged when it started
         self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # deferred: optional, peer-rl[trackers]
+        # deferred: optional, peer-rl[trackers]
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
         params, cut = [], []
         for key, value in flat_params(config).items():

@@ -149,7 +149,8 @@ def sft_policy_template(cfg, model_path: str, root: Path) -> dict[str, str]:
     """{policy_template.json: text} for the SFT'd policy: the starting model's template (else the
     built-in one), held against the sft/ rows' prompts; rows worded otherwise are counted and
     reported (the policy still learns from them, but an evaluation will not ask it so)."""
-    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate  # deferred: TEMPLATE_FILE is bound otherwise here
+    # deferred: TEMPLATE_FILE is bound otherwise here
+    from peer_rl.prompts.policy import TEMPLATE_FILE, PolicyTemplate
 
     template = PolicyTemplate.load(model_path)
     checked, differ = 0, 0
@@ -210,7 +211,8 @@ def plan_stage(cfg, kind: str) -> StagePlan:
     model_path = resolve_model(cfg, kind)
     extra = {}
     if kind in JUDGE_KINDS:     # checked before anything is written
-        from peer_rl.prompts.judge import TEMPLATE_FILE  # deferred: TEMPLATE_FILE is bound otherwise here
+        # deferred: TEMPLATE_FILE is bound otherwise here
+        from peer_rl.prompts.judge import TEMPLATE_FILE
 
         extra[TEMPLATE_FILE] = judge_template_text(cfg, model_path, root)
     elif kind == "sft":
