@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from peer_rl.algos.registry import make_registry
+from peer_rl.algos.registry import LOSS_AGG_MODES, make_registry
 
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
-                  "seq-mean-token-sum-norm")
 POLICY_LOSSES, register_policy_loss, get_policy_loss_fn = make_registry(
     "actor.policy_loss.loss_mode")
 

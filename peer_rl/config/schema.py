@@ -19,6 +19,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from peer_rl import recipes
+from peer_rl.algos.registry import LOSS_AGG_MODES, known_names
 from peer_rl.compute.activation_memory import SETTINGS
 from peer_rl.config.credentials import redact_text
 from peer_rl.errors import ConfigError  # noqa: F401  (re-exported: peer_rl.config.schema.ConfigError)
@@ -390,13 +391,10 @@ def registered_choices() -> dict[str, tuple]:
     names it holds now.
     These stay `str` in the schema and are read at validation, not at import: an estimator or
     policy loss a plug-in registers (register_adv_est, register_policy_loss) before load_config
-    is accepted like verl's own. The schema's other closed choices are Literal-typed fields,
-    refused by OmegaConf at the merge."""
-    from peer_rl.algos.advantages import ADV_ESTIMATORS  # deferred: pulls in torch
-    from peer_rl.algos.losses import LOSS_AGG_MODES, POLICY_LOSSES  # deferred: pulls in torch
-
-    return {"algorithm.adv_estimator": tuple(ADV_ESTIMATORS),
-            "actor.policy_loss.loss_mode": tuple(POLICY_LOSSES),
+    is accepted like verl's own. Read from algos.registry, which needs no torch. The schema's
+    other closed choices are Literal-typed fields, refused by OmegaConf at the merge."""
+    return {"algorithm.adv_estimator": known_names("algorithm.adv_estimator"),
+            "actor.policy_loss.loss_mode": known_names("actor.policy_loss.loss_mode"),
             "actor.loss_agg_mode": LOSS_AGG_MODES}
 
 

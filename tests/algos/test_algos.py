@@ -10,6 +10,7 @@ import torch
 from peer_rl.algos import (ADV_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES, agg_loss,
                            compute_grpo_outcome_advantage, get_adv_estimator_fn,
                            get_policy_loss_fn, kl_penalty, masked_mean, sequence_advantages)
+from peer_rl.algos.registry import BUILTIN_NAMES
 from peer_rl.config.schema import ConfigError, load_config, registered_choices
 
 
@@ -84,6 +85,9 @@ def test_sequence_advantages_are_the_estimators_value_per_row():
 def test_registries_and_the_config_choices_agree():
     assert set(ADV_ESTIMATORS) == {"grpo", "rloo", "reinforce_plus_plus_baseline"}
     assert set(POLICY_LOSSES) == {"vanilla", "gspo"}
+    # the torch-free list the config reads names exactly what the modules register
+    assert set(BUILTIN_NAMES["algorithm.adv_estimator"]) == set(ADV_ESTIMATORS)
+    assert set(BUILTIN_NAMES["actor.policy_loss.loss_mode"]) == set(POLICY_LOSSES)
     choices = registered_choices()
     assert set(choices["algorithm.adv_estimator"]) == set(ADV_ESTIMATORS)
     assert set(choices["actor.policy_loss.loss_mode"]) == set(POLICY_LOSSES)

@@ -1,6 +1,13 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from peer_rl.config.schema import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_default_is_tiny_peer_rur():
@@ -229,3 +236,14 @@ def test_lora_merge_resolves_for_where_the_engines_run(given, on_gpu, merged):
     cfg = load_config(["model.lora.rank=8", f"model.lora.merge={given}"])
     assert cfg.model.lora.merge == given.lower()
     assert lora_merged(cfg.model.lora, on_gpu) is merged
+
+
+def test_loading_a_config_does_not_import_torch():
+    """`plan`, `config` and every command's start check a config; torch costs ~2-4 s to import,
+    so the check reads the registries' names without it (a child interpreter: this one has
+    torch already)."""
+    code = ("import sys; from peer_rl.config.schema import load_config; "
+            "load_config(['recipe=peer_rur']); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
