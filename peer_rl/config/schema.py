@@ -7,6 +7,8 @@ where verl has one (rollout.n, algorithm.adv_estimator, actor.clip_ratio, actor.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import importlib.util
 import os
 import re
@@ -355,16 +357,45 @@ def _recipe_path(name: str) -> Path:
     return yaml_by_name(name, RECIPES_DIR, "recipe")
 
 
-def _load_recipe(name: str, seen: tuple = ()) -> DictConfig:
-    """A recipe may name a `base` recipe whose values it overrides."""
+def _stamp(path: Path) -> tuple:
+    """A file's path and a digest of its bytes: reading a recipe is cheap, parsing it is not,
+    and a rewrite within the clock's tick leaves size and mtime alike."""
+    return str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _read_recipe(stamp: tuple) -> DictConfig:
+    """One recipe file as read (never changed: readers copy), once per version of the file."""
+    return load_yaml(Path(stamp[0]))
+
+
+def _recipe_chain(name: str, seen: tuple = ()) -> tuple[tuple, ...]:
+    """A recipe's file and its `base` recipes' files, base last, each as its _stamp."""
     if name in seen:
         raise ConfigError(f"recipe {name!r}: circular base chain {' -> '.join(seen + (name,))}")
-    path = _recipe_path(name)
-    cfg = load_yaml(path)
-    base = cfg.pop("base", None)
-    if base:
-        cfg = OmegaConf.merge(_load_recipe(base, seen + (name,)), cfg)
+    stamp = _stamp(_recipe_path(name))
+    base = _read_recipe(stamp).get("base", None)
+    return (stamp,) + (_recipe_chain(base, seen + (name,)) if base else ())
+
+
+def _load_recipe(name: str) -> DictConfig:
+    """A recipe may name a `base` recipe whose values it overrides."""
+    cfg = None
+    for stamp in reversed(_recipe_chain(name)):
+        layer = copy.deepcopy(_read_recipe(stamp))
+        layer.pop("base", None)
+        cfg = layer if cfg is None else OmegaConf.merge(cfg, layer)
     return cfg
+
+
+@functools.lru_cache(maxsize=64)
+def _recipe_layer(schema, recipe: str, chain: tuple) -> DictConfig:
+    """The schema's defaults <- the recipe, once per recipe version (`chain`: its files'
+    stamps); `plan` loads a config per candidate fix. Never changed: OmegaConf.merge copies
+    its first argument."""
+    return OmegaConf.merge(OmegaConf.structured(schema),
+                           {"recipe": recipe, "experiment_name": Path(recipe).stem},
+                           _renamed_values(_load_recipe(recipe)))
 
 
 MAX_WORKERS = 4096      # of one pool: each a placement bundle, listed before any starts
@@ -563,10 +594,8 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
             raise ConfigError(f"override {item!r}: expected key=value (e.g. trainer.total_steps=5)")
     recipe = next((o.split("=", 1)[1] for o in overrides if o.startswith("recipe=")), default_recipe)
     try:
-        base = OmegaConf.structured(schema)
-        cfg = OmegaConf.merge(base, {"recipe": recipe, "experiment_name": Path(recipe).stem},
-                              _renamed_values(_load_recipe(recipe)))
-        cfg = OmegaConf.merge(cfg, _renamed_values(OmegaConf.from_dotlist(overrides)))
+        cfg = OmegaConf.merge(_recipe_layer(schema, recipe, _recipe_chain(recipe)),
+                              _renamed_values(OmegaConf.from_dotlist(overrides)))
         raw = _interpolations(OmegaConf.to_container(cfg, resolve=False))
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:

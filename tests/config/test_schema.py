@@ -23,6 +23,23 @@ def test_recipes_by_name_with_overrides():
     assert not load_config(["recipe=peer"]).algorithm.rur.enable
 
 
+def test_a_recipe_or_its_base_rewritten_between_loads_is_read_again(tmp_path):
+    """Loaded recipes are kept per version of their files (`plan` loads one per candidate fix);
+    a rewrite of the same size, at once, is still seen, and a load's result is its own."""
+    base, top = tmp_path / "base.yaml", tmp_path / "top.yaml"
+    base.write_text("trainer:\n  total_steps: 3\n")
+    top.write_text(f"base: {base}\nrollout:\n  n: 4\n")
+    first = load_config([f"recipe={top}"])
+    assert (first.trainer.total_steps, first.rollout.n) == (3, 4)
+    base.write_text("trainer:\n  total_steps: 7\n")          # same size, same instant
+    top.write_text(f"base: {base}\nrollout:\n  n: 6\n")
+    second = load_config([f"recipe={top}", "actor.lr=0.5"])
+    assert (second.trainer.total_steps, second.rollout.n, second.actor.lr) == (7, 6, 0.5)
+    third = load_config([f"recipe={top}"])
+    assert (third.trainer.total_steps, third.rollout.n, third.actor.lr) == (7, 6, first.actor.lr)
+    assert (first.trainer.total_steps, first.rollout.n) == (3, 4)
+
+
 @pytest.mark.parametrize("override,message", [
     ("rollout.nn=2", "config key 'rollout.nn'"),
     ("actor.lr=fast", "config key 'actor.lr'"),
