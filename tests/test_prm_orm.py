@@ -20,23 +20,38 @@ PREF = {"The first sentence is better": "first", "第一句更好": "first",
         "Neither sentence is available": "neither", "都不可用": "neither"}
 
 
-def _train_rm(recipe, out, judge):
-    proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "train-rm", f"recipe={recipe}",
-                           f"model.path={judge}", f"trainer.output_dir={out}",
-                           "trainer.total_steps=24", "trainer.world_size=1", "trainer.save_freq=0",
-                           "resources.cpus_per_worker=2", "ray.address=local"],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc, out / "final"
+def _start_train_rm(recipe, out, judge) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "peer_rl.cli", "train-rm", f"recipe={recipe}",
+                             f"model.path={judge}", f"trainer.output_dir={out}",
+                             "trainer.total_steps=24", "trainer.world_size=1",
+                             "trainer.save_freq=0", "resources.cpus_per_worker=2",
+                             "ray.address=local"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
 def pair(tiny_models, tmp_path_factory):
+    """The two stages trained side by side, as two users' jobs would be: each its own process
+    and local Ray cluster (their start-ups overlap instead of adding up)."""
     root = tmp_path_factory.mktemp("pair")
-    prm_proc, prm = _train_rm("prm_tiny", root / "prm", tiny_models["judge"])
-    orm_proc, orm = _train_rm("orm_tiny", root / "orm", tiny_models["judge"])
-    assert "all 304 SER row(s) match" in prm_proc.stderr + prm_proc.stdout
-    return {"prm": prm, "orm": orm, "logs": (prm_proc, orm_proc)}
+    started = {name: _start_train_rm(f"{name}_tiny", root / name, tiny_models["judge"])
+               for name in ("prm", "orm")}
+    try:
+        logs = {name: _finished(proc) for name, proc in started.items()}
+    finally:
+        for proc in started.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert "all 304 SER row(s) match" in logs["prm"].stderr + logs["prm"].stdout
+    return {"prm": root / "prm" / "final", "orm": root / "orm" / "final",
+            "logs": (logs["prm"], logs["orm"])}
 
 
 def test_each_judge_carries_its_role_and_its_training_time(pair):

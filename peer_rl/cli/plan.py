@@ -21,6 +21,10 @@ def register(sub) -> None:
     p.add_argument("--probe", action="store_true",
                    help="with --from-ray: create the run's placement groups there and report "
                         "where Ray put every bundle (no model loaded, no CUDA touched)")
+    p.add_argument("--probe-timeout", type=float, default=20.0, metavar="SECONDS",
+                   help="with --probe: how long each pool's placement group may wait to be "
+                        "placed before the pool is reported refused (default 20; an "
+                        "autoscaling cluster may need longer)")
     p.add_argument("--table", action="store_true",
                    help="a Markdown sizing table instead: the recipe planned on 1, 2 and 4 "
                         "nodes (gpus_per_node=, 8 by default) of 80 and 141 GiB GPUs")
@@ -33,13 +37,13 @@ def _errors() -> dict:
     return {ConfigError: 2, ValueError: 2}
 
 
-def _print_probe(cfg, plan) -> None:
+def _print_probe(cfg, plan, timeout_s: float) -> None:
     """Ray's own placement of the run, beside the plan's."""
     # deferred: pulls in numpy, ray, torch
     from peer_rl.planning.probe import in_use, node_map, probe
 
     held = in_use()
-    found, refused = probe(cfg)
+    found, refused = probe(cfg, timeout_s=timeout_s)
     print("\nprobe: where Ray placed each bundle")
     if held:
         print(f"  the cluster is in use ({', '.join(f'{v:g} {k}' for k, v in held.items())} "
@@ -69,6 +73,8 @@ def _plan(args) -> int:
     overrides = [o for o in args.overrides if o.split("=", 1)[0] not in mine]
     if args.probe and not args.from_ray:
         raise CommandError("--probe places the run on a running cluster: give --from-ray ADDRESS")
+    if not args.probe_timeout > 0:
+        raise CommandError(f"--probe-timeout={args.probe_timeout:g}: expected seconds > 0")
     if args.table:
         # deferred: pulls in numpy, omegaconf, torch, yaml
         from peer_rl.planning.report import sizing_table
@@ -87,7 +93,7 @@ def _plan(args) -> int:
             plan = make_plan(cfg, nodes)
             print(render(plan, cfg.recipe, cfg))
             if args.probe:
-                _print_probe(cfg, plan)
+                _print_probe(cfg, plan, args.probe_timeout)
         finally:
             ray.shutdown()
     else:

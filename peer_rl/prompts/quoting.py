@@ -140,6 +140,8 @@ def _fold_char(ch: str) -> str:
 def _fold(text: str) -> str:
     """Letters as a reader sees them: NFKC, look-alikes folded, invisible characters gone,
     lower case."""
+    if text.isascii():       # NFKC and the look-alikes leave ASCII as it is; no format chars
+        return text.lower()
     text = unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf").lower()
 
@@ -243,10 +245,12 @@ def quote_policy_text(text: str, specials=(), starts=(), verdicts=(), items=Fals
     return "".join(parts)
 
 
+@functools.lru_cache(maxsize=256)
 def line_starts(*formats: str) -> tuple[str, ...]:
     """The fixed line starts of prompt formats ("Dialogue:", "Is this step correct?", "First:"),
     each cut at its first `?`/`:`, so a forged line copying only the start of a long fixed line
-    is caught too: what `quote_policy_text` must not let policy text begin a line with."""
+    is caught too: what `quote_policy_text` must not let policy text begin a line with.
+    Kept per formats: a judge template asks for them for every piece of text it quotes."""
     starts = set()
     for fmt in formats:
         for chunk in re.split(r"\{[a-z_]+\}", fmt):

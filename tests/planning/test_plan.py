@@ -156,6 +156,16 @@ def test_cluster_overrides_refuse_unknown_keys():
         from_overrides({"gpu_per_node": "4"})
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--probe"], "--probe places the run on a running cluster: give --from-ray ADDRESS"),
+    (["--from-ray", "auto", "--probe", "--probe-timeout", "0"],
+     "--probe-timeout=0: expected seconds > 0"),
+])
+def test_probe_flags_are_checked_before_any_cluster_is_reached(capsys, args, message):
+    assert main(["plan", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_peer_rur_on_one_8_gpu_node_is_refused_and_each_suggestion_fits(capsys):
     args = ["plan", "recipe=peer_rur", "model.path=Qwen2.5-VL-7B",
             "reward_model.path=Qwen2.5-VL-7B", "nodes=1", "gpus_per_node=8", "gpu_memory_gib=80"]

@@ -24,10 +24,10 @@ def gpu_cluster():
         yield cluster
 
 
-def _plan(cluster, *args: str) -> subprocess.CompletedProcess:
+def _plan(cluster, *args: str, timeout_s: float = 20) -> subprocess.CompletedProcess:
     address = f"127.0.0.2:{cluster.env['RAY_PORT']}"
     return subprocess.run([sys.executable, "-m", "peer_rl.cli", "plan", "--from-ray", address,
-                           "--probe", *args], env=cluster.env, cwd=REPO, capture_output=True,
+                           "--probe", "--probe-timeout", f"{timeout_s:g}", *args], env=cluster.env, cwd=REPO, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -71,10 +71,11 @@ def test_a_recipe_too_big_for_the_cluster_is_refused_by_plan_and_by_ray(gpu_clus
                                                                          extra):
     """peer_rur as shipped asks for 14 GPUs (peer's GPU pools are the same: it is not probed
     again), escrag_r1 with 8 policy ranks for 10; the cluster has 8."""
-    proc = _plan(gpu_cluster, f"recipe={recipe}", *SHAPES, *extra)
+    proc = _plan(gpu_cluster, f"recipe={recipe}", *SHAPES, *extra, timeout_s=4)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     refused = proc.stdout.split("\nrefused:\n")[1]
     assert re.search(r"resources\.(actor|rollout|reward_model): \d+ x .* cannot be placed",
                      refused), refused
     pool = re.search(r"resources\.(\w+): \d+ x", refused).group(1)
     assert f"refused by Ray: resources.{pool}:" in proc.stdout
+    assert "could not be placed within 4 s" in proc.stdout

@@ -22,10 +22,17 @@ def _cfg(out, *extra):
                         f"eval.judge_url=https://user:{SECRET}@judge.example/v1", *extra])
 
 
-@pytest.fixture
-def logged(tmp_path, monkeypatch):
-    """Steps 1-2 logged, the trackers closed, then reopened as a resumed run logs step 3."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))      # no netrc, no W&B settings
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """Steps 1-2 logged, the trackers closed, then reopened as a resumed run logs step 3 (once
+    for the module: its tests only read what was written)."""
+    tmp_path = tmp_path_factory.mktemp("logged")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))      # no netrc, no W&B settings
+        return _log_and_resume(tmp_path)
+
+
+def _log_and_resume(tmp_path):
     cfg = _cfg(tmp_path)
     first = open_trackers(cfg, tmp_path, False, public_config(cfg))
     for step in (1, 2):

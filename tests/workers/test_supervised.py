@@ -41,6 +41,9 @@ def ray_session():
     ray.shutdown()
 
 
+EVERY_STEP = {"trainer.save_freq": 1}
+
+
 @pytest.mark.e2e
 def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
     import torch
@@ -52,17 +55,18 @@ def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
     judge = tiny_models["judge"]
     out = tmp_path / "rm"
 
-    # 1. a first run stops after 4 steps, checkpointing every 2
-    final = run_supervised(load_supervised_config(overrides(out, judge, 4), "rm"), "rm")
+    # 1. a first run stops after 2 steps, checkpointing every step
+    final = run_supervised(load_supervised_config(overrides(out, judge, 2, **EVERY_STEP), "rm"),
+                           "rm")
     assert final == out / "final" and not (out / "final.tmp").exists()
-    assert [m["step"] for m in metrics(out)] == [1, 2, 3, 4]
+    assert [m["step"] for m in metrics(out)] == [1, 2]
     assert all(m["resumed_from_step"] == 0 for m in metrics(out))
     run_dir = out / "ray_train" / "run"
-    assert {p.name for p in run_dir.glob("step_*")} == {"step_000002", "step_000004"}
-    ckpt = run_dir / "step_000004"
-    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == 4
+    assert {p.name for p in run_dir.glob("step_*")} == {"step_000001", "step_000002"}
+    ckpt = run_dir / "step_000002"
+    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == 2
     # the AdamW state: one safetensors shard per rank (sharding in the JSON header, no pickle),
-    # every trainable parameter's moments present and moved off zero by four steps
+    # every trainable parameter's moments present and moved off zero by two steps
     from safetensors import safe_open
     shards = sorted((ckpt / "optim").glob("*.safetensors"))
     assert len(shards) == 2, shards
@@ -85,18 +89,19 @@ def test_train_rm_checkpoints_and_resume(tiny_models, tmp_path, ray_session):
     assert JudgeTemplate.load(final) == JudgeTemplate.load(judge)
     assert (final / "tokenizer.json").exists() and (final / "config.json").exists()
 
-    # 2. "interrupted" at step 4: run again on the same storage with 6 steps. Ray Train reloads
-    # the run snapshot and ray.train.get_checkpoint() hands the workers step_000004.
-    run_supervised(load_supervised_config(overrides(out, judge, 6), "rm"), "rm")
+    # 2. "interrupted" at step 2: run again on the same storage with 3 steps. Ray Train reloads
+    # the run snapshot and ray.train.get_checkpoint() hands the workers step_000002.
+    run_supervised(load_supervised_config(overrides(out, judge, 3, **EVERY_STEP), "rm"), "rm")
     m = metrics(out)
-    assert [x["step"] for x in m] == [1, 2, 3, 4, 5, 6]
-    assert [x["resumed_from_step"] for x in m[4:]] == [4, 4]
-    assert json.loads((out / "final" / "trainer_state.json").read_text())["step"] == 6
+    assert [x["step"] for x in m] == [1, 2, 3]
+    assert [x["resumed_from_step"] for x in m[2:]] == [2]
+    assert json.loads((out / "final" / "trainer_state.json").read_text())["step"] == 3
 
     # 3. the resumed run took exactly the steps of an uninterrupted one (same batches, restored
     # AdamW state): same losses and the same final weights
     ref_out = tmp_path / "rm_ref"
-    run_supervised(load_supervised_config(overrides(ref_out, judge, 6), "rm"), "rm")
+    run_supervised(load_supervised_config(overrides(ref_out, judge, 3, **EVERY_STEP), "rm"),
+                   "rm")
     ref = metrics(ref_out)
     assert [x["loss"] for x in m] == pytest.approx([x["loss"] for x in ref], rel=1e-4)
     resumed, straight = weights(out / "final"), weights(ref_out / "final")
