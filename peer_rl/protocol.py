@@ -35,7 +35,7 @@ class Prompt:
 
 # bit widths of request_seed's fields: 15 + 22 + 2 + 16 + 8 = 63 bits, a non-negative int64
 _SEED_BITS = {"run": 15, "step": 22, "stream": 2, "index": 16, "sample": 8}
-STREAMS = {"rollout": 0, "rollout_final": 1, "eval": 2}
+STREAMS = {"rollout": 0, "rollout_refined": 1, "eval": 2}
 
 
 def request_seed(run_seed: int, step: int, stream: str, index: int, n: int) -> int:

@@ -7,11 +7,11 @@ from peer_rl.protocol import Prompt, request_seed, seeded, shard
 
 
 def test_a_seed_worked_by_hand():
-    # run seed 1, step 2, stream "rollout_final" (1), prompt 3: fields 15|22|2|16|8 bits
-    assert request_seed(1, 2, "rollout_final", 3, n=4) == \
+    # run seed 1, step 2, stream "rollout_refined" (1), prompt 3: fields 15|22|2|16|8 bits
+    assert request_seed(1, 2, "rollout_refined", 3, n=4) == \
         ((((1 * 2**22) + 2) * 2**2 + 1) * 2**16 + 3) * 2**8
-    assert request_seed(2**15 + 1, 2, "rollout_final", 3, n=4) == request_seed(1, 2,
-                                                                               "rollout_final", 3, 4)
+    assert request_seed(2**15 + 1, 2, "rollout_refined", 3, n=4) == \
+        request_seed(1, 2, "rollout_refined", 3, 4)
     top = request_seed(2**15 - 1, 2**22 - 1, "eval", 2**16 - 1, n=256) + 255
     assert top < 2**63                                     # a valid int64 seed, sample included
 
@@ -21,7 +21,7 @@ def test_no_two_samples_of_a_multi_worker_run_share_a_seed():
     request with seed + j. The scheme before (seed + step, plus position-in-shard x n) gave
     prompt k of every worker the same seeds."""
     G, seen = 4, []
-    for step, stream in itertools.product(range(4), ("rollout", "rollout_final")):
+    for step, stream in itertools.product(range(4), ("rollout", "rollout_refined")):
         prompts = seeded([Prompt(uid=i, messages=[]) for i in range(24)], 7, step, stream, G)
         for part in shard(prompts, 3):                     # what each worker receives
             seen += [p.seed + j for p in part for j in range(G)]

@@ -26,7 +26,7 @@ import numpy as np
 
 from peer_rl.tracking.metrics import read_metrics
 
-SCORE_STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy")
+SCORE_STAGES = ("rollout", "retrieval", "rollout_refined", "judge", "redundancy")
 
 
 def _run(overrides: list[str], staleness: int, steps: int) -> list[dict]:

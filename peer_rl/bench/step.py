@@ -17,7 +17,7 @@ from peer_rl.tracking.metrics import read_metrics
 from peer_rl.trainer.run import resolve_models, run
 
 # ESCRAG-R1 steps (retrieval.enable) add the retrieval call and the second rollout pass
-STAGES = ("rollout", "retrieval", "rollout_final", "judge", "redundancy", "update", "sync",
+STAGES = ("rollout", "retrieval", "rollout_refined", "judge", "redundancy", "update", "sync",
           "controller", "overlap", "step")
 
 

@@ -185,7 +185,7 @@ def _add_data_jobs(data) -> None:
     p.set_defaults(fn=_data_job, errors=_job_errors)
     p = data.add_parser("cold-start", help="ESCRAG-R1 cold-start demonstrations "
                         "(<think>reasoning</think>reply) from a strong teacher model, for both "
-                        "policy prompts (cold_start.final_share of them for pass 2)")
+                        "policy prompts (cold_start.refined_share of them for pass 2)")
     p.add_argument("root", help="PEER-layout root whose cold_start.subsets give the contexts "
                    "(and whose train exemplars pass 2 retrieves from, unless cold_start.index)")
     p.add_argument("--out", required=True, help="root for cold_start/train.jsonl (job files in "

@@ -152,7 +152,7 @@ def _add_eval_protocols(ev) -> None:
         p.add_argument("--out", required=True, help="run directory (cases.jsonl, report.*)")
         p.add_argument("--rag", default="", metavar="INDEX_DIR",
                        help="ESCRAG-R1 RAG inference with this exemplar index (sets "
-                            "model.prompt=escrag): initial reply, retrieval, final reply")
+                            "model.prompt=escrag): initial reply, retrieval, refined reply")
         p.add_argument("--rag-k", type=int, default=3, help="exemplars per query (--rag)")
         p.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
         p.set_defaults(fn=_eval_protocol, errors=eval_errors)

@@ -34,7 +34,7 @@ class RewardKind:
     judge_roles: tuple[str, ...] = ()    # per model, the judge template's role; () = scores only
     tiny: bool = True                    # an empty reward_model.path is the cached tiny model
     lora_adapter: bool = False           # its engines serve reward_model.lora_path
-    retrieval: bool = False              # it scores ESCRAG-R1's final replies: retrieval.enable
+    retrieval: bool = False              # it scores ESCRAG-R1's refined replies: retrieval.enable
 
     @property
     def writes(self) -> bool:

@@ -395,7 +395,7 @@ def _recipe_layer(schema, recipe: str, chain: tuple) -> DictConfig:
     its first argument."""
     return OmegaConf.merge(OmegaConf.structured(schema),
                            {"recipe": recipe, "experiment_name": Path(recipe).stem},
-                           _renamed_values(_load_recipe(recipe)))
+                           _renamed_values(_load_recipe(recipe), f"recipe {recipe!r}: "))
 
 
 MAX_WORKERS = 4096      # of one pool: each a placement bundle, listed before any starts
@@ -494,7 +494,7 @@ def _check_reward_kind(cfg: DictConfig) -> None:
             f"reward_model.{key}" + (f" (the {role} model)" if role else "")
             for key, role in zip(kind.models, roles)))
     if cfg.retrieval.enable and not kind.retrieval:
-        raise ConfigError("retrieval.enable=true scores final replies in the ESCRAG-R1 "
+        raise ConfigError("retrieval.enable=true scores refined replies in the ESCRAG-R1 "
                           "reasoning-response format: set reward_model.kind="
                           f"{_kinds_that(lambda k: k.retrieval)} (reward_model.kind={kind.name} "
                           "scores another)")
@@ -567,11 +567,19 @@ def _check_values(cfg: DictConfig) -> None:
 
 # values renamed since users wrote them into recipes and command lines: key -> {old: new}
 _OLD_VALUES = {"algorithm.filter_groups.metric": {"final": "reweighted"}}
+# keys renamed since: old -> new; one given fails naming the new key (a share or a size read
+# under another name would change what a job does without a word)
+_OLD_KEYS = {"cold_start.final_share": "cold_start.refined_share"}
+_ABSENT = object()
 
 
-def _renamed_values(layer: DictConfig) -> DictConfig:
+def _renamed_values(layer: DictConfig, where: str = "") -> DictConfig:
     """A recipe or override layer with old value spellings read as today's, before the schema
-    (and its closed choices) sees them."""
+    (and its closed choices) sees them; an old key stops the load naming its new one."""
+    for old, new in _OLD_KEYS.items():
+        value = OmegaConf.select(layer, old, default=_ABSENT, throw_on_resolution_failure=False)
+        if value is not _ABSENT:
+            raise ConfigError(f"{where}{old}: renamed {new}; write {new}={value} instead")
     for key, renamed in _OLD_VALUES.items():
         value = OmegaConf.select(layer, key, default=None)
         if isinstance(value, str) and value in renamed:

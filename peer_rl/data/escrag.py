@@ -10,7 +10,8 @@ exemplar corpus the ESCRAG-R1 index is built from.
                          "source"?}: demonstrations of the reasoning-response format for the
                          cold-start SFT; the assistant turn is `<think>reasoning</think>reply`
                          and the prompt is the policy's pass-1 or pass-2 prompt
-                         (peer_rl.prompts.escrag); `pass` is "initial" or "final"
+                         (peer_rl.prompts.escrag); `pass` is "initial" or "refined"
+                         ("final", its old spelling, still reads as "refined")
 
 `history` takes every spelling the PEER subsets accept (peer_rl.data.vocab) and ends with the
 seeker turn that `chosen` / `rejected` / `response` answer; scores are the Client, Counselor and
@@ -30,8 +31,24 @@ from collections.abc import Callable
 from peer_rl.prompts.escrag import format_reasoned, initial_messages, refined_messages
 
 PERSPECTIVES = ("client", "counselor", "judge")
-PASSES = ("initial", "final")
+PASSES = ("initial", "refined")      # pass 1, pass 2 (the reply written with the exemplars)
+# one word per idea (issue 59): pass 2's `pass` value was "final"; files written before read
+# as "refined"
+OLD_PASSES = {"final": "refined"}
+# the bundled sample still writes pass 2 under its old spelling (`"pass": "final"`, ids ending
+# `-final`), read as "refined": the tiny models' tokenizer is trained on every string of the
+# sample (peer_rl.supervised.tiny_models.default_corpus), so new bytes there change the tiny
+# start models and call for rebuilding the shipped tiny models (`peer-rl models build-tiny`) and
+# the SmolLM2 adapters' data digest (`build-smollm2`)
+SAMPLE_PASS_2 = "final"
+
 _REVISE = {"en": "The guidelines fit better than my draft.", "zh": "参考回复比初稿更贴切。"}
+
+
+def canonical_pass(value) -> str | None:
+    """A cold-start row's `pass` under today's name (PASSES); None for any other value."""
+    value = OLD_PASSES.get(value, value) if isinstance(value, str) else None
+    return value if value in PASSES else None
 
 
 def preference_rows(targets: list[dict], split: str) -> list[dict]:
@@ -68,7 +85,7 @@ def cold_start_rows(targets: list[dict], reasoning: Callable[[dict], str]) -> li
         same = [o["text"] for o in train if o["strategy"] == t["strategy"]
                 and o["lang"] == lang and o["dialogue"] != t["dialogue"]]
         guidelines = [t["alt_good"]] + same[:2]
-        rows.append({"id": f"{t['id']}-final", **base, "pass": "final",
+        rows.append({"id": f"{t['id']}-{SAMPLE_PASS_2}", **base, "pass": SAMPLE_PASS_2,
                      "messages": refined_messages(t["history"], lang, t["poor"], guidelines)
                      + [{"role": "assistant", "content": format_reasoned(
                          why + (" " if lang == "en" else "") + _REVISE[lang], t["text"])}]})

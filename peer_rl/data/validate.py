@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peer_rl.data.escrag import PASSES, PERSPECTIVES
+from peer_rl.data.escrag import PASSES, PERSPECTIVES, canonical_pass
 from peer_rl.data.layout import DataFile
 from peer_rl.data.vocab import (LANGS, LANGUAGE_ALIASES, MODALITY_ALIASES, infer_language,
                                 language_of, modality_of, role_of, split_role_lines)
@@ -386,8 +386,8 @@ def _check_cold_start(r: _Row) -> None:
     """ESCRAG-R1 cold-start demonstrations (peer_rl.data.escrag)."""
     r.row_id(required=True)
     _language(r)
-    if "pass" in r.row:
-        r.choice("pass", PASSES)
+    if "pass" in r.row:        # "final", pass 2's old spelling, is stored as "refined"
+        r.alias("pass", canonical_pass, ", ".join(PASSES))
     if "source" in r.row:
         r.text("source", required=False)
     msgs = r.chat()

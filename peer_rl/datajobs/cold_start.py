@@ -17,10 +17,10 @@ GRPO asks:
   and the teacher answers the pass-2 prompt built from the dialogue, that reply and those
   exemplars. Its pass-1 answer is only the draft, not a demonstration of its own.
 
-`cold_start.final_share` of the contexts (default 0.5) teach pass 2, by their place in the draw
+`cold_start.refined_share` of the contexts (default 0.5) teach pass 2, by their place in the draw
 (`passes`), so any first N hold floor(N x share) of them. An answer with one closed `<think>`
 block and a non-empty reply becomes a row of `OUT/cold_start/train.jsonl` (the layout
-`peer-rl sft recipe=escrag_sft` reads), marked `"pass": "initial"` or `"final"`; any other answer
+`peer-rl sft recipe=escrag_sft` reads), marked `"pass": "initial"` or `"refined"`; any other answer
 is set aside in `OUT/_jobs/cold_start/unparsed.jsonl` and counted, never repaired. Rerun the
 command to continue an interrupted run; raise `cold_start.count` to extend it (the draw is a
 prefix of a seeded permutation and a context's pass depends on its place only, so earlier
@@ -35,6 +35,7 @@ from fractions import Fraction
 from functools import partial
 from pathlib import Path
 
+from peer_rl.data.escrag import PASSES, canonical_pass
 from peer_rl.data.layout import file_split
 from peer_rl.datajobs import job
 from peer_rl.datajobs.rows import Row, load_rows, row_source
@@ -43,13 +44,12 @@ from peer_rl.files.out_paths import claim_dir, read_json
 from peer_rl.prompts.escrag import (format_reasoned, initial_messages, parse_reasoned,
                                     refined_messages)
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.store import RunStore
+from peer_rl.evaluation.store import MANIFEST_FILE, RunStore
 from peer_rl.evaluation.supporter import Query
 from peer_rl.retrieval.corpus import index_from_root, load_exemplars
 from peer_rl.retrieval.index import INFO_FILE
 
 SOURCE = "peer-rl data cold-start"
-PASSES = ("initial", "final")
 
 
 @dataclass(frozen=True)
@@ -83,12 +83,12 @@ def draw(rows: list[Row], count: int, seed: int) -> list[Row]:
     return [rows[i] for i in order[:count]]
 
 
-def passes(n: int, final_share: float) -> list[str]:
-    """The pass each of the first n drawn contexts teaches: the (i+1)-th is pass 2 ("final")
+def passes(n: int, refined_share: float) -> list[str]:
+    """The pass each of the first n drawn contexts teaches: the (i+1)-th is pass 2 ("refined")
     when floor((i + 1) x share) > floor(i x share), so the first N hold floor(N x share) pass-2
-    contexts for every N (0.5: initial, final, initial, final, ...)."""
-    share = Fraction(final_share).limit_denominator(10 ** 6)
-    return ["final" if (i + 1) * share // 1 > i * share // 1 else "initial" for i in range(n)]
+    contexts for every N (0.5: initial, refined, initial, refined, ...)."""
+    share = Fraction(refined_share).limit_denominator(10 ** 6)
+    return ["refined" if (i + 1) * share // 1 > i * share // 1 else "initial" for i in range(n)]
 
 
 def demo_case(case: ContextCase, k: int = 3):
@@ -109,7 +109,7 @@ def demo_case(case: ContextCase, k: int = 3):
 
 def demo_messages(rec: dict, row: dict) -> list[dict]:
     """The prompt a finished case's demonstration answers: the one the teacher was asked."""
-    if rec["pass"] == "final":
+    if canonical_pass(rec["pass"]) == "refined":   # "final" in a run begun before the rename
         return refined_messages(row["history"], row["language"], rec["draft"], rec["exemplars"])
     return initial_messages(row["history"], row["language"])
 
@@ -127,9 +127,9 @@ def pass_two_source(root: Path, cfg) -> dict:
     try:
         rows, src = load_exemplars(root, cfg.skip_invalid)
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"cold_start.final_share={c.final_share}: pass 2 retrieves "
+        raise FileNotFoundError(f"cold_start.refined_share={c.refined_share}: pass 2 retrieves "
                                 f"exemplars, and {exc}; set cold_start.index to a built index "
-                                "or cold_start.final_share=0") from None
+                                "or cold_start.refined_share=0") from None
     return {"source_sha256": src["sha256"], "embedding_model": c.embedding_model,
             "count": len(rows)}
 
@@ -142,6 +142,21 @@ def pass_two_index(root: Path, directory: Path, cfg) -> Path:
         return Path(c.index)
     return index_from_root(root, directory / "index", c.embedding_model,
                            skip_invalid=cfg.skip_invalid)
+
+
+def as_begun(directory: Path, manifest: dict) -> dict:
+    """The manifest under the names of the run it continues: one begun before pass 2 was
+    `refined` recorded its share as `final_share` (its cases.jsonl, `"pass": "final"`), and
+    goes on with the same settings under either name."""
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        return manifest
+    begun = read_json(path, "run manifest").get("settings")
+    settings = manifest["settings"]
+    if isinstance(begun, dict) and "final_share" in begun and "refined_share" in settings:
+        return {**manifest, "settings": {("final_share" if k == "refined_share" else k): v
+                                         for k, v in settings.items()}}
+    return manifest
 
 
 def open_retriever(index_dir: Path):
@@ -164,20 +179,20 @@ def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> di
                          "with cold_start.splits")
     chosen = draw(pool, cfg.limit or c.count, cfg.seed)
     cases = [ContextCase(r.key, r, p) for r, p in zip(chosen, passes(len(chosen),
-                                                                     c.final_share))]
+                                                                     c.refined_share))]
     directory = job.job_dir(out, "cold_start")
     inputs = {"root": str(root), "files": {f: job.sha256(root / f) for f in loaded.files
                                            if file_split(f) in c.splits}}
     # the count is left out: a larger one extends the same seeded draw (as `limit` does)
     settings = {"subsets": list(c.subsets), "splits": list(c.splits)}
-    if c.final_share > 0:
-        settings |= {"final_share": c.final_share, "k": c.k}
+    if c.refined_share > 0:
+        settings |= {"refined_share": c.refined_share, "k": c.k}
         inputs["exemplars"] = pass_two_source(root, cfg)
-    manifest = job.manifest("cold_start", cfg, inputs, settings)
+    manifest = as_begun(directory, job.manifest("cold_start", cfg, inputs, settings))
     store = RunStore(directory, manifest)
     extra = {}
-    if c.final_share > 0 and (endpoints is None or "retrieval" not in endpoints) and any(
-            x.pass_ == "final" and not store.done(x.id) for x in cases):
+    if c.refined_share > 0 and (endpoints is None or "retrieval" not in endpoints) and any(
+            x.pass_ == "refined" and not store.done(x.id) for x in cases):
         # built (or found unchanged) in the run's directory, which the store holds locked
         extra["retrieval"] = open_retriever(pass_two_index(root, directory, cfg))
     job.run_job("cold_start", cfg, cases, partial(demo_case, k=c.k), store, endpoints, extra)
@@ -203,7 +218,7 @@ def run_cold_start(root: str | Path, out: str | Path, cfg, endpoints=None) -> di
                    "unparsed": sum(u["pass"] == p for u in unparsed)} for p in PASSES}
     summary = {"rows_in": len(rows), "contexts": len(pool), "asked": len(cases),
                "demonstrations": len(demos), "unparsed": len(unparsed),
-               "final_share": c.final_share, "passes": by_pass,
+               "refined_share": c.refined_share, "passes": by_pass,
                "exemplars": manifest["inputs"].get("exemplars"),
                "short_of_count": max(0, (cfg.limit or c.count) - len(pool)),
                "invalid_skipped": len(loaded.invalid), "passed_over": dict(skipped),

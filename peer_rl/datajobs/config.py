@@ -62,7 +62,7 @@ class ColdStartConfig:
     count: int = 500                      # demonstrations asked for (ESCRAG-R1: 500)
     # the share of them written for pass 2 (the teacher's own pass-1 reply as the initial
     # response, k retrieved exemplars as the guidelines); the rest teach pass 1
-    final_share: float = 0.5
+    refined_share: float = 0.5
     k: int = 3                            # exemplars in a pass-2 prompt (as retrieval.k)
     # the exemplar index pass 2 retrieves from (`peer-rl index build`); "" = built from ROOT's
     # train exemplars into OUT/_jobs/cold_start/index with embedding_model
@@ -116,8 +116,8 @@ def check_job(cfg: DictConfig, job: str) -> None:
         parse_splits(list(cfg.cold_start.splits), "cold_start.splits")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if not 0 <= cfg.cold_start.final_share <= 1:
-        raise ConfigError(f"cold_start.final_share={cfg.cold_start.final_share}: expected a "
+    if not 0 <= cfg.cold_start.refined_share <= 1:
+        raise ConfigError(f"cold_start.refined_share={cfg.cold_start.refined_share}: expected a "
                           "share in [0, 1] (0: pass-1 demonstrations only, 1: pass 2 only)")
     if not 0 <= cfg.preference.test_fraction < 1:
         raise ConfigError(f"preference.test_fraction={cfg.preference.test_fraction}: "

@@ -3,7 +3,7 @@
 The same endpoints, prompts and turn logic as the evaluations (supporter_turn): with the peer
 prompt the model reasons in Steps 1-4 and only Step 4 is printed; with the escrag prompt what
 follows `</think>`; `--rag INDEX` adds ESCRAG-R1's retrieval pass (initial reply -> exemplars ->
-final reply). Reasoning is shown with `--show-reasoning`, or `/reasoning` to toggle. `/reset`
+refined reply). Reasoning is shown with `--show-reasoning`, or `/reasoning` to toggle. `/reset`
 starts a new conversation, `/quit` (or end of input) leaves.
 """
 from __future__ import annotations

@@ -65,7 +65,7 @@ class CcjConfig:
 @dataclass
 class RagConfig:
     """ESCRAG-R1's RAG inference for the model under test (model.prompt=escrag): the initial
-    reply queries this exemplar index and the model writes the final reply with k exemplars."""
+    reply queries this exemplar index and the model writes the refined reply with k exemplars."""
     index: str = ""               # `peer-rl index build` output; "" = no retrieval
     k: int = 3
     embedding_model: str = ""     # "" = the one the index records

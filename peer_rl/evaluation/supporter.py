@@ -10,7 +10,7 @@ alternating turns, the whole answer (minus a `<think>` block) shown.
 `escrag` style: ESCRAG-R1's therapist prompt (peer_rl.prompts.escrag); the seeker sees what
 follows `</think>`. With retrieval (`rag.index`, `--rag DIR`) a turn is ESCRAG-R1's RAG
 inference: the initial reply queries the exemplar index (role "retrieval") and the model writes
-the final reply from the dialogue, its initial reply and the exemplars; no weights change.
+the refined reply from the dialogue, its initial reply and the exemplars; no weights change.
 
 `supporter_turn` is the one place a protocol asks the model under test for a turn:
 `turns = yield from supporter_turn(...)`.
@@ -49,7 +49,7 @@ class Query(NamedTuple):
 
 
 class Turn(NamedTuple):
-    raw: str                      # the model's whole answer (the final pass's, with RAG)
+    raw: str                      # the model's whole answer (the refined pass's, with RAG)
     shown: str                    # what the seeker reads
     format_ok: bool | None        # peer: a non-empty Step 4; escrag: complete; chat: None
     initial_raw: str | None = None        # RAG: the first pass's answer

@@ -89,8 +89,8 @@ class EscragR1(Method):
         refined = generate(self.groups.rollout, [Prompt(uid=s.uid, messages=refined_messages(
             rows[s.uid]["history"], rows[s.uid]["language"], p.reply,
             [e["response"] for e in hs])) for s, p, hs in zip(initial, init_parsed, hits)],
-            dataclasses.replace(self.settings.sampling, n=1), step, "rollout_final")
-        timing["rollout_final"] = time.perf_counter() - t
+            dataclasses.replace(self.settings.sampling, n=1), step, "rollout_refined")
+        timing["rollout_refined"] = time.perf_counter() - t
         parsed = [parse_reasoned(s.text) for s in refined]
         replies = [p.reply for p in parsed]
 

@@ -58,20 +58,28 @@ def truncate_jsonl(path: Path, last_step: int) -> int:
 
 # one word per idea (issue 59), verl's names where it has them: an old name on the left is
 # read back as the one on its right, so metrics.jsonl files written before still plot and report.
-# An entry ending in "/" renames a whole family (timing/<stage> -> timing_s/<stage>).
+# An entry ending in "/" renames a whole family (timing/<stage> -> timing_s/<stage>). Renames
+# chain: a name renamed twice reads back under the newest (timing/rollout_final ->
+# timing_s/rollout_final -> timing_s/rollout_refined).
 RENAMED = {"actor/clip_frac": "actor/pg_clipfrac", "actor/approx_kl": "actor/ppo_kl",
            "timing/": "timing_s/",
            "reward/final_mean": "reward/refined_mean",
            "reward/final_minus_initial": "reward/refined_minus_initial",
-           "groups/zero_variance_share/final": "groups/zero_variance_share/reweighted"}
+           "groups/zero_variance_share/final": "groups/zero_variance_share/reweighted",
+           "timing_s/rollout_final": "timing_s/rollout_refined"}
 
 
 def current_name(key: str) -> str:
-    """`key` under today's name (RENAMED); a key never renamed comes back as it is."""
-    for old, new in RENAMED.items():
-        if key == old or (old.endswith("/") and key.startswith(old)):
-            return new + key[len(old):]
-    return key
+    """`key` under today's name (RENAMED, followed to its newest name); a key never renamed
+    comes back as it is."""
+    for _ in range(len(RENAMED) + 1):      # a chain is shorter unless the table cycles
+        for old, new in RENAMED.items():
+            if key == old or (old.endswith("/") and key.startswith(old)):
+                key = new + key[len(old):]
+                break
+        else:
+            return key
+    raise ValueError(f"RENAMED cycles at {key!r}")
 
 
 def read_metrics(path: str | Path) -> list[dict]:

@@ -103,7 +103,7 @@ def _demo(content, **extra):
 def test_cold_start_demonstrations_need_one_think_block_then_a_reply(tmp_path):
     path = tmp_path / "cold_start" / "x.jsonl"
     rep = _check(tmp_path, "cold_start", [
-        _demo("<think>Stage: exploration.</think>\nThat sounds hard.", **{"pass": "final"}),
+        _demo("<think>Stage: exploration.</think>\nThat sounds hard.", **{"pass": "refined"}),
         _demo("That sounds hard."),                                  # no reasoning
         _demo("<think>Stage: exploration.</think>"),                 # no reply
         _demo("<think>a</think><think>b</think> reply"),             # two think blocks
@@ -113,10 +113,30 @@ def test_cold_start_demonstrations_need_one_think_block_then_a_reply(tmp_path):
     want = "messages[-1].content: expected <think>reasoning</think> then a non-empty reply"
     assert [m.startswith(f"{path}:{line}: {want}") for line in (2, 3, 4)
             for m in msgs].count(True) == 3
-    assert any(m.startswith(f"{path}:5: pass: expected one of initial, final") for m in msgs)
+    assert any(m.startswith(f"{path}:5: pass: expected one of initial, refined, found 'third'")
+               for m in msgs)
     assert any(m.startswith(f"{path}:6: messages: expected a chat ending with a user turn then "
                             "the assistant target") for m in msgs)
-    assert rep.n_invalid == 5 and rep.rows[0]["pass"] == "final"
+    assert rep.n_invalid == 5 and rep.rows[0]["pass"] == "refined"
+
+
+def test_a_file_written_with_the_old_pass_final_reads_as_pass_2(tmp_path, capsys):
+    """Pass 2 was `"pass": "final"` before it was `refined` (one word per idea): files users
+    wrote then still check, and read as pass 2 under today's name wherever rows are read."""
+    from peer_rl.cli import main
+    from peer_rl.data.escrag import canonical_pass
+
+    rep = _check(tmp_path, "cold_start", [
+        _demo("<think>Stage: exploration.</think>\nThat sounds hard.", **{"pass": "final"}),
+        _demo("<think>Stage: exploration.</think>\nThat sounds hard.",
+              **{"pass": "initial"}) | {"id": "c2"}])
+    assert not rep.problems
+    assert [r["pass"] for r in rep.rows] == ["refined", "initial"]
+    assert [canonical_pass(v) for v in ("final", "refined", "initial", "Final", None)] == \
+        ["refined", "refined", "initial", None, None]
+    assert main(["data", "stats", str(tmp_path), "--json"]) == 0
+    [stats] = json.loads(capsys.readouterr().out)
+    assert stats["pass"] == {"refined": 1, "initial": 1}
 
 
 def test_the_sample_cold_start_covers_both_passes_of_every_train_turn():
@@ -128,12 +148,13 @@ def test_the_sample_cold_start_covers_both_passes_of_every_train_turn():
     assert not rep.problems
     train_turns = {t["id"] for lang in ("en", "zh") for t in targets(lang) if t["split"] == "train"}
     by_pass = {p: {r["id"].rsplit("-", 1)[0] for r in rep.rows if r["pass"] == p}
-               for p in ("initial", "final")}
-    assert by_pass["initial"] == by_pass["final"] == train_turns
-    final = next(r for r in rep.rows if r["pass"] == "final")
+               for p in ("initial", "refined")}
+    assert by_pass["initial"] == by_pass["refined"] == train_turns
+    refined = next(r for r in rep.rows if r["pass"] == "refined")
     # the pass-2 prompt carries an initial reply and numbered guidelines; the target's reply is
-    # the turn's reference reply
-    tg = next(t for t in targets("en") if f"{t['id']}-final" == final["id"])
-    assert f"Your initial response:\n{tg['poor']}" in final["messages"][1]["content"]
-    assert f"1. {tg['alt_good']}" in final["messages"][1]["content"]
-    assert parse_reasoned(final["messages"][-1]["content"]).reply == tg["text"]
+    # the turn's reference reply. The sample keeps pass 2's old spelling (escrag.SAMPLE_PASS_2:
+    # `"pass": "final"`, ids ending -final), read as "refined"
+    tg = next(t for t in targets("en") if f"{t['id']}-final" == refined["id"])
+    assert f"Your initial response:\n{tg['poor']}" in refined["messages"][1]["content"]
+    assert f"1. {tg['alt_good']}" in refined["messages"][1]["content"]
+    assert parse_reasoned(refined["messages"][-1]["content"]).reply == tg["text"]

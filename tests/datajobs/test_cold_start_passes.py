@@ -88,10 +88,10 @@ def test_the_pass_of_each_drawn_context_by_hand():
     from peer_rl.datajobs.cold_start import passes
 
     # share 1/2: every second context; the first N hold floor(N / 2)
-    assert passes(5, 0.5) == ["initial", "final", "initial", "final", "initial"]
+    assert passes(5, 0.5) == ["initial", "refined", "initial", "refined", "initial"]
     # share 0.3: the 4th (floor(4 x 0.3) = 1 > floor(3 x 0.3) = 0), the 7th and the 10th
-    assert [i + 1 for i, p in enumerate(passes(10, 0.3)) if p == "final"] == [4, 7, 10]
-    assert passes(3, 0.0) == ["initial"] * 3 and passes(3, 1.0) == ["final"] * 3
+    assert [i + 1 for i, p in enumerate(passes(10, 0.3)) if p == "refined"] == [4, 7, 10]
+    assert passes(3, 0.0) == ["initial"] * 3 and passes(3, 1.0) == ["refined"] * 3
     # a larger count extends the draw without changing the earlier contexts' passes
     assert passes(20, 0.3)[:10] == passes(10, 0.3)
 
@@ -104,12 +104,12 @@ def test_cold_start_writes_both_passes_in_the_set_share(root, tmp_path):
              .splitlines()]
     # 4 contexts at share 0.5: the 2nd and 4th of the draw teach pass 2; each of those asks the
     # teacher twice (its draft, then pass 2): 2 + 2 x 2 = 6 requests
-    assert [d["pass"] for d in demos] == ["initial", "final", "initial", "final"]
+    assert [d["pass"] for d in demos] == ["initial", "refined", "initial", "refined"]
     assert len(asked) == 6
     s = rep["summary"]
-    assert (s["final_share"], cfg.cold_start.k) == (0.5, 3)                # the defaults
+    assert (s["refined_share"], cfg.cold_start.k) == (0.5, 3)              # the defaults
     assert s["passes"] == {"initial": {"asked": 2, "demonstrations": 2, "unparsed": 0},
-                           "final": {"asked": 2, "demonstrations": 2, "unparsed": 0}}
+                           "refined": {"asked": 2, "demonstrations": 2, "unparsed": 0}}
     rows = [json.loads(x) for x in (root / "preference/train.jsonl").read_text().splitlines()]
     for d in demos:
         row = rows[int(d["context"].rsplit(":", 1)[1]) - 1]
@@ -145,12 +145,12 @@ def test_cold_start_writes_both_passes_in_the_set_share(root, tmp_path):
 def test_a_share_of_zero_teaches_pass_1_only_and_needs_no_index(root, tmp_path):
     asked = []
     cfg = load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.count=4",
-                                         "cold_start.final_share=0"])
+                                         "cold_start.refined_share=0"])
     rep = run_cold_start(root, tmp_path / "out", cfg, {"teacher": Scripted(_teacher(asked))})
-    assert rep["summary"]["passes"]["final"]["asked"] == 0 and len(asked) == 4
+    assert rep["summary"]["passes"]["refined"]["asked"] == 0 and len(asked) == 4
     assert not (tmp_path / "out/_jobs/cold_start/index").exists()
-    with pytest.raises(Exception, match=r"cold_start.final_share=1.5: expected a share in"):
-        load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.final_share=1.5"])
+    with pytest.raises(Exception, match=r"cold_start.refined_share=1.5: expected a share in"):
+        load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.refined_share=1.5"])
 
 
 def test_contexts_come_from_the_train_split_unless_told(root, tmp_path):
@@ -162,7 +162,7 @@ def test_contexts_come_from_the_train_split_unless_told(root, tmp_path):
     (root / "preference" / "test.jsonl").write_text(json.dumps(test_rows[0]) + "\n")
     asked = []
     cfg = load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.count=10",
-                                         "cold_start.final_share=0"])
+                                         "cold_start.refined_share=0"])
     s = run_cold_start(root, tmp_path / "a", cfg, {"teacher": Scripted(_teacher(asked))})[
         "summary"]
     # 4 train contexts drawn of 10 asked for; the test file's one row left out
@@ -171,8 +171,56 @@ def test_contexts_come_from_the_train_split_unless_told(root, tmp_path):
     assert all(d["context"].startswith("preference/train.jsonl:") for d in map(
         json.loads, (tmp_path / "a/cold_start/train.jsonl").read_text().splitlines()))
     cfg = load_job_config("cold_start", [f"teacher.url={URL}", "cold_start.count=10",
-                                         "cold_start.final_share=0",
+                                         "cold_start.refined_share=0",
                                          "cold_start.splits=[train,test]"])
     s = run_cold_start(root, tmp_path / "b", cfg, {"teacher": Scripted(_teacher(asked))})[
         "summary"]
     assert (s["contexts"], s["asked"]) == (5, 5) and s["left_out_splits"] == {}
+
+
+def test_the_old_key_final_share_stops_at_start_up_naming_the_new_one(root, tmp_path, capsys):
+    """Pass 2 is `refined` (one word per idea): `cold_start.final_share`, on the command line
+    or in a recipe, fails in one line before any work, not as an unknown key."""
+    from peer_rl.cli import main
+
+    want = ("cold_start.final_share: renamed cold_start.refined_share; write "
+            "cold_start.refined_share=0.25 instead")
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("base: data\ncold_start:\n  final_share: 0.25\n")
+    for over, where in ((["cold_start.final_share=0.25"], ""),
+                        ([f"recipe={recipe}"], f"recipe {str(recipe)!r}: ")):
+        assert main(["data", "cold-start", str(root), "--out", str(tmp_path / "out"),
+                     f"teacher.url={URL}", *over]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"error: {where}{want}"
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_run_begun_under_the_old_names_continues(root, tmp_path):
+    """A run written before the rename (run.json's `final_share`, cases.jsonl's
+    `"pass": "final"`) is extended by a larger count: its cases are not asked again, and its
+    pass-2 demonstrations keep the pass-2 prompt, written as `refined`."""
+    asked = []
+    parties = {"teacher": Scripted(_teacher(asked))}
+    out, jobs = tmp_path / "out", tmp_path / "out/_jobs/cold_start"
+    run_cold_start(root, out, load_job_config("cold_start", [f"teacher.url={URL}",
+                                                              "cold_start.count=2"]), parties)
+    assert len(asked) == 3                          # context 1 pass 1; context 2 draft + pass 2
+    run = json.loads((jobs / "run.json").read_text())       # as the old code wrote them
+    run["settings"] = {("final_share" if k == "refined_share" else k): v
+                       for k, v in run["settings"].items()}
+    (jobs / "run.json").write_text(json.dumps(run))
+    cases = [json.loads(x) for x in (jobs / "cases.jsonl").read_text().splitlines()]
+    assert [c["pass"] for c in cases] == ["initial", "refined"]
+    (jobs / "cases.jsonl").write_text("".join(json.dumps(c | {"pass": c["pass"].replace(
+        "refined", "final")}) + "\n" for c in cases))
+    rep = run_cold_start(root, out, load_job_config("cold_start", [f"teacher.url={URL}",
+                                                                    "cold_start.count=4"]),
+                         parties)
+    assert len(asked) == 3 + 3                      # contexts 3 and 4 only
+    demos = [json.loads(x) for x in (out / "cold_start/train.jsonl").read_text().splitlines()]
+    assert [d["pass"] for d in demos] == ["initial", "refined", "initial", "refined"]
+    assert all(("Your initial response:" in d["messages"][1]["content"]) == (d["pass"] ==
+                                                                            "refined")
+               for d in demos)
+    assert rep["summary"]["passes"]["refined"]["demonstrations"] == 2

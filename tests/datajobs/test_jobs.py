@@ -379,7 +379,7 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
 
     parties = {"teacher": Scripted(teacher)}
     # pass 1 alone here; both passes: tests/datajobs/test_cold_start_passes.py
-    cfg = _cfg("cold_start", "cold_start.count=8", "cold_start.final_share=0")
+    cfg = _cfg("cold_start", "cold_start.count=8", "cold_start.refined_share=0")
     rep = run_cold_start(sample_root(), tmp_path / "out", cfg, parties)
     s = rep["summary"]
     # the sample's preference train file: 304 pairs over 152 distinct contexts (two pairs a
@@ -411,7 +411,7 @@ def test_cold_start_asks_the_policy_prompt_and_keeps_only_well_formed_demonstrat
     assert len(asked) == 8
     bigger = run_cold_start(sample_root(), tmp_path / "out",
                             _cfg("cold_start", "cold_start.count=10",
-                                 "cold_start.final_share=0"), parties)
+                                 "cold_start.refined_share=0"), parties)
     assert len(asked) == 10 and bigger["summary"]["asked"] == 10
 
 

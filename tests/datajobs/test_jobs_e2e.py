@@ -109,9 +109,9 @@ def test_each_job_against_an_openai_compatible_server(server_url, tmp_path):
                   f"teacher.url={server_url}", "teacher.max_tokens=64")))
     s = _summary(tmp_path / "c/_jobs/cold_start/report.json")
     assert s["asked"] == 3 and s["demonstrations"] + s["unparsed"] == 3
-    # cold_start.final_share 0.5 over 3 draws: the 2nd teaches pass 2 (floor(2 x 0.5) = 1),
+    # cold_start.refined_share 0.5 over 3 draws: the 2nd teaches pass 2 (floor(2 x 0.5) = 1),
     # its exemplars retrieved from an index of the root's train exemplars by the real encoder
-    assert {p: v["asked"] for p, v in s["passes"].items()} == {"initial": 2, "final": 1}
+    assert {p: v["asked"] for p, v in s["passes"].items()} == {"initial": 2, "refined": 1}
     _check(tmp_path / "c")
 
 

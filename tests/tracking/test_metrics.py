@@ -61,7 +61,10 @@ OLD_STEP = {"reward/mean": 0.5, "actor/clip_frac": 0.25, "actor/approx_kl": 0.01
 def test_old_metric_names_are_read_back_under_verls():
     assert current_name("actor/clip_frac") == "actor/pg_clipfrac"
     assert current_name("actor/approx_kl") == "actor/ppo_kl"
-    assert current_name("timing/rollout_final") == "timing_s/rollout_final"
+    assert current_name("timing/update") == "timing_s/update"
+    # renamed twice (timing_s/, then ESCRAG-R1's pass 2 became `refined`): the newest name
+    assert current_name("timing/rollout_final") == "timing_s/rollout_refined"
+    assert current_name("timing_s/rollout_final") == "timing_s/rollout_refined"
     for key in ("timing_s/update_actor", "actor/pg_clipfrac_lower", "reward/mean",
                 "actor/clip_frac_x"):
         assert current_name(key) == key

@@ -1,6 +1,7 @@
 """A run directory written before issue 59's renames (`reward/final_mean`,
-`groups/zero_variance_share/final`, ...) reads under today's names wherever peer-rl reads
-metrics.jsonl back: the curves figure, the chain report's training table and curves."""
+`groups/zero_variance_share/final`, `timing_s/rollout_final`, ...) reads under today's names
+wherever peer-rl reads metrics.jsonl back: the curves figure, the chain report's training table
+and curves."""
 import json
 
 from peer_rl.chain.report import read_curves
@@ -52,3 +53,15 @@ def test_the_chain_report_reads_an_old_grpo_run_under_the_new_names(tmp_path):
     runs = read_curves(tmp_path)
     assert [r["reward/refined_mean"] for r in runs["escrag_r1_s1"]] == [0.5, 0.75]
     assert not any("reward/final_mean" in r for r in runs["escrag_r1_s1"])
+
+
+def test_an_old_runs_pass_2_timing_reads_back_as_rollout_refined(tmp_path):
+    """ESCRAG-R1's pass-2 stage was `rollout_final` (under timing/, then timing_s/): both old
+    spellings read back as timing_s/rollout_refined, beside a step written today."""
+    _write(tmp_path / "metrics.jsonl", [
+        {"step": 1, "timing/rollout": 1.0, "timing/rollout_final": 2.0},
+        {"step": 2, "timing_s/rollout": 1.5, "timing_s/rollout_final": 2.5},
+        {"step": 3, "timing_s/rollout": 0.5, "timing_s/rollout_refined": 3.0}])
+    recs = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["timing_s/rollout_refined"] for r in recs] == [2.0, 2.5, 3.0]
+    assert all(r.keys() == {"step", "timing_s/rollout", "timing_s/rollout_refined"} for r in recs)

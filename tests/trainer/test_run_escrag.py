@@ -46,7 +46,7 @@ def test_two_pass_grpo_with_retrieval_survives_a_killed_retrieval_actor(tmp_path
         # the sample's prompts come from dialogues the corpus also holds: their own turns are
         # passed over (the same seeker turn makes them the nearest neighbours)
         assert r["retrieval/excluded_per_query"] > 0
-        assert r["timing_s/rollout_final"] > 0
+        assert r["timing_s/rollout_refined"] > 0
         assert r["reward/refined_minus_initial"] == pytest.approx(
             r["reward/refined_mean"] - r["reward/initial_mean"], abs=1e-9)
     # the GRPO batch is the refined replies only (retrieval.train_initial=false): B x G per step
@@ -69,7 +69,7 @@ def test_vanilla_grpo_is_one_pass_with_the_same_prompt_and_reward(tmp_path, tiny
     assert "retrieval x" not in proc.stdout and not (out / "index").exists()
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [1, 2]
-    assert not any(k.startswith("retrieval/") or k == "timing_s/rollout_final"
+    assert not any(k.startswith("retrieval/") or k == "timing_s/rollout_refined"
                    for r in recs for k in r)
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * 4 * 4                       # B x G per step, one pass
