@@ -14,11 +14,11 @@ import pickle
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from peer_rl.config.worker_settings import LoRASettings, PolicySettings
 from lora_util import save_random_adapter
+from spawn_util import start_ranks
 from test_policy import (HP, SEED, assert_every_mode_gives_the_one_batch_gradient,  # noqa: F401
                          assert_same_training, free_port, make_batch, max_diff, rank_results,
                          run_group, tiny_model)
@@ -98,8 +98,8 @@ def _entry(rank, world_size, port, model_path, adapter, out, ckpt_from):
 
 def run_lora(world_size: int, model_path: str, adapter: str, out, ckpt_from=None) -> list[dict]:
     os.makedirs(out, exist_ok=True)
-    mp.spawn(_entry, args=(world_size, free_port(), model_path, adapter, str(out), ckpt_from),
-             nprocs=world_size, join=True)
+    start_ranks(_entry, (world_size, free_port(), model_path, adapter, str(out), ckpt_from),
+                world_size)
     return rank_results(out, world_size)
 
 

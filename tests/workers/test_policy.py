@@ -1,6 +1,7 @@
-"""PolicyWorker on real gloo groups (no mocks): 2 spawned processes, and 2 Ray actors.
+"""PolicyWorker on real gloo groups (no mocks): 2 processes of their own, and 2 Ray actors.
 
-Each spawned run executes one scenario function per rank and pickles its result for the test.
+The ranks are forked from a warm forkserver (spawn_util.start_ranks), each run's ranks fresh
+processes. Each run executes one scenario function per rank and pickles its result for the test.
 The world-1 run is the reference: FSDP2 over 2 ranks with the same global batch must reach the
 same weights, which checks the sharding of rows, the global token-mean loss scaling and FSDP's
 gradient averaging together.
@@ -18,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from peer_rl.algos import sequence_advantages
 from peer_rl.protocol import UpdateBatch
 from peer_rl.config.worker_settings import LoRASettings, PolicySettings
 from lora_util import save_random_adapter
+from spawn_util import start_ranks
 from peer_rl.workers.policy import PolicyWorker
 
 pytestmark = pytest.mark.e2e   # spawns FSDP2 gloo process groups
@@ -395,9 +396,8 @@ def _entry(rank, world_size, port, model_path, scenario, hp, out, arg):
 
 def run_group(world_size, model_path, scenario, out, arg=None, **hp) -> list[dict]:
     os.makedirs(out, exist_ok=True)
-    mp.spawn(_entry, args=(world_size, free_port(), model_path, scenario, {**HP, **hp}, str(out),
-                           arg),
-             nprocs=world_size, join=True)
+    start_ranks(_entry, (world_size, free_port(), model_path, scenario, {**HP, **hp}, str(out),
+                         arg), world_size)
     return rank_results(out, world_size)
 
 
