@@ -8,13 +8,13 @@ import json
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from peer_rl.compute.activation_memory import Trained, adapted_linears, layer_activation_bytes
+from spawn_util import start_ranks
 from test_policy import free_port
 
-pytestmark = pytest.mark.e2e   # mp.spawn: the worker runs in a process of its own
+pytestmark = pytest.mark.e2e   # the worker runs in a process of its own (spawn_util)
 
 # widths chosen apart (h 64, MLP 96, 4 heads of 16, K/V 2 heads) so a wrong coefficient shows
 DIMS = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
@@ -71,7 +71,7 @@ def saved(tmp_path_factory) -> dict[str, list[int]]:
         paths.append(str(d))
     out = tmp_path_factory.mktemp("saved") / "saved.json"
     ports = [free_port() for _ in range(2 * len(CASES))]
-    mp.spawn(_entry, args=(ports, paths, str(out)), nprocs=1, join=True)
+    start_ranks(_entry, (ports, paths, str(out)), nprocs=1)
     return json.loads(out.read_text())
 
 
