@@ -1,6 +1,9 @@
-"""`peer-rl train model.lora.rank=8` as a user runs it: two steps, then `resume=auto` to a third;
-the checkpoint holds the adapters only, final/ is the merged model plus adapter/ in PEFT's
-format, and PeftModel on the base model computes what the merged export computes."""
+"""`peer-rl train model.lora.rank=8` as a user runs it: stopped (SIGTERM) after step 2, then
+`resume=auto` to a third; the checkpoint holds the adapters only, final/ is the merged model plus
+adapter/ in PEFT's format, and PeftModel on the base model computes what the merged export
+computes. The run is tests/trainer/conftest.py's async_lora_run, shared with
+tests/trainer/test_run_async.py (it also runs trainer.async_training.staleness=1 and dynamic
+sampling, which none of these claims depends on)."""
 import math
 from pathlib import Path
 
@@ -11,13 +14,11 @@ from train_util import metrics as _metrics, train as _train
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def lora_run(tmp_path_factory, grpo_models):
-    out = tmp_path_factory.mktemp("lora_train")
-    first = _train(out, grpo_models, "model.lora.rank=8", "trainer.total_steps=2")
-    second = _train(out, grpo_models, "model.lora.rank=8", "trainer.total_steps=3",
-                    "resume=auto")
-    return out, first.stdout, second.stdout
+@pytest.fixture
+def lora_run(async_lora_run):
+    """The output directory, the first run's stdout, the resumed run's stdout."""
+    run = async_lora_run
+    return run["out"], run["first"]["stdout"], run["resumed"].stdout
 
 
 def test_a_lora_run_says_the_reference_is_free_checkpoints_adapters_and_resumes(lora_run):

@@ -7,11 +7,13 @@ judge's reward, which for the tiny random policy is mostly 0, so whole groups of
 2 draws a step. Which groups come out of each draw is up to the models: every step is checked
 against a replay of the data order (its prompts come from the batches it drew, in order, right
 after the previous step's), every kept group's reward varies, and a short step is one that hit
-the draw limit (on_limit=train_short: trained short rather than stopped)."""
+the draw limit (on_limit=train_short: trained short rather than stopped). The policy trains LoRA
+adapters (model.lora.rank=8), which none of this depends on: the run is tests/trainer/conftest.py's
+async_lora_run, which tests/trainer/test_lora_run.py reads too (one run for both)."""
 import json
 
 import pytest
-from train_util import metrics, train, train_and_signal_after
+from train_util import metrics
 
 from peer_rl.config.schema import load_config
 from peer_rl.data.prompt_loader import PromptLoader
@@ -19,35 +21,11 @@ from peer_rl.trainer.run import load_prompts
 
 pytestmark = pytest.mark.e2e
 
-MAX_DRAWS = 2
-RUN = ["trainer.async_training.staleness=1", "algorithm.filter_groups.enable=true",
-       "algorithm.filter_groups.metric=reward",
-       f"algorithm.filter_groups.max_num_gen_batches={MAX_DRAWS}",
-       "algorithm.filter_groups.on_limit=train_short"]
 
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, grpo_models) -> dict:
+@pytest.fixture
+def runs(async_lora_run) -> dict:
     """Both runs, and what the first left behind before the second touched it."""
-    out = tmp_path_factory.mktemp("train_async")
-    # checkpoints only at the end (save_freq=0): step_2 exists only if the signal wrote it
-    code, stdout, stderr = train_and_signal_after(out, grpo_models, 1, "trainer.total_steps=3",
-                                                  "trainer.save_freq=0", *RUN)
-    first = {"code": code, "stderr": stderr, "recs": metrics(out),
-             "spans": _spans(out), "checkpoints": sorted(p.name for p in
-                                                         (out / "checkpoints").iterdir()),
-             "final": (out / "final").exists()}
-    resumed = train(out, grpo_models, "trainer.total_steps=3", "resume=auto", *RUN)
-    return {"out": out, "first": first, "resumed": resumed}
-
-
-def _spans(out) -> dict:
-    """(step, stage) -> its first span (a stage repeats in a step when dynamic sampling
-    draws again)."""
-    spans: dict = {}
-    for s in map(json.loads, (out / "timeline.jsonl").read_text().splitlines()):
-        spans.setdefault((s["step"], s["stage"]), s)
-    return spans
+    return async_lora_run
 
 
 def test_sigterm_finishes_the_step_checkpoints_it_and_exits_143(runs):
@@ -91,9 +69,10 @@ def test_resume_trains_each_step_once_in_the_uninterrupted_data_order(runs):
     B = cfg.data.train_batch_size
     replay = PromptLoader(load_prompts(cfg), B, cfg.data.seed)
     kept = _kept(out)
+    max_draws = runs["max_draws"]
     for rec in recs:
         step, draws, n_kept = rec["step"], rec["filter/gen_batches"], rec["filter/kept_groups"]
-        assert 1 <= draws <= MAX_DRAWS and 0 <= n_kept <= B
+        assert 1 <= draws <= max_draws and 0 <= n_kept <= B
         batches = [[r["id"] for r in replay.next_batch()] for _ in range(draws)]
         drawn = [i for b in batches for i in b]
         ids = [pid for pid, _ in kept[step]]
@@ -104,7 +83,7 @@ def test_resume_trains_each_step_once_in_the_uninterrupted_data_order(runs):
         # whose reweighted value ties had tied rewards (RUR splits a tie of nonzero rewards)
         assert 0.0 <= rec["groups/zero_variance_share/reweighted"] <= share + 1e-9
         if n_kept == 0:       # nothing had a signal: the first batch, trained as it is
-            assert ids == batches[0] and draws == MAX_DRAWS and share == 1.0
+            assert ids == batches[0] and draws == max_draws and share == 1.0
             continue
         assert len(ids) == n_kept
         it = iter(drawn)      # a subsequence of what was drawn, in draw order
@@ -112,7 +91,7 @@ def test_resume_trains_each_step_once_in_the_uninterrupted_data_order(runs):
         for pid, rewards in kept[step]:
             assert len(rewards) == cfg.rollout.n and max(rewards) > min(rewards), (step, pid)
         if n_kept < B:        # short only at the limit: every group with signal was kept
-            assert draws == MAX_DRAWS and rec["filter/short"] == 1.0
+            assert draws == max_draws and rec["filter/short"] == 1.0
             assert share == pytest.approx((draws * B - n_kept) / (draws * B))
         else:                 # full: the last draw was needed
             assert rec["filter/short"] == 0.0
