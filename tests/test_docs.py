@@ -35,7 +35,25 @@ def _functions(path: Path) -> set[str]:
     return {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
-@pytest.mark.parametrize("page", [ROOT / "README.md", *DOCS], ids=lambda p: p.name)
+def _slug(heading: str) -> str:
+    """A heading's anchor as the docs site makes it (Markdown's toc: lower case, punctuation
+    dropped, spaces as hyphens)."""
+    return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", heading.strip().lower()))
+
+
+def test_contributing_links_and_their_anchors_resolve():
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#]+)(?:#([^)]*))?\)", text)
+    assert links
+    for link, anchor in links:
+        assert (ROOT / link).exists(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / link).read_text(encoding="utf-8"), re.M)
+            assert anchor in {_slug(h) for h in headings}, f"{link}#{anchor}"
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS],
+                         ids=lambda p: p.name)
 def test_every_file_and_test_a_page_names_exists(page):
     text = page.read_text(encoding="utf-8")
     paths = set(re.findall(r"`((?:peer_rl|workers|recipes|tests|cluster|scripts|benchmarks)"
