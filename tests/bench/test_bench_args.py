@@ -18,3 +18,17 @@ def test_a_bad_option_is_refused_naming_it(main, argv, words, capsys):
         main(argv)
     assert exc.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_bench_help_names_every_benchmark_with_what_it_measures(capsys):
+    from peer_rl.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in
+              out.split("benchmarks:\n", 1)[1].splitlines() if line.strip()}
+    assert set(listed) == {"rewards", "step", "sync", "update", "rollout", "overlap", "trl",
+                           "model", "memory", "load"}
+    assert listed["sync"].startswith("seconds per policy -> engine weight sync")
