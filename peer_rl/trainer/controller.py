@@ -56,6 +56,9 @@ from peer_rl.trainer.worker_group import (GroupHooks, PolicyGroup, Pools, Worker
 log = logging.getLogger(__name__)
 
 TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
+# curves.png: the rewards on their own scale (PEER 0-3), the rates on 0-1
+CURVES = {"reward": ["reward/mean", "reward/rur_mean"],
+          "rate": ["reward/format_rate", "judge/parse_failure_rate"]}
 
 
 @dataclass(frozen=True)
@@ -470,9 +473,8 @@ class Controller:
     def plot(self) -> None:
         """curves.png (rewards, format and parse-failure rates) and timeline.png (the stages of
         the last steps), from the files the run wrote; no worker is needed."""
-        plot_curves(self.out / "metrics.jsonl", ["reward/mean", "reward/format_rate",
-                                                 "reward/rur_mean", "judge/parse_failure_rate"],
-                    self.out / "curves.png", title=f"{self.cfg.experiment_name}: GRPO")
+        plot_curves(self.out / "metrics.jsonl", CURVES, self.out / "curves.png",
+                    title=f"{self.cfg.experiment_name}: GRPO")
         mode = f"staleness {self.staleness}" if self.staleness else "synchronous"
         plot_timeline(self.out / TIMELINE_FILE, self.out / "timeline.png",
                       title=f"{self.cfg.experiment_name}: stages of the last steps ({mode})")

@@ -92,5 +92,6 @@ def test_a_run_written_under_the_old_names_still_plots(tmp_path):
 
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, **OLD_STEP}) + "\n" for s in (1, 2, 3)))
-    png = plot_curves(path, ["actor/pg_clipfrac", "timing_s/update"], tmp_path / "curves.png")
+    png = plot_curves(path, {"rate": ["actor/pg_clipfrac"], "seconds": ["timing_s/update"]},
+                      tmp_path / "curves.png")
     assert png == tmp_path / "curves.png" and png.stat().st_size > 0

@@ -42,10 +42,12 @@ def test_an_old_run_reads_back_under_todays_names_with_its_values(tmp_path):
 
 def test_the_curves_figure_plots_an_old_run_under_the_new_key(tmp_path):
     _write(tmp_path / "metrics.jsonl", OLD_STEPS)
-    out = plot_curves(tmp_path / "metrics.jsonl", ["reward/refined_mean"], tmp_path / "c.png")
+    out = plot_curves(tmp_path / "metrics.jsonl", {"reward": ["reward/refined_mean"]},
+                      tmp_path / "c.png")
     assert out == tmp_path / "c.png" and out.stat().st_size > 0
     # a key no record holds under either name draws nothing
-    assert plot_curves(tmp_path / "metrics.jsonl", ["reward/nothing"], tmp_path / "d.png") is None
+    assert plot_curves(tmp_path / "metrics.jsonl", {"reward": ["reward/nothing"]},
+                       tmp_path / "d.png") is None
 
 
 def test_the_chain_report_reads_an_old_grpo_run_under_the_new_names(tmp_path):
