@@ -52,3 +52,35 @@ def configure_console() -> logging.Logger:
         logger.warning(f"{LEVEL_ENV}={os.environ[LEVEL_ENV]!r}: expected one of "
                        f"{', '.join(LEVELS)}; using INFO")
     return logger
+
+
+LOG_FILE_REFRESH_S = 30.0     # a progress bar's line in a log file: at most this often
+
+
+class _Lines:
+    """A stream a progress bar writes to where the console is a file, not a terminal: each of
+    the bar's redraws (`\\r` + status + padding) becomes a line of its own, so the bar never
+    shares a line with the `[step N]` lines or another process's output (`ray job logs`)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").rstrip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(**kwargs):
+    """tqdm on the current sys.stderr: redrawn in place on a terminal; in a log file a line per
+    redraw, at most every LOG_FILE_REFRESH_S seconds (and the last state when it closes)."""
+    from tqdm import tqdm  # deferred: every process imports this module; few draw a bar
+
+    stream = sys.stderr
+    if stream.isatty():
+        return tqdm(file=stream, dynamic_ncols=True, **kwargs)
+    return tqdm(file=_Lines(stream), **{"mininterval": LOG_FILE_REFRESH_S, "ncols": 100,
+                                        **kwargs})

@@ -2,11 +2,11 @@
 it returns (driver side: it loads the embedding model in-process)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from peer_rl.cli.errors import CommandError
 from peer_rl.files.out_paths import claim_dir
+from peer_rl.log import progress_bar
 from peer_rl.retrieval.corpus import describe, load_exemplars, parse_splits
 
 
@@ -15,7 +15,6 @@ def _errors() -> dict:
     from peer_rl.retrieval.index import IndexMismatch  # deferred (--help)
 
     return {FileNotFoundError: 2, InvalidDataError: 2, IndexMismatch: 2, ValueError: 2}
-
 
 
 def build(args) -> int:
@@ -36,13 +35,21 @@ def build(args) -> int:
     print(describe(src) + (f" (--splits {','.join(splits)})" if src["left_out"] else ""))
     encoder = load_embedding_model(args.embedding_model)
 
-    def progress(done, total):
-        print(f"\rembedding {done}/{total}", end="", file=sys.stderr, flush=True)
+    bars = []
 
-    info = build_index(rows, encoder.encode, args.embedding_model, args.out,
-                       approx_threshold=args.approx_threshold, source_sha256=src["sha256"],
-                       progress=progress, marker="index build", source_splits=src["splits"])
-    print(file=sys.stderr)
+    def progress(done, total):
+        if not bars:
+            bars.append(progress_bar(total=total, desc="embedding", unit="text"))
+        bars[0].n = done
+        bars[0].refresh()
+
+    try:
+        info = build_index(rows, encoder.encode, args.embedding_model, args.out,
+                           approx_threshold=args.approx_threshold, source_sha256=src["sha256"],
+                           progress=progress, marker="index build", source_splits=src["splits"])
+    finally:
+        for bar in bars:
+            bar.close()
     held = ", ".join(f"{split} {n}" for split, n in info["splits"].items())
     print(f"wrote {Path(args.out).resolve()}: {info['count']} vectors ({held}), dim "
           f"{info['dim']}, {info['kind']} index, embedding model {info['embedding_model']}")

@@ -10,13 +10,12 @@ every finished case already on disk.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Generator, Iterable
 
-from tqdm import tqdm
 
 from peer_rl.evaluation.endpoints import Endpoint, Request
 from peer_rl.evaluation.store import RunStore
+from peer_rl.log import progress_bar
 
 CaseProgram = Generator[tuple[str, Request | list[Request]], list, dict]
 
@@ -27,8 +26,7 @@ def run_cases(cases: Iterable, program: Callable[[object], CaseProgram],
     """Run every case not yet in `store`; returns how many ran now. Cases need an `id`."""
     cases = list(cases)
     todo = [c for c in cases if not store.done(c.id)]
-    bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc=desc, unit="case",
-               dynamic_ncols=True, file=sys.stderr)
+    bar = progress_bar(total=len(cases), initial=len(cases) - len(todo), desc=desc, unit="case")
     for start in range(0, len(todo), batch_cases):
         for record in _run_chunk(todo[start:start + batch_cases], program, endpoints):
             store.append(record)

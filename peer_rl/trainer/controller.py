@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 import ray
-from tqdm import tqdm
 
 from peer_rl.algos import sequence_advantages
 from peer_rl.evaluation.in_training import InTrainingEval
+from peer_rl.log import progress_bar
 from peer_rl.files.out_paths import open_append, read_json, staged_dir, write_atomic
 from peer_rl.tracking.plot import plot_curves
 from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
@@ -438,7 +438,7 @@ class Controller:
         finishes and is checkpointed, and `stopped_by` names the signal. `plot=False` leaves the
         figures to the caller (`plot()`), which can draw them while the pools shut down."""
         total, save_freq = self.cfg.trainer.total_steps, self.cfg.trainer.save_freq
-        bar = tqdm(total=total, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
+        bar = progress_bar(total=total, initial=self.step, desc="grpo", unit="step")
         ckpt = latest_checkpoint(self.out) if self.step == total else None
         ahead = None         # the next step's batch, already scored (trainer.async_training)
         with (nullcontext(stop) if stop is not None else StopRequest()) as stop, \

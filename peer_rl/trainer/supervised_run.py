@@ -17,10 +17,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
 
 from peer_rl.config.schema import ConfigError, save_config
 from peer_rl.config.worker_settings import LoRASettings
+from peer_rl.log import progress_bar
 from peer_rl.files.out_paths import (claim_run_dir, read_json, release_unwritten, staged_dir,
                                      write_atomic)
 from peer_rl.models.local import check_model_dir
@@ -71,7 +71,7 @@ class StepBar:
             self._show()
 
     def __enter__(self):
-        self.bar = tqdm(total=self.total, desc=self.name, unit="step", dynamic_ncols=True)
+        self.bar = progress_bar(total=self.total, desc=self.name, unit="step")
         self.thread = threading.Thread(target=self._poll, daemon=True, name="step-bar")
         self.thread.start()
         return self
