@@ -64,3 +64,18 @@ def test_every_file_and_test_a_page_names_exists(page):
         defined = _functions(ROOT / path)
         for name in re.findall(r"::(\w+)", names):
             assert name in defined, f"{page.name}: {path}::{name} is not defined"
+
+
+def test_every_config_key_the_glossary_names_exists():
+    from omegaconf import OmegaConf
+
+    from peer_rl.config.schema import load_config
+
+    cfg, absent = load_config(), object()
+    text = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
+    keys = set(re.findall(r"`((?:actor|rollout|algorithm|trainer|model|reward_model|resources)"
+                          r"\.[\w.<>]+)", text))
+    assert {"rollout.n", "actor.kl_loss_type", "algorithm.rur"} <= keys
+    concrete = {k.replace("<pool>", "rollout").split("=")[0] for k in keys}
+    assert [k for k in sorted(concrete) if OmegaConf.select(cfg, k, default=absent) is absent] \
+        == []
