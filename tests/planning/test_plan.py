@@ -234,3 +234,16 @@ def test_the_sizing_table_refuses_fits_and_scales_as_plan_does(capsys):
     assert main(["plan", "recipe=peer_rur", *shape, *more, "nodes=4", "gpus_per_node=8"]) == 0
     out = capsys.readouterr().out
     assert len([ln for ln in out.splitlines() if ln.startswith("  node ")]) == 28
+
+
+def test_the_8gpu_recipes_comment_quotes_what_plan_says(capsys):
+    """recipes/peer_rur_8gpu.yaml gives a rank's memory and the command that shows it."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "recipes" / "peer_rur_8gpu.yaml").read_text()
+    quoted = re.search(r"FSDP2: ([\d.]+) GiB a rank", text).group(1)
+    command = re.search(r"#   peer-rl (plan .*?)\n", text.replace("\\\n#      ", "")).group(1)
+    assert main(command.split()) == 0
+    actor = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  actor "))
+    assert actor.endswith(f"= {quoted}"), actor
