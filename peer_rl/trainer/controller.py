@@ -453,8 +453,8 @@ class Controller:
                         and not stop.signal:
                     metrics |= self.evaluate()
                 self.metrics.log(self.step, metrics)
+                bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}", refresh=False)
                 bar.update(1)
-                bar.set_postfix(reward=f"{metrics['reward/mean']:.2f}")
                 if (save_freq and self.step % save_freq == 0) or self.step == total \
                         or stop.signal:
                     ckpt = self.save_checkpoint()
