@@ -13,6 +13,7 @@ from gguf_writer import tiny_llama, write_gguf
 from peer_rl.chain.run import run_chain
 from peer_rl.models.gguf import convert_gguf
 from peer_rl.models.pinned import CARD_FILE, write_card
+from peer_rl.trainer.shipped_adapters import SHIPPED_FROM
 
 # every stage kind once: each is its own Ray cluster (~35-40 s), so one of each
 STAGES = ["sft", "judge", "grpo_peer_rur_s0", "diversity_peer_rur_s0"]
@@ -75,3 +76,6 @@ def test_the_chain_hands_each_stage_on(smollm2_shaped, tmp_path, capsys):
         log = (out / "logs" / f"{stage}.log").read_text()
         assert f"the shipped SmolLM2 {name} was trained on other inputs" in log, log[-2000:]
         assert "start_model" in log.split("other inputs", 1)[1].split(")", 1)[0]
+        # trained by the supervised launcher, not merged from the shipped adapter
+        assert (out / stage / "ray_train").is_dir()
+        assert not (out / stage / "final" / SHIPPED_FROM).exists()

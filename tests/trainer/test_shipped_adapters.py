@@ -86,15 +86,28 @@ def test_matching_inputs_merge_the_shipped_adapter_without_training(shipped, tin
 
 
 @pytest.mark.e2e
-def test_other_inputs_train_the_stage_instead(shipped, tiny_models, tmp_path, capsys):
+def test_other_inputs_train_the_stage_instead(shipped, tiny_models, tmp_path, capsys,
+                                              monkeypatch):
+    """The decision: with another setting than the build's, `use` hands the stage, with the
+    user's settings, to the supervised launcher (here recording the hand-off instead of
+    training; the chain's test trains through this same path for real, its start model being
+    another, and checks what the launcher wrote)."""
     from peer_rl.trainer.shipped_adapters import SHIPPED_FROM, use_shipped
 
+    handed = []
+
+    def launcher(cfg, kind):
+        handed.append((cfg, kind))
+        return Path(cfg.trainer.output_dir) / "final"
+
+    monkeypatch.setattr("peer_rl.trainer.shipped_adapters.run_supervised", launcher)
     final = use_shipped("policy", tmp_path / "sft", _overrides(tiny_models, **{"trainer.lr": 5e-3}),
                         shipped, STAGES)
     out = capsys.readouterr().out
     assert "the shipped SmolLM2 policy was trained on other inputs (config differ" in out
-    assert (tmp_path / "sft" / "ray_train").is_dir() and not (final / SHIPPED_FROM).exists()
-    assert (final / "adapter" / "adapter_model.safetensors").is_file()
+    ((cfg, kind),) = handed
+    assert (kind, cfg.recipe, cfg.trainer.lr) == ("sft", "sft_tiny", 5e-3)
+    assert final == (tmp_path / "sft").resolve() / "final" and not (final / SHIPPED_FROM).exists()
 
 
 @pytest.mark.e2e   # a peer-rl CLI subprocess
