@@ -24,7 +24,7 @@ def _start_train_rm(recipe, out, judge) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "peer_rl.cli", "train-rm", f"recipe={recipe}",
                              f"model.path={judge}", f"trainer.output_dir={out}",
                              "trainer.total_steps=24", "trainer.world_size=1",
-                             "trainer.save_freq=0", "resources.cpus_per_worker=2",
+                             "trainer.save_freq=0", "resources.cpus_per_worker=1",
                              "ray.address=local"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -38,7 +38,8 @@ def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def pair(tiny_models, tmp_path_factory):
     """The two stages trained side by side, as two users' jobs would be: each its own process
-    and local Ray cluster (their start-ups overlap instead of adding up)."""
+    and local Ray cluster (their start-ups overlap instead of adding up), one thread each
+    (resources.cpus_per_worker=1: two on two cores, not four)."""
     root = tmp_path_factory.mktemp("pair")
     started = {name: _start_train_rm(f"{name}_tiny", root / name, tiny_models["judge"])
                for name in ("prm", "orm")}
