@@ -587,6 +587,18 @@ def _renamed_values(layer: DictConfig, where: str = "") -> DictConfig:
     return layer
 
 
+def _refuse_a_supervised_recipe(recipe: str) -> None:
+    """A supervised stage's recipe (it says `kind:`) given to a GRPO command: one line naming
+    the command that runs it, not OmegaConf's "Key 'kind' not in 'PeerRLConfig'"."""
+    for stamp in _recipe_chain(recipe):
+        kind = _read_recipe(stamp).get("kind", None)
+        if kind is not None:
+            command = "sft" if kind == "sft" else "train-rm"
+            raise ConfigError(f"recipe={recipe}: a supervised stage's recipe (kind: {kind}), "
+                              f"not a GRPO run's: run it with `peer-rl {command} "
+                              f"recipe={recipe}`")
+
+
 def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
                 default_recipe: str = "tiny", check=None) -> DictConfig:
     """Schema <- recipe (from `recipe=NAME`, else default_recipe) <- command-line overrides.
@@ -601,6 +613,8 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected key=value (e.g. trainer.total_steps=5)")
     recipe = next((o.split("=", 1)[1] for o in overrides if o.startswith("recipe=")), default_recipe)
+    if schema is PeerRLConfig:
+        _refuse_a_supervised_recipe(recipe)
     try:
         cfg = OmegaConf.merge(_recipe_layer(schema, recipe, _recipe_chain(recipe)),
                               _renamed_values(OmegaConf.from_dotlist(overrides)))

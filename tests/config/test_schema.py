@@ -264,3 +264,20 @@ def test_loading_a_config_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("recipe, command", [("sft", "peer-rl sft recipe=sft"),
+                                             ("unifireward", "peer-rl train-rm recipe=unifireward"),
+                                             ("escrag_rm_tiny", "peer-rl train-rm")])
+def test_a_supervised_recipe_given_to_a_grpo_command_names_the_command_that_runs_it(recipe,
+                                                                                 command):
+    with pytest.raises(ConfigError, match=f"recipe={recipe}: a supervised stage's recipe") as exc:
+        load_config([f"recipe={recipe}"])
+    assert command in str(exc.value) and len(str(exc.value).splitlines()) == 1
+
+
+def test_a_supervised_recipe_through_a_base_is_named_too(tmp_path):
+    mine = tmp_path / "my_sft.yaml"
+    mine.write_text("base: sft\ntrainer:\n  total_steps: 3\n")
+    with pytest.raises(ConfigError, match=r"\(kind: sft\).*peer-rl sft recipe="):
+        load_config([f"recipe={mine}"])
