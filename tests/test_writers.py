@@ -122,6 +122,8 @@ COMMANDS = [
                                             f"data.root={w / 'root'}",
                                             f"model.path={w / 'model'}"], "root", force=False,
         work="peer_rl.trainer.shipped_adapters:config_inputs", owner="train-rm"),
+    Cmd("plot", lambda o, w: ["plot", str(w / "run"), "--out", o], "run",
+        work="peer_rl.trainer.figures:draw_figures"),
     Cmd("eval rm", lambda o, w: ["eval", "rm", "--data", str(w / "root"), "--model",
                                  str(w / "model"), "--out", o], "root", output="file",
         work="peer_rl.evaluation.rm:evaluate_rm"),
@@ -199,6 +201,8 @@ def _world(tmp: Path, sample: Path) -> Path:
     (tmp / "model" / "config.json").write_text("{}")
     (tmp / "model" / "model.safetensors").write_bytes(b"")   # a whole model directory
     (tmp / "chain.yaml").write_text("out: unset\nstages: []\n")
+    (tmp / "run").mkdir()                                     # a training run's directory
+    (tmp / "run" / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 1.5}\n')
     (tmp / "theirs").mkdir()
     (tmp / "theirs" / "notes.txt").write_text("someone's notes\n")
     (tmp / "theirs" / "grpo").mkdir()

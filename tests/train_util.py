@@ -80,3 +80,43 @@ def train_and_signal_after(out, tiny, steps, *extra, sig=signal.SIGTERM, timeout
             os.killpg(proc.pid, signal.SIGKILL)
     assert sent, f"the run ended before step {steps} was logged:\n{stderr[-3000:]}"
     return proc.returncode, stdout, stderr
+
+
+def _is_ray(p: psutil.Process) -> bool:
+    """A process of the Ray cluster: GCS, raylet, dashboard, workers (their code under ray/)."""
+    try:
+        return p.name() in ("gcs_server", "raylet") or any(
+            "ray::" in a or "/ray/" in a for a in p.cmdline())
+    except psutil.NoSuchProcess:
+        return False
+
+
+def train_and_kill_the_cluster_after(out, tiny, step, *extra, timeout=900, env=None):
+    """Start a run on a local cluster of its own; once checkpoint step_<step> is complete,
+    SIGKILL every Ray process of that cluster (GCS, raylet, dashboard, workers, among the
+    driver's descendants), leaving the driver and its own helpers, as when the cluster's nodes
+    are lost under a driver that runs elsewhere. Returns (returncode,
+    stdout, stderr, seconds from the kill to the exit). `env`: more environment."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen(cmd(out, tiny, *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline, killed_at = time.monotonic() + timeout, None
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if killed_at is None and (out / "checkpoints" / f"step_{step}").is_dir():
+                ray = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                       if _is_ray(p)]          # not the driver's own (W&B's service)
+                assert any("gcs_server" in p.name() for p in ray), [p.name() for p in ray]
+                for p in ray:
+                    try:
+                        p.kill()
+                    except psutil.NoSuchProcess:
+                        pass
+                killed_at = time.monotonic()
+            time.sleep(0.3)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert killed_at is not None, f"the run ended before step {step}:\n{stderr[-3000:]}"
+    return proc.returncode, stdout, stderr, time.monotonic() - killed_at

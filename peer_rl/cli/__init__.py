@@ -15,8 +15,8 @@ import sys
 from peer_rl.cli.errors import run
 
 # the subcommand modules, in the order `peer-rl --help` lists them
-COMMANDS = ("data", "train", "judge_template", "models", "eval", "index", "chain", "plan",
-            "chat", "bench")
+COMMANDS = ("data", "train", "plot", "judge_template", "models", "eval", "index", "chain",
+            "plan", "chat", "bench")
 
 
 def parser() -> argparse.ArgumentParser:

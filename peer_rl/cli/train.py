@@ -12,10 +12,12 @@ def _train_errors() -> dict:
     # deferred: pulls in numpy, torch
     from peer_rl.trainer.dynamic_sampling import DynamicSamplingLimit
     from peer_rl.trainer.worker_group import PoolFailed  # deferred: pulls in numpy, ray
+    from peer_rl.trainer.cluster_watch import ClusterLost  # deferred (--help)
 
     return {ConfigError: 2, FileNotFoundError: 2, InvalidDataError: 2, PromptPoolError: 2,
             DynamicSamplingLimit: 2,        # the data gave too few groups with a signal
             PoolFailed: 3,                  # a policy rank died, or a worker past its restarts
+            ClusterLost: 3,                 # the Ray cluster went away (its GCS)
             RunStopped: Exit(EXIT_CODE, prefix="[peer-rl] ")}   # the step finished and was saved
 
 

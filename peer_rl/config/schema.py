@@ -294,6 +294,11 @@ class RayConfig:
     num_cpus: int = 0                    # for a local cluster; 0 = all cores
     dashboard_host: str = "127.0.0.1"
     placement_timeout_s: float = 120.0   # how long a pool's placement group may wait
+    # seconds the GCS may stay unreachable before the run ends (exit 3, the last checkpoint
+    # named); kept 5 s below Ray's own RAY_gcs_rpc_server_reconnect_timeout_s (60 s), after
+    # which Ray's core worker would end the driver itself; raise both for a GCS that restarts
+    # (fault-tolerant GCS on KubeRay)
+    lost_after_s: float = 30.0
 
 
 @dataclass
@@ -405,7 +410,7 @@ _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_
              "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
              "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens",
              "retrieval.k", "retrieval.num_workers", "actor.weight_sync_bucket_mb",
-             "actor.weight_sync_timeout_s")
+             "actor.weight_sync_timeout_s", "ray.lost_after_s")
 _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",

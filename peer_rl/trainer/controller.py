@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +35,6 @@ from peer_rl.algos import sequence_advantages
 from peer_rl.evaluation.in_training import InTrainingEval
 from peer_rl.log import progress_bar
 from peer_rl.files.out_paths import open_append, read_json, staged_dir, write_atomic
-from peer_rl.tracking.plot import plot_curves
 from peer_rl.trainer.checkpoints import (PROMPTS_FILE, STATE_FILE, latest_checkpoint, not_shared_error,
                                  prune_checkpoints, resume_checkpoint, unseen_files)
 from peer_rl.files.durable import fsync_tree
@@ -49,16 +48,13 @@ from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.trainer.preemption import StopRequest
 from peer_rl.trainer.step_batch import update_batch
 from peer_rl.trainer.sync_group import WeightSyncGroup
-from peer_rl.trainer.timeline import Timing, append_spans, covered, overlap, plot_timeline
+from peer_rl.trainer.figures import TIMELINE_FILE, draw_figures
+from peer_rl.trainer.timeline import Timing, append_spans, covered, overlap
 from peer_rl.trainer.worker_group import (GroupHooks, PolicyGroup, Pools, WorkerGroup,
                                           WorkerRestarted)
 
 log = logging.getLogger(__name__)
 
-TIMELINE_FILE = "timeline.jsonl"  # every stage's wall-clock span, per step
-# curves.png: the rewards on their own scale (PEER 0-3), the rates on 0-1
-CURVES = {"reward": ["reward/mean", "reward/rur_mean"],
-          "rate": ["reward/format_rate", "judge/parse_failure_rate"]}
 
 
 @dataclass(frozen=True)
@@ -121,6 +117,7 @@ class Controller:
         self.side_files = dict(side_files or {})
         self.step = 0
         self.staleness = cfg.trainer.async_training.staleness
+        self.figures = ThreadPoolExecutor(1, thread_name_prefix="peer-rl-figures")
         t = cfg.trainer
         hooks = RunHooks(self)
         self.policy = PolicyGroup(pools.actor, pools.classes["actor"], hooks.last_checkpoint,
@@ -460,6 +457,7 @@ class Controller:
                     ckpt = self.save_checkpoint()
                     if self.step < total:     # a run stopped between checkpoints still has one
                         self.write_memory()
+                        self.plot_later()     # the last step's figures: drawn at the end
             self.stopped_by = stop.signal
         bar.close()
         if self.step == total and ckpt is not None:
@@ -471,10 +469,12 @@ class Controller:
         return self.step
 
     def plot(self) -> None:
-        """curves.png (rewards, format and parse-failure rates) and timeline.png (the stages of
-        the last steps), from the files the run wrote; no worker is needed."""
-        plot_curves(self.out / "metrics.jsonl", CURVES, self.out / "curves.png",
-                    title=f"{self.cfg.experiment_name}: GRPO")
-        mode = f"staleness {self.staleness}" if self.staleness else "synchronous"
-        plot_timeline(self.out / TIMELINE_FILE, self.out / "timeline.png",
-                      title=f"{self.cfg.experiment_name}: stages of the last steps ({mode})")
+        """The run's figures now (peer_rl.trainer.figures), after any drawn in the background."""
+        self.plot_later().result()
+
+    def plot_later(self) -> Future:
+        """The run's figures drawn on the controller's figure thread (~1 s of matplotlib, one
+        figure at a time) while the run goes on: after every checkpoint, so a run that dies
+        has the figures of its last one."""
+        return self.figures.submit(draw_figures, self.out, self.out, self.cfg.experiment_name,
+                                   self.staleness)

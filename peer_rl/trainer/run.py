@@ -27,6 +27,8 @@ from peer_rl.trainer import tiny_cache
 from peer_rl.trainer.checkpoints import (STATE_FILE, complete_checkpoints, latest_checkpoint,
                                          not_shared_error, resume_checkpoint,
                                          saved_prompt_selection)
+from peer_rl.trainer.cluster_watch import (ClusterLost, ClusterWatch, effective_lost_after,
+                                            lost_message, reachable)
 from peer_rl.trainer.preemption import RunStopped, StopRequest
 from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
 from peer_rl.trainer.runtime import init_ray, quiet_driver
@@ -277,6 +279,7 @@ def _train(cfg, out: Path) -> Path:
     from peer_rl.trainer.controller import Controller  # deferred: pulls in ray, torch
     from peer_rl.data.loading import row_language  # deferred: pulls in datasets
     from peer_rl.trainer.resource_pools import PoolFactory  # deferred: pulls in ray, torch
+    from peer_rl.trainer.worker_group import PoolFailed  # deferred: pulls in ray
 
     save_config(cfg, out / "config.yaml")
     log.info(f"recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}")
@@ -307,7 +310,11 @@ def _train(cfg, out: Path) -> Path:
         kv_line = factory.kv_cache_line()
         if kv_line:
             log.info(kv_line)
-        pools = plots = trackers = None
+        pools = plots = trackers = controller = None
+        watch = ClusterWatch(ray.get_runtime_context().gcs_address,
+                             effective_lost_after(cfg.ray.lost_after_s),
+                             step=lambda: controller.step + 1 if controller else 0,
+                             last_checkpoint=lambda: latest_checkpoint(out)).start()
         try:
             # W&B / MLflow runs before the pools: a bad tracking URI or key fails in seconds
             trackers = open_trackers(cfg, out, resume_checkpoint(cfg, out) is not None,
@@ -321,13 +328,21 @@ def _train(cfg, out: Path) -> Path:
             controller = Controller(cfg, pools, rows, out, policy_template=template,
                                     side_files=card_files(policy), trackers=trackers)
             trackers = None                  # the controller's metrics sink closes them
+            # a lost cluster ends the run from the watch's thread: the trackers are closed
+            watch.on_lost.append(lambda: controller.metrics.close(ok=False))
             steps = controller.fit(stop, plot=False)
             # the figures (~1 s of matplotlib) are drawn while the pools and Ray shut down
-            plots = ThreadPoolExecutor(1).submit(controller.plot)
+            plots = controller.plot_later()
+        except PoolFailed as exc:            # a pool lost with the whole cluster: say that
+            if reachable(watch.address, timeout=2.0):
+                raise
+            raise ClusterLost(lost_message(watch.address, 0, watch.step(),
+                                           latest_checkpoint(out))) from exc
         finally:
             if trackers is not None:         # the pools never got to a controller
                 trackers.close(ok=False)
             factory.shutdown(pools)
+            watch.stop()                     # from here on Ray is shut down on purpose
             ray.shutdown()  # flush actor logs now, before the summary lines below
     if plots is not None:
         plots.result()

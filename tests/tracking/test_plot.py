@@ -1,7 +1,7 @@
 """curves.png: a panel per scale (the 0-3 reward is not drawn on the 0-1 rates' axis), each
 with its y label, whole-number step ticks."""
 from peer_rl.tracking.plot import curves_figure
-from peer_rl.trainer.controller import CURVES
+from peer_rl.trainer.figures import CURVES
 
 RECS = [{"step": 1, "reward/mean": 1.5, "reward/rur_mean": 0.9, "reward/format_rate": 0.25,
          "judge/parse_failure_rate": 0.0},

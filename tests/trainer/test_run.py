@@ -1,14 +1,16 @@
 """`peer-rl train` as a user runs it: a fresh process with two rollout engines and the in-training
-evaluation, the judge and the redundancy actor killed inside their step-2 calls, a policy rank
-killed during step 3, then `resume=auto` to step 3."""
+evaluation, the judge and the redundancy actor killed inside their step-2 calls, the run's whole
+Ray cluster killed during step 3 (the driver left: the head node lost), then `resume=auto` to
+step 3. A policy rank's death is tests/trainer/test_controller.py's."""
 import json
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tracker_util import mlflow_history, wandb_history
-from train_util import metrics as _metrics, train as _train, train_and_kill_a_policy_rank_after
+from train_util import metrics as _metrics, train as _train, train_and_kill_the_cluster_after
 
 from peer_rl.config.schema import load_config
 from peer_rl.data.prompt_loader import PromptLoader
@@ -30,20 +32,30 @@ SCALED = ["trainer.total_steps=3", "rollout.num_workers=2", "resources.rollout.c
 # the judge's and the redundancy actor's processes SIGKILL themselves inside their second call
 # (step 2's scoring; peer_rl.trainer.faults): Ray restarts them, the step redoes only their chunks
 MID_STEP_KILLS = "UnifiRewardWorker.score@2,RedundancyWorker.similarities@2"
+LOST_AFTER_S = 4          # the cluster's GCS silent this long: the run ends (ray.lost_after_s)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, grpo_models):
-    """A 3-step run whose judge and redundancy actors die inside step 2 and whose policy group
-    loses a rank (SIGKILL) during step 3."""
+    """A 3-step run whose judge and redundancy actors die inside step 2 and whose Ray cluster
+    (GCS, raylet, workers; SIGKILL) is lost during step 3."""
     out = tmp_path_factory.mktemp("train")
     faults = {"PEER_RL_FAULTS": MID_STEP_KILLS,
               "PEER_RL_FAULTS_DIR": str(tmp_path_factory.mktemp("faults"))}
-    code, stdout, stderr = train_and_kill_a_policy_rank_after(out, grpo_models, 2, *SCALED,
-                                                              env=faults)
+    code, stdout, stderr, seconds = train_and_kill_the_cluster_after(
+        out, grpo_models, 2, *SCALED, f"ray.lost_after_s={LOST_AFTER_S}", env=faults)
     assert code == 3, stdout[-2000:] + stderr[-4000:]
-    assert "a policy rank died during step 3" in stderr and "resume=auto" in stderr
-    assert "Traceback" not in stderr.split("a policy rank died")[-1]
+    # within the watch's bound (probes every 2 s; the trackers' close), well inside Ray's own
+    # 60 s, after which its "Failed to connect to GCS" and exit 1 would have come instead
+    assert seconds < LOST_AFTER_S + 30, seconds
+    assert "Failed to connect to GCS" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    ckpt = re.escape(str(out / "checkpoints" / "step_2"))
+    assert re.fullmatch(r"error: the Ray cluster is gone: its GCS at [\d.]+:\d+ did not answer "
+                        r"for \d+ s \(ray\.lost_after_s\) during step 3; nothing of step 3 is "
+                        rf"kept\. Last complete checkpoint: {ckpt}\. Start the cluster again "
+                        r"and rerun the same command with resume=auto to continue from it\.",
+                        last), last
     assert "rollout x2" in stdout and "redundancy x1" in stdout and "[eval 2]" in stderr
     # a first run that reads cleanly (logging.verbose=false): no weight-loading bars from the
     # actors that load a model, no library deprecation warnings
@@ -90,6 +102,9 @@ def test_killed_run_kept_complete_steps_metrics_and_checkpoints(run_dir):
         assert (ck / "policy" / "model" / "model.safetensors").exists()
     assert not (run_dir / "checkpoints" / "step_3").exists()
     assert not (run_dir / "final").exists()          # exported only when the run completes
+    # the figures drawn after the step-2 checkpoint: a run that dies has them
+    for name in ("curves.png", "timeline.png"):
+        assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
 def test_judge_and_redundancy_actors_killed_mid_step_are_restarted_and_the_step_counts_once(
