@@ -99,7 +99,7 @@ class ActorConfig(PolicySettings):
     # estimate). 0 = glibc's default, whose threshold rises to 32 MiB after the first large free;
     # its heap then keeps freed activations resident: SmolLM2 LoRA at a 4,096-token budget
     # peaked at 7.8 GiB a rank with it against 5.9 GiB at 4, for a 16% slower update
-    # (docs/cluster.md)
+    # (docs/internals.md)
     malloc_mmap_threshold_mib: float = 4.0
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
