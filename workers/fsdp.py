@@ -90,7 +90,7 @@ def load_from_rank0(model_path: str, mesh, mp: MixedPrecisionPolicy, prepare=Non
     rank 0 reading the checkpoint (verl's way). Why: a rank that loads the whole float32
     checkpoint before sharding holds 4 bytes a parameter at once (~32 GB for an 8B model), on
     every rank of a node, and again for the reference copy; here rank 0 holds one full copy
-    while loading and every other rank only its shards (docs/cluster.md, "Host memory while
+    while loading and every other rank only its shards (docs/internals.md, "Host memory while
     loading").
 
     Rank 0 loads the model (load_pretrained), the others build the same tree on the meta

@@ -108,7 +108,7 @@ class PolicyWorker:
     both, so old and new log-probs of identical weights agree and the first ratio is exactly 1.
     Only rank 0 reads the checkpoint; the other ranks build both models on the meta device and
     receive their shards by broadcast (fsdp.load_from_rank0), so a rank other than 0 never holds
-    the full model in host memory (docs/cluster.md, "Host memory while loading").
+    the full model in host memory (docs/internals.md, "Host memory while loading").
     """
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,

