@@ -19,10 +19,10 @@ def _cluster(plan: Plan) -> str:
                      for n, k in kinds.items())
 
 
-def render(plan: Plan, recipe: str, cfg=None) -> str:
-    """The plan as printed: the cluster and models, each pool's bundles and nodes, each worker's
-    memory by part and each GPU's total."""
-    out = [f"peer-rl plan: recipe={recipe} on {_cluster(plan)}",
+def render(plan: Plan, recipe: str, cfg=None, note: str = "") -> str:
+    """The plan as printed: the cluster (and `note`, what the recipe runs as), the models, each
+    pool's bundles and nodes, each worker's memory by part and each GPU's total."""
+    out = [f"peer-rl plan: recipe={recipe} on {_cluster(plan)}", *([note] if note else []),
            "models: " + "; ".join(f"{role} {where}" for role, where in plan.models.items()), "",
            f"{'pool':13s} {'workers':>7s}  {'bundle':18s} placed on"]
     for pool, n in plan.sizes.items():
@@ -35,7 +35,10 @@ def render(plan: Plan, recipe: str, cfg=None) -> str:
     if len(spans) > 1:
         out.append(f"note: the {plan.sizes['actor']} policy ranks span {len(spans)} nodes: every "
                    "micro-batch's gradient reduction crosses the network")
-    if plan.estimates:
+    if plan.estimates and not any(plan.bundles[p].get("GPU") for p in plan.estimates):
+        # workers on CPUs only (a supervised stage's; a GRPO plan sizes GPU workers alone)
+        out += ["", "each worker in host memory (CPU), GiB:"] + estimate_lines(plan.estimates)
+    elif plan.estimates:
         out += ["", "each worker on each of its GPUs, GiB:"]
         out += estimate_lines(plan.estimates)
         out += ["", "GPUs, GiB used of each:"]

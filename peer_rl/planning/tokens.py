@@ -70,10 +70,12 @@ def step_tokens(cfg, prompt_length: int = 0) -> StepTokens:
 STAGES = ("rollout", "update")
 
 
-def parse_throughput(text: str) -> dict[str, float]:
-    """`rollout=TOK/S,update=TOK/S` -> {"rollout": ..., "update": ...}; both stages, each a
-    number above 0, else a ValueError naming what was expected."""
-    expected = "expected --throughput rollout=TOK/S,update=TOK/S (numbers above 0)"
+def parse_throughput(text: str, needs: tuple[str, ...] = STAGES) -> dict[str, float]:
+    """`rollout=TOK/S,update=TOK/S` -> {"rollout": ..., "update": ...}: the stages in `needs`
+    (a supervised stage: update alone), each a number above 0, else a ValueError naming what
+    was expected."""
+    expected = ("expected --throughput " + ",".join(f"{k}=TOK/S" for k in needs)
+                + " (tokens per second, numbers above 0)")
     out: dict[str, float] = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
         key, sep, value = item.partition("=")
@@ -81,11 +83,11 @@ def parse_throughput(text: str) -> dict[str, float]:
             number = float(value)
         except ValueError:
             number = float("nan")
-        if not sep or key not in STAGES or key in out or not 0 < number < float("inf"):
-            raise ValueError(f"--throughput {text!r}: {item!r}: {expected}")
+        if not sep or key not in needs or key in out or not 0 < number < float("inf"):
+            raise ValueError(f"--throughput {text}: {item!r}: {expected}")
         out[key] = number
-    if set(out) != set(STAGES):
-        raise ValueError(f"--throughput {text!r}: {expected}")
+    if set(out) != set(needs):
+        raise ValueError(f"--throughput {text}: {expected}")
     return out
 
 
@@ -107,27 +109,36 @@ def _duration(s: float) -> str:
 
 def render_tokens(tokens: StepTokens, stated_prompt: bool) -> list[str]:
     t = tokens
-    where = ("as given (--prompt-length)" if stated_prompt else
-             "the longest a run admits, rollout.max_model_len - rollout.response_length; "
-             "--prompt-length states your data's")
-    refined = " (initial and refined replies)" if t.passes == 2 else ""
-    old = " + old log-probs" if t.old_pass else ""
-    return [f"tokens per step (prompts of {_n(t.prompt)} tokens: {where}; replies of "
-            f"{_n(t.response)}, rollout.response_length):",
-            f"  rollout  {t.passes} x {t.prompts} prompts x {t.samples // t.prompts} samples x "
-            f"({_n(t.prompt)} + {_n(t.response)}) = {_n(t.rollout)} tokens, "
-            f"{_n(t.generated)} of them generated{refined}",
-            f"  update   {t.trained} sequences x {_n(t.sequence)} x ({t.epochs} training "
-            f"epoch(s) + reference{old} forward) = {_n(t.update)} tokens "
-            f"({_n(t.update_trained)} trained, {_n(t.update_no_grad)} forward only)"]
+    where = ("--prompt-length" if stated_prompt else "rollout.max_model_len - "
+             "rollout.response_length, the longest a run admits; --prompt-length sets yours")
+    passes = "2 passes (initial, refined) x " if t.passes == 2 else ""
+    epochs = f"{t.epochs} training epoch{'s' if t.epochs > 1 else ''}"
+    old = ", the old log-probs'" if t.old_pass else ""
+    return [f"tokens per step, at most (prompts of {_n(t.prompt)}: {where}; replies of "
+            f"{_n(t.response)}: rollout.response_length):",
+            f"  rollout  {passes}{t.prompts} prompts x {t.samples // t.prompts} samples x "
+            f"({_n(t.prompt)} + {_n(t.response)}) = {_n(t.rollout)} ({_n(t.generated)} generated)",
+            f"  update   {t.trained} sequences x {_n(t.sequence)} x ({epochs} + the reference's"
+            f"{old} forward) = {_n(t.update)} ({_n(t.update_trained)} trained, "
+            f"{_n(t.update_no_grad)} forward only)"]
 
 
 def render_step_time(tokens: StepTokens, throughput: dict[str, float], steps: int) -> list[str]:
     s = step_seconds(tokens, throughput)
     total = s["rollout"] + s["update"]
-    return [f"step time, estimated from the throughput given (--throughput; nothing measured "
-            f"here): rollout {_n(tokens.generated)} generated / {throughput['rollout']:,g} tok/s "
-            f"= {s['rollout']:,.1f} s + update {_n(tokens.update)} / {throughput['update']:,g} "
-            f"tok/s = {s['update']:,.1f} s; {total:,.1f} s a step, {_duration(total * steps)} "
-            f"for trainer.total_steps={steps} (the judge, RUR, weight sync and the controller "
-            "not included)"]
+    return ["step time, estimated from the throughput given (--throughput; plan measures "
+            "nothing):",
+            f"  rollout {_n(tokens.generated)} generated / {throughput['rollout']:,g} tok/s = "
+            f"{s['rollout']:,.1f} s; update {_n(tokens.update)} / {throughput['update']:,g} "
+            f"tok/s = {s['update']:,.1f} s",
+            f"  = {total:,.1f} s a step, {_duration(total * steps)} for trainer.total_steps="
+            f"{steps} (the judge, RUR, weight sync and the controller not included)"]
+
+
+def render_update_time(tokens: int, throughput: float, steps: int) -> list[str]:
+    """A supervised stage's step: its trained tokens at the update throughput given."""
+    s = tokens / throughput
+    total = (f", {_duration(s * steps)} for trainer.total_steps={steps}" if steps else
+             " (trainer.total_steps 0: epochs x the data's batches, which plan does not read)")
+    return ["step time, estimated from the throughput given (--throughput; plan measures "
+            "nothing):", f"  {_n(tokens)} / {throughput:,g} tok/s = {s:,.1f} s a step{total}"]
