@@ -131,7 +131,8 @@ def tokens_line(cfg) -> str:
 
 CANDIDATES = (["model.gradient_checkpointing=true"], ["trainer.micro_batch_size=1"],
               ["model.gradient_checkpointing=true", "trainer.micro_batch_size=1"],
-              ["model.lora.rank=64"], ["model.lora.rank=64", "model.gradient_checkpointing=true"])
+              ["model.lora.rank=64"], ["model.lora.rank=64", "model.gradient_checkpointing=true"],
+              ["model.lora.rank=64", "trainer.micro_batch_size=1"])
 
 
 def fitting_fixes(overrides: list[str], nodes: list[Node], limit: int = 3) -> list[list[str]]:
