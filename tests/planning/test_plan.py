@@ -429,3 +429,41 @@ def test_a_supervised_stage_that_does_not_fit_is_refused_with_settings_that_fit(
     for fix in fixes:
         assert main(args + fix.split()) == 0, fix
         capsys.readouterr()
+
+
+def _docs_plan_blocks():
+    """(page, command, shown lines, whole) of every `$ peer-rl plan` block on the docs pages:
+    an indented block whose first line is the command (continued with backslashes); `...`
+    after it means the lines shown are the output's last ones."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    found = []
+    for page in sorted(docs.glob("*.md")):
+        lines = page.read_text(encoding="utf-8").split("\n")
+        for k, line in enumerate(lines):
+            if not line.startswith("    $ peer-rl plan "):
+                continue
+            block = []
+            for ln in lines[k:]:
+                if not ln.startswith("    "):
+                    break
+                block.append(ln[4:])
+            command = ""
+            while True:
+                part = block.pop(0)
+                command += " " + part.rstrip("\\").strip()
+                if not part.endswith("\\"):
+                    break
+            whole = not (block and block[0] == "...")
+            found.append((page.name, command.split()[3:], block if whole else block[1:], whole))
+    return found
+
+
+def test_the_docs_plan_examples_print_what_they_show(capsys):
+    """Every `peer-rl plan` example on the docs pages, run: the output is the block as shown
+    (its last lines where the block elides the start)."""
+    blocks = _docs_plan_blocks()
+    assert any("--throughput" in b[1] for b in blocks) and any("recipe=sft" in b[1] for b in blocks)
+    for page, argv, shown, whole in blocks:
+        main(["plan", *argv])
+        out = capsys.readouterr().out.rstrip("\n").split("\n")
+        assert (out if whole else out[-len(shown):]) == shown, (page, argv)
