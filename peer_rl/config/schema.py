@@ -620,16 +620,24 @@ def _renamed_values(layer: DictConfig, where: str = "") -> DictConfig:
     return layer
 
 
-def _refuse_a_supervised_recipe(recipe: str) -> None:
-    """A supervised stage's recipe (it says `kind:`) given to a GRPO command: one line naming
-    the command that runs it, not OmegaConf's "Key 'kind' not in 'PeerRLConfig'"."""
+def supervised_kind(recipe: str) -> str | None:
+    """The `kind:` a supervised stage's recipe (or a base it names) says; None for any other."""
     for stamp in _recipe_chain(recipe):
         kind = _read_recipe(stamp).get("kind", None)
         if kind is not None:
-            command = "sft" if kind == "sft" else "train-rm"
-            raise ConfigError(f"recipe={recipe}: a supervised stage's recipe (kind: {kind}), "
-                              f"not a GRPO run's: run it with `peer-rl {command} "
-                              f"recipe={recipe}`")
+            return str(kind)
+    return None
+
+
+def _refuse_a_supervised_recipe(recipe: str) -> None:
+    """A supervised stage's recipe (it says `kind:`) given to a GRPO command: one line naming
+    the command that runs it, not OmegaConf's "Key 'kind' not in 'PeerRLConfig'"."""
+    kind = supervised_kind(recipe)
+    if kind is not None:
+        command = "sft" if kind == "sft" else "train-rm"
+        raise ConfigError(f"recipe={recipe}: a supervised stage's recipe (kind: {kind}), "
+                          f"not a GRPO run's: run it with `peer-rl {command} "
+                          f"recipe={recipe}`")
 
 
 def load_config(overrides: list[str] | tuple[str, ...] = (), schema=None,

@@ -104,38 +104,54 @@ def cpu_engine(pool: str, params: int, kv_cache_gib: float, device: Device = CPU
 
 def policy_rank(config: dict, params: int, vision: int, actor, lora, gpu_gib: float,
                 device: Device = GPU) -> Estimate:
-    """One FSDP2 rank of the policy on its GPU: fp32 master shard, gradients and AdamW moments of
-    what trains, the reference's fp32 shard (none with LoRA or offloaded), the bf16 layers
-    gathered for compute (one and the prefetched next), activations at the token budget (stored,
-    or recomputed per layer: actor.gradient_checkpointing as the rank would choose), the
-    chunked log-prob head and the CUDA context."""
-    w = actor.world_size
+    """One FSDP2 rank of the GRPO policy (fsdp_rank) at the token budget
+    actor.micro_batch_activation_gib leaves, with its reference's fp32 shard (none with LoRA or
+    offloaded) and the log-prob head chunked by actor.logits_chunk_size."""
+    trained = trained_for(device.compute_bytes, lora)
+    budget = fitted_token_budget(config, actor.ppo_max_token_len_per_gpu,
+                                 actor.micro_batch_activation_gib * GiB, trained)
+    est = fsdp_rank("actor", config, params, vision, actor.world_size, actor.freeze_vision_tower,
+                    lora, budget, actor.logits_chunk_size or budget,
+                    str(actor.gradient_checkpointing).lower(),
+                    not (lora.rank or actor.ref_param_offload), gpu_gib, device)
+    est.detail = f"token budget {budget}; " + est.detail
+    return est
+
+
+def fsdp_rank(pool: str, config: dict, params: int, vision: int, world_size: int,
+              freeze_vision: bool, lora, tokens: int, head_tokens: int, recompute: str,
+              reference: bool, gpu_gib: float, device: Device = GPU) -> Estimate:
+    """One FSDP2 rank training `params` over `world_size` ranks (the GRPO policy, or a supervised
+    stage's model on its Ray Train workers): fp32 master shard, gradients and AdamW moments of
+    what trains (LoRA: the adapters; a frozen vision tower: nothing of it), an fp32 reference
+    shard where `reference`, the bf16 layers gathered for compute (one and the prefetched next),
+    activations of a forward of `tokens` tokens (stored, or recomputed per layer: `recompute`
+    true, false or auto, as the rank would choose), the log-prob head over `head_tokens`
+    positions at once and the CUDA context."""
+    w = world_size
     t = text_config(config)
     trainable = (lora_params(config, lora.rank, list(lora.target_modules)) if lora.rank
-                 else params - (vision if actor.freeze_vision_tower else 0))
+                 else params - (vision if freeze_vision else 0))
     layer = (params - vision - t["vocab_size"] * t["hidden_size"]) // t["num_hidden_layers"]
     dt = device.compute_bytes
     trained = trained_for(dt, lora)
-    budget = fitted_token_budget(config, actor.ppo_max_token_len_per_gpu,
-                                 actor.micro_batch_activation_gib * GiB, trained)
-    stored = stored_activation_bytes(config, budget, trained)
-    recomputed = recomputed_activation_bytes(config, budget, trained)
-    chunk = actor.logits_chunk_size or budget
+    stored = stored_activation_bytes(config, tokens, trained)
+    recomputed = recomputed_activation_bytes(config, tokens, trained)
     parts = {"master weights": FP32 * params // w, "gradients": FP32 * trainable // w,
              "AdamW moments": 2 * FP32 * trainable // w,
-             "reference": 0 if (lora.rank or actor.ref_param_offload) else FP32 * params // w,
-             "gathered layers": 2 * dt * layer, "log-prob head": logprob_head_bytes(config, chunk)}
+             "reference": FP32 * params // w if reference else 0,
+             "gathered layers": 2 * dt * layer,
+             "log-prob head": logprob_head_bytes(config, head_tokens)}
     if device.context:
         parts["CUDA context"] = device.context
     if lora.rank:     # the adapters' own fp32 weights
         parts["master weights"] += FP32 * trainable // w
     held = sum(parts.values())
-    recompute, _ = choose_recomputation(str(actor.gradient_checkpointing).lower(), stored,
-                                        0, int(gpu_gib * GiB) - held, 1)
-    parts["activations"] = recomputed if recompute else stored
-    est = Estimate("actor", parts)
-    est.detail = (f"token budget {budget}; activations {stored / GiB:.1f} GiB stored, "
-                  f"{recomputed / GiB:.1f} GiB recomputed per layer ({'on' if recompute else 'off'})"
+    on, _ = choose_recomputation(recompute, stored, 0, int(gpu_gib * GiB) - held, 1)
+    parts["activations"] = recomputed if on else stored
+    est = Estimate(pool, parts)
+    est.detail = (f"activations {stored / GiB:.1f} GiB stored, "
+                  f"{recomputed / GiB:.1f} GiB recomputed per layer ({'on' if on else 'off'})"
                   + (f"; LoRA r={lora.rank}: {trainable / 1e6:.1f} M trainable, no reference copy"
                      if lora.rank else ""))
     return est

@@ -26,6 +26,7 @@ class Plan:
     estimates: dict[str, list[memory.Estimate]]     # pool -> one per engine inside a worker
     models: dict[str, str]                           # role -> where its shape came from
     problems: list[str] = field(default_factory=list)
+    bundles: dict[str, dict] = field(default_factory=dict)    # pool -> one worker's bundle
 
     @property
     def fits(self) -> bool:
@@ -74,13 +75,22 @@ def make_plan(cfg, nodes: list[Node]) -> Plan:
             continue
         estimates[pool] = _estimates(cfg, pool, shapes, gpu_gib)
     plan = Plan(nodes, sizes, placement.slots, unplaced, estimates,
-                {role: s[3] for role, s in shapes.items()})
-    for u in unplaced:
+                {role: s[3] for role, s in shapes.items()},
+                bundles={pool: bundle(cfg.resources[pool]) for pool in sizes})
+    check_fit(plan)
+    return plan
+
+
+def check_fit(plan: Plan) -> None:
+    """plan.problems: what could not be placed, each worker's own problem, and every GPU its
+    workers together overfill."""
+    nodes = plan.nodes
+    for u in plan.unplaced:
         plan.problems.append(
             f"resources.{u.pool}: {u.count} x {u.bundle} cannot be placed ({u.free_gpus:g} GPU(s) "
             f"and {u.free_cpus:g} CPU(s) left after the pools before it, of "
             f"{sum(n.gpus for n in nodes)} GPU(s) and {sum(n.cpus for n in nodes):g} CPU(s))")
-    for pool, ests in estimates.items():
+    for pool, ests in plan.estimates.items():
         plan.problems += [f"{pool}: {e.problem}" for e in ests if e.problem]
     for (node, g), users in sorted(plan.gpu_use().items()):
         total = sum(b for _, b in users)
@@ -89,7 +99,6 @@ def make_plan(cfg, nodes: list[Node]) -> Plan:
             plan.problems.append(f"node {node} GPU {g}: {who} = {total / GiB:.1f} GiB > "
                                  f"{nodes[node].gpu_memory_gib:g} GiB "
                                  f"({(total / GiB - nodes[node].gpu_memory_gib):.1f} GiB short)")
-    return plan
 
 
 def _estimates(cfg, pool: str, shapes: dict, gpu_gib: float) -> list[memory.Estimate]:

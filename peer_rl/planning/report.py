@@ -19,29 +19,28 @@ def _cluster(plan: Plan) -> str:
                      for n, k in kinds.items())
 
 
-def render(plan: Plan, recipe: str, cfg) -> str:
-    out = [f"peer-rl plan: recipe={recipe} on {_cluster(plan)}",
+def render(plan: Plan, recipe: str, cfg=None, note: str = "") -> str:
+    """The plan as printed: the cluster (and `note`, what the recipe runs as), the models, each
+    pool's bundles and nodes, each worker's memory by part and each GPU's total."""
+    out = [f"peer-rl plan: recipe={recipe} on {_cluster(plan)}", *([note] if note else []),
            "models: " + "; ".join(f"{role} {where}" for role, where in plan.models.items()), "",
            f"{'pool':13s} {'workers':>7s}  {'bundle':18s} placed on"]
     for pool, n in plan.sizes.items():
-        res = cfg.resources[pool]
-        b = f"{res.cpus_per_worker:g} CPU" + (f" + {res.gpus_per_worker:g} GPU"
-                                            if res.gpus_per_worker else "")
+        b = plan.bundles[pool]
+        cpu_gpu = f"{b['CPU']:g} CPU" + (f" + {b['GPU']:g} GPU" if b.get("GPU") else "")
         nodes = Counter(s.node for s in plan.slots if s.pool == pool)
         where = ", ".join(f"node {k} x{c}" for k, c in sorted(nodes.items())) or "NOT PLACED"
-        out.append(f"{pool:13s} {n:7d}  {b:18s} {where}")
+        out.append(f"{pool:13s} {n:7d}  {cpu_gpu:18s} {where}")
     spans = sorted({s.node for s in plan.slots if s.pool == "actor"})
     if len(spans) > 1:
         out.append(f"note: the {plan.sizes['actor']} policy ranks span {len(spans)} nodes: every "
                    "micro-batch's gradient reduction crosses the network")
-    if plan.estimates:
+    if plan.estimates and not any(plan.bundles[p].get("GPU") for p in plan.estimates):
+        # workers on CPUs only (a supervised stage's; a GRPO plan sizes GPU workers alone)
+        out += ["", "each worker in host memory (CPU), GiB:"] + estimate_lines(plan.estimates)
+    elif plan.estimates:
         out += ["", "each worker on each of its GPUs, GiB:"]
-        for pool, ests in plan.estimates.items():
-            for e in ests:
-                parts = " + ".join(f"{k} {_gib(v)}" for k, v in e.parts.items() if v)
-                out.append(f"  {pool:12s} {parts} = {_gib(e.total)}")
-                if e.detail:
-                    out.append(f"  {'':12s} {e.detail}")
+        out += estimate_lines(plan.estimates)
         out += ["", "GPUs, GiB used of each:"]
         for (node, g), users in sorted(plan.gpu_use().items()):
             total = sum(b for _, b in users)
@@ -49,6 +48,18 @@ def render(plan: Plan, recipe: str, cfg) -> str:
             out.append(f"  node {node} GPU {g}: {who} = {_gib(total)} / "
                        f"{plan.nodes[node].gpu_memory_gib:g}")
     return "\n".join(out)
+
+
+def estimate_lines(estimates: dict) -> list[str]:
+    """Each worker's estimate by part, GiB, and its detail line."""
+    out = []
+    for pool, ests in estimates.items():
+        for e in ests:
+            parts = " + ".join(f"{k} {_gib(v)}" for k, v in e.parts.items() if v)
+            out.append(f"  {pool:12s} {parts} = {_gib(e.total)}")
+            if e.detail:
+                out.append(f"  {'':12s} {e.detail}")
+    return out
 
 
 # the clusters `peer-rl plan --table` sizes a recipe for: nodes x GPUs per node, GPU memory

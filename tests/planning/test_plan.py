@@ -3,6 +3,8 @@ no weight allocated), placements and memory worked out by hand, and every sugges
 planned again by the CLI itself."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from peer_rl.compute.activation_memory import GiB
@@ -247,3 +249,221 @@ def test_the_8gpu_recipes_comment_quotes_what_plan_says(capsys):
     assert main(command.split()) == 0
     actor = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  actor "))
     assert actor.endswith(f"= {quoted}"), actor
+
+
+def test_qwen3_vl_8b_counts_what_transformers_builds():
+    """PEER's policy: text and vision tower each exactly as transformers' Qwen3-VL builds them
+    (no attention biases, per-head Q and K norms; an ungated vision MLP, LayerNorms with biases,
+    learned position embeddings and three deepstack mergers)."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    cfg = NAMED["Qwen3-VL-8B"]
+    import torch
+
+    with torch.device("meta"):
+        model = Qwen3VLForConditionalGeneration(Qwen3VLConfig(
+            text_config=cfg["text_config"], vision_config=cfg["vision_config"],
+            tie_word_embeddings=False))
+    vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in n)
+    total = sum(p.numel() for p in model.parameters())
+    assert vision_params(cfg) == vision
+    assert text_params(cfg) == total - vision
+
+
+def _supervised_cfg(*overrides):
+    from peer_rl.planning import supervised
+
+    return supervised.load(["recipe=sft", "model.path=Qwen3-VL-8B", *overrides])
+
+
+def test_a_supervised_rank_by_hand():
+    """SMALL (404 parameters, no vision tower) on 2 GPU ranks, micro-batch 1 x 16 tokens, no
+    recomputation: fp32 master 4 x 404 / 2 = 808, gradients 808, AdamW 2 x 808; no reference;
+    two bf16 gathered layers 2 x 2 x 182; the head 5 x 4 bytes x 16 positions x vocabulary 10 =
+    3,200; activations 168 bf16 bytes a token and layer (test_a_cpu_policy_rank_by_hand) x 16
+    x 2 layers. The Bradley-Terry stage: pairs (2 x 16 tokens), no vocabulary-wide head."""
+    from peer_rl.planning import supervised
+
+    cfg = _supervised_cfg("trainer.world_size=2", "trainer.micro_batch_size=1",
+                          "trainer.max_length=16", "model.gradient_checkpointing=false")
+    est = supervised.rank_estimate(cfg, (SMALL, 404, 0, "SMALL"), 80)
+    assert est.parts == {"master weights": 808, "gradients": 808, "AdamW moments": 1616,
+                         "reference": 0, "gathered layers": 728, "log-prob head": 3200,
+                         "CUDA context": memory.CUDA_CONTEXT, "activations": 168 * 16 * 2}
+    bt = supervised.load(["recipe=escrag_rm", "model.path=Qwen2.5-7B", "trainer.world_size=2",
+                          "trainer.micro_batch_size=1", "trainer.max_length=16",
+                          "model.gradient_checkpointing=false"])
+    # config-only shape: the untied output layer (10 x 4) becomes a one-output head (4)
+    est = supervised.rank_estimate(bt, (SMALL, 404, 0, "SMALL (config.json)"), 80)
+    assert est.parts["master weights"] == 4 * (404 - 40 + 4) // 2
+    assert est.parts["log-prob head"] == 0 and est.parts["activations"] == 168 * 32 * 2
+
+
+def test_the_supervised_sft_of_peers_policy_by_hand():
+    """recipes/sft.yaml with Qwen3-VL-8B on its 8 ranks: 8,767,123,696 parameters, of which the
+    frozen vision tower's 576,388,336 get no gradient or AdamW state, so 8,190,735,360 train.
+    Per rank: fp32 master 4 x 8,767,123,696 / 8 = 4,383,561,848 bytes; gradients
+    4 x 8,190,735,360 / 8 = 4,095,367,680; AdamW's two moments 8,190,735,360: 16,669,664,888
+    bytes, 15.5 GiB of state a rank."""
+    from peer_rl.planning import supervised
+    from peer_rl.planning.shapes import model_shape
+
+    est = supervised.rank_estimate(_supervised_cfg(), model_shape("Qwen3-VL-8B"), 80)
+    state = [est.parts[k] for k in ("master weights", "gradients", "AdamW moments")]
+    assert state == [4_383_561_848, 4_095_367_680, 8_190_735_360]
+    assert sum(state) == 16_669_664_888 and est.parts["reference"] == 0
+    with_lora = supervised.rank_estimate(_supervised_cfg("model.lora.rank=8"),
+                                         model_shape("Qwen3-VL-8B"), 80)
+    # LoRA r=8 on all 7 linear layers of 36: 8 x (q 4096+4096, k 4096+1024, v 4096+1024,
+    # o 4096+4096, gate and up 4096+12288 each, down 12288+4096) = 8 x 75,776 a layer
+    adapters = 36 * 8 * 75_776
+    assert with_lora.parts["gradients"] == 4 * adapters // 8
+    assert with_lora.parts["master weights"] == 4 * 8_767_123_696 // 8 + 4 * adapters // 8
+
+
+def _grpo_tokens_args():
+    # 3 prompts x 2 samples, prompts of 100 - 30 = 70 tokens, replies of 30; 2 epochs, so the
+    # old log-probs are recomputed
+    return ["plan", "recipe=peer_rur", "model.path=Qwen2.5-VL-7B",
+            "reward_model.path=Qwen2.5-VL-7B", "nodes=2", "data.train_batch_size=3",
+            "rollout.n=2", "rollout.max_model_len=100", "rollout.response_length=30",
+            "actor.ppo_epochs=2", "actor.ppo_mini_batch_size=3", "actor.ppo_micro_batch_size=2",
+            "trainer.total_steps=10"]
+
+
+def test_a_grpo_steps_tokens_and_time_by_hand(capsys):
+    """6 samples of 70 + 30 tokens: rollout 600 processed, 180 generated; update 2 epochs x 600
+    = 1,200 trained + (reference + old log-probs) 2 x 600 = 1,200 forward only. At 90 generated
+    tok/s and 600 update tok/s: 2 s + 4 s = 6 s a step, 60 s for 10 steps."""
+    assert main([*_grpo_tokens_args(), "--throughput", "rollout=90,update=600"]) == 0
+    out = capsys.readouterr().out
+    assert "  rollout  3 prompts x 2 samples x (70 + 30) = 600 (180 generated)\n" in out
+    assert ("  update   6 sequences x 100 x (2 training epochs + the reference's, the old "
+            "log-probs' forward) = 2,400 (1,200 trained, 1,200 forward only)\n") in out
+    assert "  rollout 180 generated / 90 tok/s = 2.0 s; update 2,400 / 600 tok/s = 4.0 s\n" in out
+    assert "  = 6.0 s a step, 1.0 min for trainer.total_steps=10 " in out
+    assert "estimated from the throughput given" in out
+
+
+def test_the_tokens_of_an_on_policy_and_an_escrag_step_by_hand():
+    """One epoch on one mini-batch: no old log-probs' pass. ESCRAG-R1 with retrieval: a second
+    (refined) rollout pass; train_initial also trains the initial replies."""
+    from peer_rl.config.schema import load_config
+    from peer_rl.planning.tokens import step_tokens
+
+    t = step_tokens(load_config(["recipe=peer_rur", "data.train_batch_size=3", "rollout.n=2",
+                                 "actor.ppo_mini_batch_size=3", "actor.ppo_micro_batch_size=2"]),
+                    prompt_length=50)
+    assert (t.prompt, t.rollout, t.update) == (50, 6 * (50 + t.response), 2 * 6 * (50 + t.response))
+    e = step_tokens(load_config(["recipe=escrag_r1_tiny", "data.train_batch_size=3",
+                                 "rollout.n=2", "rollout.response_length=10",
+                                 "actor.ppo_mini_batch_size=6", "actor.ppo_micro_batch_size=2",
+                                 "retrieval.train_initial=true"]), prompt_length=20)
+    # 2 passes x 6 samples x 30; 12 trained sequences (refined and initial) x 30, one epoch on
+    # one mini-batch of 6 x 2 = 12: on-policy, reference only
+    assert (e.rollout, e.generated, e.update) == (360, 120, 2 * 12 * 30)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("rollout=90", "expected --throughput rollout=TOK/S,update=TOK/S"),
+    ("rollout=90,update=0", "'update=0': expected --throughput"),
+    ("rollout=fast,update=1", "'rollout=fast': expected"),
+])
+def test_a_bad_throughput_is_one_line(capsys, flag, message):
+    assert main(["plan", "recipe=tiny", "--throughput", flag]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+# the recipes whose models are a placeholder or an earlier stage's output: a shape to plan with
+SHAPES = {name: [f"model.path={shape}"] for name, shape in {
+    "sft": "Qwen3-VL-8B", "unifireward": "Qwen3-VL-8B", "prm": "Qwen3-VL-8B",
+    "orm": "Qwen3-VL-8B", "escrag_rm": "Qwen2.5-7B", "escrag_sft": "Qwen2.5-7B",
+    "sft_smollm2": "SmolLM2-135M", "unifireward_smollm2": "SmolLM2-135M"}.items()}
+SHAPES |= {name: ["model.path=SmolLM2-135M", "reward_model.path=SmolLM2-135M"]
+           for name in ("peer_smollm2", "peer_rur_smollm2")}
+SETTINGS = {"data": "recipe=data: the settings of `peer-rl data filter|personas|rewrite|"
+                    "preference|cold-start`",
+            "eval": "recipe=eval: the settings of `peer-rl eval esc|sage|safety|diversity`"}
+
+
+def test_plan_accepts_every_shipped_recipe(capsys):
+    """Each recipes/*.yaml is planned (its memory and a step's tokens printed, fitting or
+    refused) or, for a command's settings, named in one line as what it is for."""
+    names = sorted(p.stem for p in RECIPES.glob("*.yaml"))
+    assert set(SHAPES) | set(SETTINGS) <= set(names)
+    for name in names:
+        rc = main(["plan", f"recipe={name}", "nodes=2", *SHAPES.get(name, [])])  # no fix search
+        out = capsys.readouterr().out
+        if name in SETTINGS:
+            assert rc == 0 and out.startswith(SETTINGS[name]), (name, out)
+            assert "not a training run: nothing to place or size" in out
+            assert len(out.strip().splitlines()) == 1
+            continue
+        assert rc in (0, 2), name
+        assert "placed on" in out and "tokens per step" in out, (name, out)
+        # a GRPO plan sizes its GPU workers; a supervised stage's ranks on CPUs too
+        pools = out.split("placed on\n")[1].split("\n\n")[0]
+        if " GPU " in pools or "supervised stage" in out:
+            assert "GiB:\n" in out, (name, out)
+        assert out.rstrip().endswith("fits.") if rc == 0 else "refused:" in out, name
+
+
+def test_a_supervised_recipe_without_its_model_names_the_shapes(capsys):
+    assert main(["plan", "recipe=unifireward"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: model.path: recipe 'unifireward' needs a starting model")
+    assert "Qwen3-VL-8B" in err and len(err.splitlines()) == 1
+
+
+def test_a_supervised_stage_that_does_not_fit_is_refused_with_settings_that_fit(capsys):
+    """sft at 16,384 tokens a micro-batch on 48 GiB GPUs: the full-vocabulary logits alone are
+    46 GiB; one row a micro-batch halves them and fits (planned again)."""
+    args = ["plan", "recipe=sft", "model.path=Qwen3-VL-8B", "gpu_memory_gib=48"]
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert "node 0 GPU 0: train " in out.split("refused:")[1]
+    fixes = out.split("settings with which it fits (each planned again):\n")[1].splitlines()
+    assert fixes[0] == "  trainer.micro_batch_size=1"
+    for fix in fixes:
+        assert main(args + fix.split()) == 0, fix
+        capsys.readouterr()
+
+
+def _docs_plan_blocks():
+    """(page, command, shown lines, whole) of every `$ peer-rl plan` block on the docs pages:
+    an indented block whose first line is the command (continued with backslashes); `...`
+    after it means the lines shown are the output's last ones."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    found = []
+    for page in sorted(docs.glob("*.md")):
+        lines = page.read_text(encoding="utf-8").split("\n")
+        for k, line in enumerate(lines):
+            if not line.startswith("    $ peer-rl plan "):
+                continue
+            block = []
+            for ln in lines[k:]:
+                if not ln.startswith("    "):
+                    break
+                block.append(ln[4:])
+            command = ""
+            while True:
+                part = block.pop(0)
+                command += " " + part.rstrip("\\").strip()
+                if not part.endswith("\\"):
+                    break
+            whole = not (block and block[0] == "...")
+            found.append((page.name, command.split()[3:], block if whole else block[1:], whole))
+    return found
+
+
+def test_the_docs_plan_examples_print_what_they_show(capsys):
+    """Every `peer-rl plan` example on the docs pages, run: the output is the block as shown
+    (its last lines where the block elides the start)."""
+    blocks = _docs_plan_blocks()
+    assert any("--throughput" in b[1] for b in blocks) and any("recipe=sft" in b[1] for b in blocks)
+    for page, argv, shown, whole in blocks:
+        main(["plan", *argv])
+        out = capsys.readouterr().out.rstrip("\n").split("\n")
+        assert (out if whole else out[-len(shown):]) == shown, (page, argv)
