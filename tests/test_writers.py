@@ -93,6 +93,7 @@ COMMANDS = [
     Cmd("data import-esconv", lambda o, w: ["data", "import-esconv", str(w / "esconv.json"),
                                             "--out", o], "esconv.json", output="root"),
     Cmd("data rounds", lambda o, w: ["data", "rounds", str(w / "root"), "--out", o], "root"),
+    Cmd("data holdout", lambda o, w: ["data", "holdout", str(w / "root"), "--out", o], "root"),
     Cmd("data filter", lambda o, w: ["data", "filter", str(w / "root"), "--out", o,
                                      *JOB_PARTIES], "root", force=False,
         work="peer_rl.datajobs.job:run_job"),

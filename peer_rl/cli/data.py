@@ -157,6 +157,17 @@ def _data_rounds(args) -> int:
     return 0
 
 
+def _data_holdout(args) -> int:
+    from peer_rl.datajobs.holdout import run_holdout  # deferred (--help)
+
+    report = run_holdout(args.root, args.out, args.rows, args.seed, args.force)
+    for name, what in report["summary"]["files"].items():
+        print(f"{name}: {what}")
+    print(f"wrote {Path(args.out).resolve()} (the root with its held-out GRPO split; "
+          "report in _jobs/holdout)")
+    return 0
+
+
 def _add_data_jobs(data) -> None:
     over = dict(nargs="*", default=[], help="key=value settings (recipes/data.yaml): parties "
                 "judge/writer/client/counselor/teacher .url|.path|.model, limit, seed, job sections")
@@ -203,6 +214,16 @@ def _add_data_jobs(data) -> None:
                    "rows out (counted)")
     p.add_argument("--force", action="store_true", help="replace grpo files already in --out")
     p.set_defaults(fn=_data_rounds, errors=_rounds_errors)
+    p = data.add_parser("holdout", help="a held-out split of the GRPO prompts, by dialogue "
+                        "(grpo/<name>_test.jsonl), in a copy of the root")
+    p.add_argument("root", help="PEER-layout root whose grpo/ files are split")
+    p.add_argument("--out", required=True, help="a new or empty directory: the root with "
+                   "the split (every other file copied)")
+    p.add_argument("--rows", type=int, default=200, help="rows held out per grpo file, at "
+                   "least (whole dialogues; default 200)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace this command's earlier output")
+    p.set_defaults(fn=_data_holdout, errors=_rounds_errors)
 
 
 def register(sub) -> None:
