@@ -50,7 +50,7 @@ class UnifiRewardWorker:
             self.lora_request, lora_args = judge_adapter(on_this_node(lora_path))
         self.template = JudgeTemplate.load(self.lora_request.lora_path if lora_path
                                            else model_path)
-        self.max_tokens = s.max_tokens
+        self.max_tokens, self.weights = s.max_tokens, s.weights
         self.llm = make_llm(model_path, s, seed=seed, enable_prefix_caching=True, **lora_args)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
@@ -97,7 +97,7 @@ class UnifiRewardWorker:
 
     @dispatch(Dispatch.SHARD)
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
-        return [judge_result(it, ans) for it, ans in zip(items, self.answers(items))]
+        return [judge_result(it, ans, self.weights) for it, ans in zip(items, self.answers(items))]
 
     def answers(self, items: list[JudgeItem]) -> list[list[str | None]]:
         """The judge's 4 answer slots per item (None where this judge does not ask): every
@@ -134,7 +134,8 @@ def judge_adapter(path: str):
 class PairRewardWorker:
     """A process model (PRM) and an outcome model (ORM) scoring together as UnifiReward does:
     the PRM answers rounds 1-3 (its step verdicts), the ORM the preference; the reward is
-    PEER's (0.5 a true step, 0.5 a reply at least as good as the reference, 1 the format).
+    PEER's (settings.weights: by default 0.5 a true step, 0.5 a reply at least as good as the
+    reference, 1 the format).
     Each model must carry the template role of its slot, so swapped paths fail at start."""
 
     def __init__(self, model_path: str, outcome_path: str, settings: JudgeSettings | None = None,
@@ -154,7 +155,7 @@ class PairRewardWorker:
         self.model_path, self.template = model_path, self.process.template
         self.tokenizer, self.max_tokens = self.process.tokenizer, self.process.max_tokens
         self.max_model_len = self.process.max_model_len
-        self.multimodal = self.process.multimodal
+        self.multimodal, self.weights = self.process.multimodal, s.weights
 
     def answers(self, items: list[JudgeItem]) -> list[list[str | None]]:
         steps, prefs = self.process.answers(items), self.outcome.answers(items)
@@ -162,7 +163,7 @@ class PairRewardWorker:
 
     @dispatch(Dispatch.SHARD)
     def score(self, items: list[JudgeItem]) -> list[JudgeResult]:
-        return [judge_result(it, a) for it, a in zip(items, self.answers(items))]
+        return [judge_result(it, a, self.weights) for it, a in zip(items, self.answers(items))]
 
     @dispatch(Dispatch.SHARD)
     def chat(self, conversations, max_tokens, temperature=0.0, schema=None):

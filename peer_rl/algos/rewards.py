@@ -1,7 +1,8 @@
 """Reward math: the PEER reward, reply length and RUR reweighting (the judge's verdicts are
 read in peer_rl.prompts.verdicts).
 
-Everything here is a function of strings and arrays: no model, no Ray, no config object.
+Everything here is a function of strings and arrays: no model, no Ray, no run config (a
+setting such as the reward's weights comes in as an argument).
 """
 from __future__ import annotations
 
@@ -10,25 +11,14 @@ import re
 import numpy as np
 
 
-
-STEP_WEIGHT = 0.5        # per reasoning step judged True
-PREFERENCE_WEIGHT = 0.5  # candidate better than or about as good as the reference
-FORMAT_WEIGHT = 1.0      # all four steps present
-
-
-def peer_reward(step_verdicts, preference_ok, format_complete) -> float:
-    """r = 0.5 * #(steps True) + 0.5 * [pref ok] + 1 * [format complete], in [0, 3]."""
-    steps = sum(STEP_WEIGHT for v in step_verdicts if v is True)
-    return float(steps + PREFERENCE_WEIGHT * (preference_ok is True)
-                 + FORMAT_WEIGHT * bool(format_complete))
-
-
-def peer_rewards(step_true: np.ndarray, preference_ok: np.ndarray,
-                 format_complete: np.ndarray) -> np.ndarray:
-    """Batched peer_reward: step_true (N, 3) bool (None/unparseable already False)."""
-    return (STEP_WEIGHT * np.asarray(step_true, dtype=np.float64).sum(axis=-1)
-            + PREFERENCE_WEIGHT * np.asarray(preference_ok, dtype=np.float64)
-            + FORMAT_WEIGHT * np.asarray(format_complete, dtype=np.float64))
+def peer_reward(step_verdicts, preference_ok, format_complete, weights) -> float:
+    """r = weights.step x #(steps True) + weights.preference x [pref ok] + weights.format x
+    [format complete]; `weights` is reward_model.weights (RewardWeights: 0.5, 0.5, 1 by
+    default, so r in [0, 3]). Passed, never defaulted here, so that no caller scores with
+    weights other than the run's."""
+    steps = sum(v is True for v in step_verdicts)
+    return float(weights.step * steps + weights.preference * (preference_ok is True)
+                 + weights.format * bool(format_complete))
 
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")

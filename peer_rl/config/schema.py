@@ -447,7 +447,8 @@ _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.en
                  "actor.micro_batch_activation_gib",
                  "actor.behavior_weight_cap", "algorithm.filter_groups.max_num_gen_batches",
                  "actor.num_threads", "data.max_history_turns", "model.lora.rank",
-                 "actor.malloc_mmap_threshold_mib")
+                 "actor.malloc_mmap_threshold_mib", "reward_model.weights.step",
+                 "reward_model.weights.preference", "reward_model.weights.format")
 
 
 def registered_choices() -> dict[str, tuple]:

@@ -149,14 +149,31 @@ class RolloutSettings(EngineSettings):
 
 
 @dataclass
+class RewardWeights:
+    """PEER's reward, the weighted sum of what a generative judge (unifireward, prm_orm) found
+    (peer_rl.algos.rewards.peer_reward); by default 0.5 x 3 + 0.5 + 1 = 3 at most.
+    A scalar reward model's score is its own and ignores them."""
+    # PEER's reward (kind unifireward or prm_orm; a scalar model's score is its own): added for
+    # each of Steps 1-3 the judge finds sound
+    step: float = 0.5
+    # PEER's reward: added when the judge rates the reply better than, or about as good as,
+    # the reference reply
+    preference: float = 0.5
+    # PEER's reward: added when the response has all four steps
+    format: float = 1.0
+
+
+@dataclass
 class JudgeSettings(EngineSettings):
-    """A reward model's engine (peer_rl.workers.unifireward, peer_rl.workers.scalar_reward)."""
+    """A reward model's engine (peer_rl.workers.unifireward, peer_rl.workers.scalar_reward)
+    and how its verdicts make the reward."""
     # the judge's context in tokens: the generative judge drops the oldest history turns until
     # a chat fits; the scalar model keeps a sequence's last max_model_len tokens
     max_model_len: int = 4096
     # GPU: the engine's share of the device's memory (vLLM's); prm_orm's two engines split it
     gpu_memory_utilization: float = 0.3
     max_tokens: int = 16                 # a verdict's length (the generative judge)
+    weights: RewardWeights = field(default_factory=RewardWeights)
 
 
 REDUNDANCY_CHOICES = {"history_agg": ("max", "mean"), "group_agg": ("mean", "max")}

@@ -21,6 +21,7 @@ Use (verl config):
     reward.reward_manager.name=PeerRewardManager
     +reward.reward_kwargs.judge_path=/path/to/judge   (its judge_template.json and tokenizer)
     +reward.reward_kwargs.judge_url=http://127.0.0.1:8000/v1   (or verl's own reward model)
+    (the other keys: peer_rl.integrations.verl_settings.PeerRewardSettings)
 
 Defined behaviour: a response without the four steps is judged as peer-rl judges it (format 0,
 missing steps not asked, the raw text as the reply); an unparseable verdict scores 0 and counts
@@ -37,7 +38,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import OmegaConf
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
@@ -48,47 +49,12 @@ from peer_rl.prompts.judge_rounds import JudgeRounds, candidate_coin, judge_resu
 from peer_rl.protocol import JudgeItem
 from peer_rl.prompts.reasoning import parse_structured
 from peer_rl.algos.rewards import rur_reweight
-from peer_rl.config.worker_settings import REDUNDANCY_CHOICES, JudgeSettings, RedundancySettings
+from peer_rl.config.worker_settings import RedundancySettings
+from peer_rl.integrations.verl_settings import PeerRewardSettings
 
 logger = logging.getLogger(__name__)
 
 BARRIER_NAME = "peer_rl_rur_groups"
-
-
-@dataclass
-class PeerRewardSettings:
-    """`reward.reward_kwargs` of a verl config (a misspelt key fails at start-up, named)."""
-    judge_path: str = MISSING            # the judge directory: judge_template.json, tokenizer
-    judge_url: str | None = None         # OpenAI-compatible base URL; None: verl's reward model
-    judge_model: str | None = None       # served name; None: the server's only model
-    max_model_len: int | None = None     # judge context; None: the server's (/v1/models)
-    max_tokens: int = JudgeSettings.max_tokens
-    request_timeout_s: float = 120.0
-    retries: int = 3                     # attempts per judge request (connection, 5xx, a
-                                         # malformed body) before JudgeUnreachable
-    seed: int = 0                        # the candidate-position coin
-    rur: bool = True                     # PEER-RUR; false: PEER
-    group_size: int | None = None        # None: rollout.n; val_kwargs.n for validation rows
-    group_timeout_s: float = 60.0        # a group waits this long after its latest reply
-    redundancy: RedundancySettings = field(default_factory=RedundancySettings)
-
-    @classmethod
-    def from_verl(cls, config) -> "PeerRewardSettings":
-        kwargs = OmegaConf.select(config, "reward.reward_kwargs", default=None)
-        if kwargs is None:
-            raise ValueError("reward.reward_kwargs is not set: the PEER reward manager needs at "
-                             "least +reward.reward_kwargs.judge_path=<judge directory>")
-        try:
-            merged = OmegaConf.merge(OmegaConf.structured(cls), kwargs)
-            settings = OmegaConf.to_object(merged)
-        except Exception as exc:     # omegaconf names the key and the expected type
-            raise ValueError(f"reward.reward_kwargs: {exc}") from exc
-        for key, allowed in REDUNDANCY_CHOICES.items():
-            value = getattr(settings.redundancy, key)
-            if value not in allowed:
-                raise ValueError(f"reward.reward_kwargs.redundancy.{key}={value!r}: expected one "
-                                 f"of {allowed}")
-        return settings
 
 
 @dataclass
@@ -334,7 +300,7 @@ class PeerRewardManager(RewardManagerBase):
                          reference=_field(row, "reward_model", "ground_truth", uid),
                          candidate_first=candidate_coin(self.settings.seed, uid, text),
                          format_complete=parsed.complete)
-        result = judge_result(item, await self._answers(item))
+        result = judge_result(item, await self._answers(item), self.settings.weights)
         info = {"reward/peer": result.reward, "reward/format": float(parsed.complete),
                 **{f"reward/step{k}_true": float(v is True)
                    for k, v in enumerate(result.step_verdicts, start=1)},

@@ -16,6 +16,7 @@ from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.quoting import tokenizer_specials
 from peer_rl.protocol import JudgeItem, JudgeResult
 from peer_rl.algos.rewards import peer_reward
+from peer_rl.config.worker_settings import RewardWeights
 from peer_rl.prompts.verdicts import candidate_preference_ok, parse_preference, parse_step_verdict
 
 Dialogue = Generator[tuple[int, list[dict]], str, list[str | None]]   # yields (round, chat)
@@ -109,9 +110,10 @@ def candidate_coin(seed: int, group: str, text: str) -> bool:
     return bool(hashlib.sha256(f"{seed}\0{group}\0{text}".encode()).digest()[0] & 1)
 
 
-def judge_result(item: JudgeItem, ans: list[str | None]) -> JudgeResult:
-    """Verdicts parsed from the answer slots and PEER's reward; an unparseable answer scores 0
-    and counts in `parse_failures`, never raises."""
+def judge_result(item: JudgeItem, ans: list[str | None], weights: RewardWeights) -> JudgeResult:
+    """Verdicts parsed from the answer slots and PEER's reward with `weights`
+    (reward_model.weights, or the verl plug-in's reward_kwargs.weights); an unparseable answer
+    scores 0 and counts in `parse_failures`, never raises."""
     steps = [None if a is None else parse_step_verdict(a) for a in ans[:3]]
     verdict = parse_preference(ans[3]) if ans[3] is not None else None
     pref_ok = candidate_preference_ok(verdict, item.candidate_first)
@@ -119,5 +121,5 @@ def judge_result(item: JudgeItem, ans: list[str | None]) -> JudgeResult:
     failures = sum(a is not None and v is None for a, v in zip(ans, steps + [verdict]))
     return JudgeResult(
         step_verdicts=steps, preference=None if verdict is None else int(verdict),
-        preference_ok=pref_ok, reward=peer_reward(steps, pref_ok, item.format_complete),
+        preference_ok=pref_ok, reward=peer_reward(steps, pref_ok, item.format_complete, weights),
         parse_failures=failures, asked=asked, raw=[a or "" for a in ans])

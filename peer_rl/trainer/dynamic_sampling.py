@@ -3,8 +3,8 @@ signal, and the step's batch assembled from the groups that do.
 
 A group whose samples all score alike gets advantage 0 from every estimator here (GRPO, RLOO,
 REINFORCE++-baseline's centring): it costs a rollout, a judge call and an update and teaches
-nothing but the KL term. PEER's reward moves in steps of 0.5 on [0, 3] and G is 4, so such
-groups are common. The share is logged every step, filtering on or off.
+nothing but the KL term. PEER's reward (default weights) moves in steps of 0.5 on [0, 3] and G
+is 4, so such groups are common. The share is logged every step, filtering on or off.
 
 Pure functions over `ScoredBatch`es: the controller draws and scores (`draw` below), this
 module chooses. Where peer-rl and verl differ is tabled in docs/grpo-variants.md.

@@ -3,21 +3,32 @@ import math
 import numpy as np
 import pytest
 
-from peer_rl.algos.rewards import count_words, group_similarity, history_similarity, length_coefficient, peer_reward, peer_rewards, rur_reweight
+from peer_rl.algos.rewards import count_words, group_similarity, history_similarity, length_coefficient, peer_reward, rur_reweight
 
+from peer_rl.config.worker_settings import RewardWeights
 from peer_rl.prompts.verdicts import Preference, candidate_preference_ok, parse_preference, parse_step_verdict
 
 
 def test_peer_reward_hand_values():
-    assert peer_reward([True, True, True], True, True) == 3.0
-    assert peer_reward([True, False, None], False, True) == 1.5
-    assert peer_reward([None, None, None], None, False) == 0.0
-    assert peer_reward([True, True, False], True, False) == 1.5
+    w = RewardWeights()      # 0.5 a sound step, 0.5 the preference, 1 the format
+    assert peer_reward([True, True, True], True, True, w) == 3.0
+    assert peer_reward([True, False, None], False, True, w) == 1.5
+    assert peer_reward([None, None, None], None, False, w) == 0.0
+    assert peer_reward([True, True, False], True, False, w) == 1.5
 
 
-def test_peer_rewards_batched_matches_scalar():
-    steps = np.array([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=bool)
-    np.testing.assert_allclose(peer_rewards(steps, [1, 0, 1], [1, 1, 0]), [3.0, 1.5, 0.5])
+def test_peer_reward_with_other_weights():
+    """Each weight multiplies its own term only: 0.25, 2 and 0.75 are chosen so that no sum of
+    two mix-ups gives the same total."""
+    w = RewardWeights(step=0.25, preference=2.0, format=0.75)
+    # two sound steps (None is not sound) + preference + format: 0.5 + 2 + 0.75
+    assert peer_reward([True, None, True], True, True, w) == 3.25
+    # one sound step, the reference preferred, no format: 0.25
+    assert peer_reward([False, True, False], False, False, w) == 0.25
+    # the format alone
+    assert peer_reward([None, None, None], None, True, w) == 0.75
+    # a zero weight drops its term: three steps and the preference, format weight 0
+    assert peer_reward([True, True, True], True, True, RewardWeights(format=0.0)) == 2.0
 
 
 @pytest.mark.parametrize("text,expected", [

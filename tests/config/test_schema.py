@@ -68,6 +68,8 @@ def test_a_recipe_or_its_base_rewritten_between_loads_is_read_again(tmp_path):
     ("actor.num_threads=-2", "actor.num_threads=-2: expected a value >= 0"),
     ("model.lora.rnak=8", "config key 'model.lora.rnak'"),
     ("model.lora.rank=-8", "model.lora.rank=-8: expected a value >= 0"),
+    ("reward_model.weights.step=-0.5", "reward_model.weights.step=-0.5: expected a value >= 0"),
+    ("reward_model.weights.fromat=1", "config key 'reward_model.weights.fromat'"),
     ("model.lora.target_modules=q_proj", "config key 'model.lora.target_modules'"),
     ("model.lora.merge=maybe", "model.lora.merge='maybe': expected one of ('auto', 'true', 'false')"),
 ])

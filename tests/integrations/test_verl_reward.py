@@ -263,6 +263,26 @@ def test_start_up_errors_name_the_key(report):
     off = b["rur_off"]
     assert off["ok"] and not any(k.startswith("rur/") for k in off["value"]["reward_extra_info"])
     assert off["value"]["reward_score"] == off["value"]["reward_extra_info"]["reward/peer"]
+    err = b["negative_weight"]["error"]
+    assert not b["negative_weight"]["ok"]
+    assert "reward.reward_kwargs.weights.preference=-0.5: expected a value >= 0" in err
+
+
+def test_reward_kwargs_weights_are_the_weights_the_manager_scores_with(report):
+    """The same sample (same verdicts: a greedy judge, the same coin) with weights 1, 2, 4
+    instead of 0.5, 0.5, 1: its verdicts decode both scores (it has all four steps, so neither
+    is 0), and a manager that ignored the setting would score as the default one does."""
+    b = report["behaviours"]
+    default, weighted = b["rur_off"]["value"], b["weighted"]["value"]
+    info = weighted["reward_extra_info"]
+    verdicts = ("reward/step1_true", "reward/step2_true", "reward/step3_true",
+                "reward/preference_ok", "reward/format")
+    assert [info[k] for k in verdicts] == [default["reward_extra_info"][k] for k in verdicts]
+    steps = info["reward/step1_true"] + info["reward/step2_true"] + info["reward/step3_true"]
+    assert info["reward/format"] == 1.0
+    assert default["reward_score"] == 0.5 * steps + 0.5 * info["reward/preference_ok"] + 1.0
+    assert weighted["reward_score"] == info["reward/peer"] == \
+        1.0 * steps + 2.0 * info["reward/preference_ok"] + 4.0
 
 
 def test_the_judge_verl_serves_in_its_own_pool_is_asked_through_the_router_address(report):

@@ -177,6 +177,12 @@ async def behaviours(case: dict, tok, data: DataProto) -> dict:
     out["served_judge"] = await timed(lambda: served_judge(case, tok).run_single(data[4:5]))
     out["rur_off"] = await timed(lambda: manager("reward.reward_kwargs.rur=false")
                                  .run_single(data[0:1]))
+    out["weighted"] = await timed(lambda: manager(
+        "reward.reward_kwargs.rur=false", "+reward.reward_kwargs.weights.step=1",
+        "+reward.reward_kwargs.weights.preference=2", "+reward.reward_kwargs.weights.format=4")
+        .run_single(data[0:1]))
+    out["negative_weight"] = await timed(lambda: asyncio.to_thread(
+        manager, "+reward.reward_kwargs.weights.preference=-0.5"))
     return out
 
 

@@ -11,6 +11,7 @@ from peer_rl.config.worker_settings import (
     PolicyLossConfig,
     PolicySettings,
     RedundancySettings,
+    RewardWeights,
     RolloutSettings,
 )
 
@@ -39,7 +40,7 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
     cfg = load_config(["trainer.seed=7", "rollout.n=6", "rollout.response_length=96",
                        "rollout.max_model_len=1024", "actor.lr=3e-6", "actor.world_size=2",
                        "actor.policy_loss.loss_mode=gspo", "reward_model.max_tokens=12",
-                       "algorithm.rur.alpha=0.25",
+                       "algorithm.rur.alpha=0.25", "reward_model.weights.preference=2",
                        # float32 engines: the KV arithmetic below at 4 bytes a value (the next
                        # test has bfloat16's)
                        "rollout.dtype=float32", "reward_model.dtype=float32"])
@@ -55,7 +56,8 @@ def test_each_worker_gets_its_section_narrowed_to_its_settings_and_its_own_seed(
     # the judge: 24 samples of its 4,096-token max_model_len = 192 MiB
     judge = _bound(factory, "reward_model", 1)
     assert judge["settings"] == JudgeSettings(max_tokens=12, kv_cache_gib=192 / 1024,
-                                              max_num_seqs=24, dtype="float32")
+                                              max_num_seqs=24, dtype="float32",
+                                              weights=RewardWeights(preference=2.0))
     assert judge["seed"] == 7
     assert _bound(factory, "redundancy")["settings"] == RedundancySettings(alpha=0.25)
     assert _bound(factory, "retrieval") == {"index_dir": "/m/index",

@@ -1,13 +1,15 @@
 """UnifiRewardWorker: 4 batched multi-turn rounds on a real (tiny, random) judge engine."""
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.protocol import JudgeItem
 from peer_rl.prompts.verdicts import Preference
-from peer_rl.config.worker_settings import JudgeSettings
+from peer_rl.config.worker_settings import JudgeSettings, RewardWeights
 from peer_rl.prompts.judge_rounds import judge_result
+from peer_rl.workers import unifireward
 from peer_rl.workers.unifireward import UnifiRewardWorker
 
 HISTORY = [{"role": "seeker", "content": "I failed my exam again and I feel useless."},
@@ -29,13 +31,47 @@ def item(steps=STEPS, complete=True, first=True, lang="en", history=HISTORY):
 def test_result_parsing_without_engine():
     """Answer parsing and reward mapping (judge_rounds.judge_result: no engine needed)."""
     it = item(complete=True, first=False)
-    r = judge_result(it, ["True", "no idea", None, "The first sentence is better"])
+    w = RewardWeights()
+    r = judge_result(it, ["True", "no idea", None, "The first sentence is better"], w)
     assert r.step_verdicts == [True, None, None] and r.preference == Preference.FIRST
     assert r.preference_ok is False  # "first" was the reference
     assert (r.asked, r.parse_failures, r.reward) == (3, 1, 1.5)
-    r = judge_result(item(complete=False), ["正确", "False", "True", "差不多"])
+    r = judge_result(item(complete=False), ["正确", "False", "True", "差不多"], w)
     assert r.step_verdicts == [True, False, True] and r.preference_ok is True
     assert (r.asked, r.parse_failures, r.reward) == (4, 0, 1.5)  # no +1 for the format
+
+
+class _Engine:
+    """Stands in for vLLM's LLM where only the worker's own wiring is under test."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(
+            max_model_len=4096, is_multimodal_model=False))
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+
+def test_the_workers_settings_weights_make_its_reward(trained_judge, monkeypatch):
+    """reward_model.weights reaches the reward the judge worker returns: JudgeSettings as the
+    pool factory hands it (tests/trainer/test_resource_pools.py) -> UnifiRewardWorker.score.
+    The engine is replaced (no vLLM): its answers are the verdicts below."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(trained_judge)
+    monkeypatch.setattr(unifireward, "make_llm", lambda *a, **k: _Engine(tok))
+    weights = RewardWeights(step=0.25, preference=2.0, format=0.75)
+    worker = UnifiRewardWorker(trained_judge, JudgeSettings(weights=weights))
+    # Steps 1 and 3 sound, Step 2 not; the candidate (second) preferred
+    monkeypatch.setattr(worker, "answer", lambda convs: [
+        ["True", "False", "True", "The second sentence is better"][len(c) // 2 - 1]
+        for c in convs])
+    r = worker.score([item(complete=True, first=False), item(complete=False, first=True)])
+    assert [x.step_verdicts for x in r] == [[True, False, True]] * 2
+    assert [x.preference_ok for x in r] == [True, False]
+    # 2 x 0.25 + 2 + 0.75, then 2 x 0.25 alone (the reference preferred, no format)
+    assert [x.reward for x in r] == [3.25, 0.5]
 
 
 @pytest.fixture(scope="module")
