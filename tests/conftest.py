@@ -139,7 +139,7 @@ def trained_scalar_rm(tiny_models, tmp_path_factory) -> str:
     (Bradley-Terry, 2 FSDP2 ranks); returns its run directory (final/ is the model)."""
     cache = Path(tiny_models["policy"]).parent       # the reward model is built beside them
     return str(cached("escrag-rm", TRAINER, lambda out: _train_rm(
-        ["recipe=escrag_rm_tiny", f"model.tiny_cache_dir={cache}", "trainer.total_steps=60"],
+        ["recipe=escrag_rm_tiny", f"model.tiny_cache_dir={cache}", "trainer.total_steps=40"],
         out), tmp_path_factory.mktemp("escrag_rm")))
 
 
@@ -202,3 +202,15 @@ def server_url(vllm_server) -> str:
     if not vllm_server.running():
         vllm_server.start()
     return vllm_server.url
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """cluster/start-local-cluster.sh's two-node cluster (1 CPU a node), started once for the
+    tests that submit to it (tests/test_cluster.py, tests/test_runbook.py) and stopped as its
+    header says; each test leaves it idle."""
+    from cluster_util import started_cluster
+
+    with started_cluster() as cluster:
+        yield cluster
+

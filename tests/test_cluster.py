@@ -26,7 +26,7 @@ import yaml
 import ray
 from peer_rl.config.schema import load_config
 
-from cluster_util import CLUSTER, REPO, started_cluster
+from cluster_util import CLUSTER, REPO
 # Loopback addresses, but not 127.0.0.1: `ray start` rewrites 127.0.0.1 / localhost (in --address
 # and --node-ip-address) to the machine's interface address unless
 # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, and with that setting a non-head `ray start` aborts
@@ -196,12 +196,6 @@ def test_local_cluster_script_is_valid_bash():
 
 
 # ------------------------------------------------------------------ e2e: a real 2-node cluster
-
-@pytest.fixture
-def local_cluster():
-    with started_cluster() as cluster:
-        yield cluster
-
 
 def docs_submit_command(dashboard: str) -> list[str]:
     """The `ray job submit` command of docs/cluster.md's two-nodes-on-one-machine block, as a
