@@ -16,7 +16,6 @@ from peer_rl.prompts.judge import JudgeTemplate
 from peer_rl.prompts.quoting import tokenizer_specials
 from peer_rl.protocol import JudgeItem, JudgeResult
 from peer_rl.algos.rewards import peer_reward
-from peer_rl.config.worker_settings import RewardWeights
 from peer_rl.prompts.verdicts import candidate_preference_ok, parse_preference, parse_step_verdict
 
 Dialogue = Generator[tuple[int, list[dict]], str, list[str | None]]   # yields (round, chat)
@@ -110,10 +109,11 @@ def candidate_coin(seed: int, group: str, text: str) -> bool:
     return bool(hashlib.sha256(f"{seed}\0{group}\0{text}".encode()).digest()[0] & 1)
 
 
-def judge_result(item: JudgeItem, ans: list[str | None], weights: RewardWeights) -> JudgeResult:
-    """Verdicts parsed from the answer slots and PEER's reward with `weights`
-    (reward_model.weights, or the verl plug-in's reward_kwargs.weights); an unparseable answer
-    scores 0 and counts in `parse_failures`, never raises."""
+def judge_result(item: JudgeItem, ans: list[str | None], weights) -> JudgeResult:
+    """Verdicts parsed from the answer slots and PEER's reward with `weights` (its step,
+    preference and format: reward_model.weights, or the verl plug-in's
+    reward_kwargs.weights); an unparseable answer scores 0 and counts in `parse_failures`,
+    never raises."""
     steps = [None if a is None else parse_step_verdict(a) for a in ans[:3]]
     verdict = parse_preference(ans[3]) if ans[3] is not None else None
     pref_ok = candidate_preference_ok(verdict, item.candidate_first)

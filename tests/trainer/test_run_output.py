@@ -95,6 +95,8 @@ def test_a_stop_signal_checkpoints_without_the_in_training_evaluation(tmp_path):
     c.save_checkpoint = lambda: calls.append(f"checkpoint {c.step}") or tmp_path
     c.metrics = MetricsSink(tmp_path, loggers=[])        # a sink that records nothing
     c.write_memory = lambda: None
+    c.plot_later = lambda: calls.append(f"figures {c.step}")
     assert c.fit(stop, plot=False) == 2
-    assert calls == ["step 1", "eval 1", "step 2", "checkpoint 2"]
+    # the figures follow the checkpoint: a run that stops has those of its last one
+    assert calls == ["step 1", "eval 1", "step 2", "checkpoint 2", "figures 2"]
     assert c.stopped_by == "SIGTERM"
