@@ -96,6 +96,12 @@ wait_nodes() {  # n: until n nodes are alive
 }
 
 session_pids() { ps -e -o pid=,sid= | awk -v s="$1" '$2 == s {print $1}'; }
+# the node's workers (actors and idle workers, not its agents): at a stop nothing of theirs is
+# kept, and a detached actor left by a finished run (Ray Train's _AutoscalingCoordinatorActor)
+# otherwise holds its node's stop for ~30 s
+worker_pids() {
+  ps -e -o pid=,sid=,args= | awk -v s="$1" '$2 == s && $3 ~ /^ray::/ && $3 !~ /Agent$/ {print $1}'
+}
 
 stop() {
   local name sid
@@ -103,6 +109,10 @@ stop() {
   # workers in order, in seconds (signalling the whole group at once unwinds far slower)
   for name in worker head; do
     if alive "$name"; then kill -TERM "$(cat "$DIR/$name.pid")" 2>/dev/null || true; fi
+  done
+  for name in worker head; do
+    [[ -f "$DIR/$name.pid" ]] || continue
+    for pid in $(worker_pids "$(cat "$DIR/$name.pid")"); do kill -KILL "$pid" 2>/dev/null || true; done
   done
   for name in worker head; do
     [[ -f "$DIR/$name.pid" ]] || continue

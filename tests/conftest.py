@@ -57,12 +57,14 @@ _verl_setup: dict = {}
 def start_verl_setup() -> None:
     """scripts/setup_verl.sh in the background from the start of the session: on a fresh clone
     it installs verl's own stack for minutes (mostly downloads and unpacking), which then
-    overlap the rest of the suite instead of adding to it; a no-op when the venv is current."""
+    overlap the rest of the suite instead of adding to it; a no-op when the venv is current.
+    At nice 10: on 2 cores the tests running meanwhile keep the CPU they ask for (a test's
+    server started during the build took twice its time, 2026-12-06)."""
     log = REPO / ".pytest-setup-verl.log"
     _verl_setup["log"] = log
     with open(log, "w", encoding="utf-8") as out:        # the child keeps its own handle
         _verl_setup["proc"] = subprocess.Popen(
-            ["bash", "scripts/setup_verl.sh"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+            ["nice", "-n", "10", "bash", "scripts/setup_verl.sh"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
             env={**os.environ, "PEER_RL_VERL_VENV": str(VERL_VENV)})
 
 
