@@ -1,4 +1,5 @@
-"""`peer-rl train` in a fresh process, as a user runs it: start, kill a policy rank, read metrics."""
+"""`peer-rl train` in a fresh process, as a user runs it: start, kill an actor or the whole
+cluster at a checkpoint, signal the driver, read metrics."""
 import json
 import os
 import signal
@@ -24,36 +25,43 @@ def train(out, tiny, *extra, timeout=900):
     return proc
 
 
-def run_and_kill_an_actor(command, when, actor: str, timeout=900, env=None):
-    """Start `command`; once the path `when` exists, SIGKILL the (last) process of the Ray
-    actor class `actor` (e.g. "PolicyWorker"). Returns (returncode, stdout, stderr). `env`:
-    more environment (PEER_RL_FAULTS: workers that die inside chosen calls)."""
+def run_and_act(command, when, act, timeout=900, env=None):
+    """Start `command` in a session of its own; once the path `when` exists, `act(driver)` (a
+    psutil.Process) until it returns something other than None. Returns (returncode, stdout,
+    stderr, what `act` returned, seconds from then to the exit). `env`: more environment."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
-    deadline = time.monotonic() + timeout
-    killed = None
+    deadline, acted, acted_at = time.monotonic() + timeout, None, None
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            if killed is None and when.is_dir():
-                found = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                         if f"ray::{actor}" in " ".join(p.cmdline())]
-                if found:
-                    killed = found[-1].pid
-                    os.kill(killed, signal.SIGKILL)
+            if acted is None and when.is_dir():
+                acted = act(psutil.Process(proc.pid))
+                acted_at = time.monotonic() if acted is not None else None
             time.sleep(0.3)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    waited = time.monotonic() - acted_at if acted_at is not None else None
+    return proc.returncode, stdout, stderr, acted, waited
+
+
+def run_and_kill_an_actor(command, when, actor: str, timeout=900, env=None):
+    """Start `command`; once the path `when` exists, SIGKILL the (last) process of the Ray
+    actor class `actor` (e.g. "PolicyWorker"). Returns (returncode, stdout, stderr). `env`:
+    more environment (PEER_RL_FAULTS: workers that die inside chosen calls)."""
+    def kill(driver):
+        found = [p for p in driver.children(recursive=True)
+                 if f"ray::{actor}" in " ".join(p.cmdline())]
+        if found:
+            os.kill(found[-1].pid, signal.SIGKILL)
+            return found[-1].pid
+        return None
+
+    code, stdout, stderr, killed, _ = run_and_act(command, when, kill, timeout, env)
     assert killed is not None, f"the run ended before a {actor} process could be killed"
-    return proc.returncode, stdout, stderr
-
-
-def train_and_kill_a_policy_rank_after(out, tiny, step, *extra, timeout=900, env=None):
-    """Start a run; once checkpoint step_<step> is complete, SIGKILL one policy rank process."""
-    return run_and_kill_an_actor(cmd(out, tiny, *extra), out / "checkpoints" / f"step_{step}",
-                                 "PolicyWorker", timeout, env)
+    return code, stdout, stderr
 
 
 def metrics(out):
@@ -95,28 +103,19 @@ def train_and_kill_the_cluster_after(out, tiny, step, *extra, timeout=900, env=N
     """Start a run on a local cluster of its own; once checkpoint step_<step> is complete,
     SIGKILL every Ray process of that cluster (GCS, raylet, dashboard, workers, among the
     driver's descendants), leaving the driver and its own helpers, as when the cluster's nodes
-    are lost under a driver that runs elsewhere. Returns (returncode,
-    stdout, stderr, seconds from the kill to the exit). `env`: more environment."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc = subprocess.Popen(cmd(out, tiny, *extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    deadline, killed_at = time.monotonic() + timeout, None
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            if killed_at is None and (out / "checkpoints" / f"step_{step}").is_dir():
-                ray = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                       if _is_ray(p)]          # not the driver's own (W&B's service)
-                assert any("gcs_server" in p.name() for p in ray), [p.name() for p in ray]
-                for p in ray:
-                    try:
-                        p.kill()
-                    except psutil.NoSuchProcess:
-                        pass
-                killed_at = time.monotonic()
-            time.sleep(0.3)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert killed_at is not None, f"the run ended before step {step}:\n{stderr[-3000:]}"
-    return proc.returncode, stdout, stderr, time.monotonic() - killed_at
+    are lost under a driver that runs elsewhere. Returns (returncode, stdout, stderr, seconds
+    from the kill to the exit). `env`: more environment."""
+    def kill(driver):
+        ray = [p for p in driver.children(recursive=True) if _is_ray(p)]  # not W&B's service
+        assert any("gcs_server" in p.name() for p in ray), [p.name() for p in ray]
+        for p in ray:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return len(ray)
+
+    code, stdout, stderr, killed, seconds = run_and_act(
+        cmd(out, tiny, *extra), out / "checkpoints" / f"step_{step}", kill, timeout, env)
+    assert killed is not None, f"the run ended before step {step}:\n{stderr[-3000:]}"
+    return code, stdout, stderr, seconds

@@ -4,6 +4,7 @@ When something does not fit, settings that would are looked for by planning agai
 candidate change, so every suggestion printed is one this planner accepts."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from peer_rl.compute.activation_memory import GiB
@@ -159,18 +160,27 @@ def candidate_fixes(cfg, plan: Plan) -> list[list[str]]:
     return [layout + fix for layout in layouts for fix in memory_fixes if layout + fix]
 
 
-def fitting_fixes(overrides: list[str], nodes: list[Node], plan: Plan,
+def first_fitting(candidates, fits: Callable[[list[str]], bool],
                   limit: int = 3) -> list[list[str]]:
-    """Up to `limit` candidate changes (candidate_fixes) with which the plan fits."""
-    cfg, found = load(overrides), []
-    for fix in candidate_fixes(cfg, plan):
+    """Up to `limit` of `candidates` (lists of overrides) for which `fits` holds, each planned
+    again by it; one that only adds to a change already found is left out, one the config
+    refuses is skipped."""
+    found: list[list[str]] = []
+    for fix in candidates:
         if any(set(f) <= set(fix) for f in found):     # a smaller change already fits
             continue
         try:
-            if make_plan(load(list(overrides) + fix), nodes).fits:
+            if fits(fix):
                 found.append(fix)
         except ConfigError:
             continue
         if len(found) >= limit:
             break
     return found
+
+
+def fitting_fixes(overrides: list[str], nodes: list[Node], plan: Plan,
+                  limit: int = 3) -> list[list[str]]:
+    """Up to `limit` candidate changes (candidate_fixes) with which the plan fits."""
+    return first_fitting(candidate_fixes(load(overrides), plan),
+                         lambda fix: make_plan(load(list(overrides) + fix), nodes).fits, limit)

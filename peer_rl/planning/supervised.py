@@ -18,7 +18,7 @@ from peer_rl.models.local import BUNDLED
 from peer_rl.planning import memory
 from peer_rl.planning.cluster import Node
 from peer_rl.planning.placement import Placement
-from peer_rl.planning.plan import Plan, check_fit
+from peer_rl.planning.plan import Plan, check_fit, first_fitting
 from peer_rl.planning.pools import bundle
 from peer_rl.planning.shapes import NAMED, model_shape
 from peer_rl.supervised.config import COMMAND_KINDS, SupervisedConfig, check_supervised
@@ -138,15 +138,5 @@ CANDIDATES = (["model.gradient_checkpointing=true"], ["trainer.micro_batch_size=
 def fitting_fixes(overrides: list[str], nodes: list[Node], limit: int = 3) -> list[list[str]]:
     """Up to `limit` of CANDIDATES (recomputation, one row a micro-batch, LoRA) with which the
     stage fits, each planned again; LoRA not for bt (it trains its full weights)."""
-    found = []
-    for fix in CANDIDATES:
-        if any(set(f) <= set(fix) for f in found):
-            continue
-        try:
-            if make_supervised_plan(load(list(overrides) + fix), nodes).fits:
-                found.append(fix)
-        except ConfigError:
-            continue
-        if len(found) >= limit:
-            break
-    return found
+    return first_fitting(CANDIDATES, lambda fix: make_supervised_plan(
+        load(list(overrides) + fix), nodes).fits, limit)
