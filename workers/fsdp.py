@@ -243,14 +243,21 @@ def logprob_head(model, chunk_tokens: int) -> dict:
     instance (as in checkpoint_layers), so names and state dicts stay; it runs inside the root
     module's forward, where FSDP2 holds the (tied) weight unsharded and reduces its gradient.
     Returns the context dict: `labels` (B, T-1), `temperature`, `entropy` (a mode of
-    peer_rl.compute.token_logprobs); labels None gives plain logits."""
+    peer_rl.compute.token_logprobs); labels None gives plain logits. With `states` (U,) set as
+    well (a packed row, peer_rl.compute.packing.predictions), `labels` (U,) are scored from the
+    hidden states at those packed positions and the forward returns (1, U, 2)."""
     head = model.get_output_embeddings()
     plain = head.forward
-    ctx = {"labels": None, "temperature": 1.0, "entropy": "none"}
+    ctx = {"labels": None, "states": None, "temperature": 1.0, "entropy": "none"}
 
     def forward(hidden):
         if ctx["labels"] is None:
             return plain(hidden)
+        if ctx["states"] is not None:
+            lp, ent = chunked_logprobs(hidden[0, ctx["states"]], head.weight, head.bias,
+                                       ctx["labels"], ctx["temperature"], chunk_tokens,
+                                       ctx["entropy"])
+            return torch.stack([lp[None], ent[None]], -1)       # (1, U, 2), not a view
         lp, ent = chunked_logprobs(hidden[:, :-1], head.weight, head.bias, ctx["labels"],
                                    ctx["temperature"], chunk_tokens, ctx["entropy"])
         return F.pad(torch.stack([lp, ent], -1), (0, 0, 1, 0))

@@ -46,12 +46,12 @@ from peer_rl.algos import (
     kl_penalty,
     logprobs_from_logits,
 )
-from peer_rl.compute import packing, precision
+from peer_rl.compute import packing, precision, shared_prefix
 from peer_rl.compute.activation_memory import (GiB, choose_recomputation, fitted_token_budget,
                                                stored_activation_bytes, trained_for,
                                                training_state_bytes)
 from peer_rl.compute.kv_cache import max_positions, read_config
-from peer_rl.compute.micro_batches import by_count, by_token_budget
+from peer_rl.compute.micro_batches import by_count, by_token_budget, by_units
 from peer_rl.files.durable import fsync_tree
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
@@ -94,6 +94,18 @@ class _UpdateInputs:
     ref: torch.Tensor
     behavior_w: torch.Tensor | None   # pi_old / pi_behavior, capped; None without
     behavior_metrics: dict
+    share: torch.Tensor               # (N,) tokens each row may share: its prompt
+    units: _Units | None              # rows with one prompt, when prefixes are shared
+
+
+@dataclass(frozen=True)
+class _Units:
+    """Rows with one prompt (peer_rl.compute.shared_prefix.units), kept together so that it runs
+    once: a unit id per row, the prompt tokens a row saves when its unit has other rows (else
+    0), each row's tokens."""
+    unit: torch.Tensor
+    prefix: torch.Tensor
+    lengths: torch.Tensor
 
 
 class PolicyWorker:
@@ -156,6 +168,9 @@ class PolicyWorker:
         self.vision = None
         if fsdp.is_vision_language(model_path):
             self.vision = VisionInputs(model_path)
+        self.share_prefix = shared_prefix.resolve(s.shared_prefix, s.use_remove_padding,
+                                                  self.vision is not None)
+        self.forward_tokens = 0               # tokens the forwards ran (a shared prefix once)
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
         self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
         self.model = self._load_sharded(mp, trainable=True)
@@ -263,27 +278,60 @@ class PolicyWorker:
         return {k: v.to(self.device) for k, v in kw.items()}
 
     def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False,
-                    vision: dict | None = None):
+                    vision: dict | None = None, share: torch.Tensor | None = None):
         """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T),
         with a gradient only when actor.entropy_coeff is set (else a metric).
-        actor.use_remove_padding: the rows run packed into one (peer_rl.compute.packing), no padding."""
+        actor.use_remove_padding: the rows run packed into one (peer_rl.compute.packing), no
+        padding; with `share` (B,) (each row's prompt length) under actor.shared_prefix, rows
+        that begin alike run their common start once (peer_rl.compute.shared_prefix)."""
         vision = vision or {}
         if not self.settings.use_remove_padding:
+            self.forward_tokens += ids.numel()
             return self._aligned_logp(model, dict(input_ids=ids, attention_mask=attn, **vision),
                                       temperature, entropy)
-        lay = packing.layout(attn)
+        if share is not None and self.share_prefix:
+            lay, _ = shared_prefix.layout(ids, attn, share.tolist())
+        else:
+            lay = packing.layout(attn)
+        self.forward_tokens += lay.tokens
+        pred = packing.predictions(ids, lay)
         inputs = {k: packing.pack(v, lay) if k == "mm_token_type_ids" else v
                   for k, v in vision.items()}
         inputs.update(input_ids=packing.pack(ids, lay),
                       position_ids=packing.position_ids(model, ids, attn, lay, vision))
-        logp, ent = self._aligned_logp(model, inputs, temperature, entropy)
-        first = (lay.positions == 0)[None].to(logp.device)   # a row's first token: no prediction
-        logp = packing.unpack(logp.masked_fill(first, 0.0), lay)
-        return logp, (None if ent is None else packing.unpack(ent.masked_fill(first, 0.0), lay))
+        logp, ent = self._pair_logp(model, inputs, pred, temperature, entropy)
+        return packing.scatter(logp, pred), (None if ent is None else packing.scatter(ent, pred))
+
+    def _entropy_mode(self, entropy: bool) -> str:
+        return ("grad" if self.settings.entropy_coeff else "metric") if entropy else "none"
+
+    def _pair_logp(self, model, inputs: dict, pred: packing.Predictions, temperature: float,
+                   entropy: bool):
+        """(U,) log-probs (and entropies) of a packed row's (state, label) pairs."""
+        mode = self._entropy_mode(entropy)
+        states, labels = pred.states.to(self.device), pred.labels.to(self.device)
+        head = self._heads.get(id(model))
+        if head is not None:                  # chunked: no full-vocabulary logits anywhere
+            head.update(labels=labels, states=states, temperature=temperature, entropy=mode)
+            try:
+                out = model(**inputs, use_cache=False).logits[0]
+            finally:
+                head.update(labels=None, states=None)
+            return out[:, 0], (out[:, 1] if entropy else None)
+        logits = model(**inputs, use_cache=False).logits[0, states]
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp = logprobs_from_logits(logits, labels)
+        if not entropy:
+            return logp, None
+        if self.settings.entropy_coeff:
+            return logp, entropy_from_logits(logits)
+        with torch.no_grad():                 # metric only: keep the (U, V) graph small
+            return logp, entropy_from_logits(logits)
 
     def _aligned_logp(self, model, inputs: dict, temperature: float, entropy: bool):
-        """_token_logp over the model's own inputs (padded rows, or one packed row)."""
-        mode = ("grad" if self.settings.entropy_coeff else "metric") if entropy else "none"
+        """_token_logp over right-padded rows (actor.use_remove_padding=false)."""
+        mode = self._entropy_mode(entropy)
         ids = inputs["input_ids"]
         head = self._heads.get(id(model))
         if head is not None:                  # chunked: no full-vocabulary logits anywhere
@@ -304,49 +352,77 @@ class PolicyWorker:
         with torch.no_grad():                 # metric only: keep the (B, T, V) graph small
             return logp, F.pad(entropy_from_logits(logits), (1, 0))
 
-    def _micro_batches(self, rows: torch.Tensor, attn: torch.Tensor) -> list[torch.Tensor]:
+    def _micro_batches(self, rows: torch.Tensor, attn: torch.Tensor,
+                       units: _Units | None = None) -> list[torch.Tensor]:
         """Positions into `rows` (this rank's rows of a mini-batch), one tensor per forward:
         by token budget (actor.ppo_max_token_len_per_gpu as fitted, self.token_budget; the count
         agreed over ranks, since each forward all-gathers) or by actor.ppo_micro_batch_size when
-        the budget is 0."""
+        the budget is 0. With `units` (shared prefixes) a unit's rows stay together and its
+        prompt counts once against the budget."""
         budget = self.token_budget
         if not budget:
             groups = by_count(len(rows), self.settings.ppo_micro_batch_size)
         else:
             lengths = attn[rows].sum(1).tolist()
             padded = not self.settings.use_remove_padding
-            n = torch.tensor([len(by_token_budget(lengths, budget, padded=padded))],
-                             device=self.device)
+            if units is not None:
+                unit, prefix = units.unit[rows].tolist(), units.prefix[rows].tolist()
+
+                def cut(n=None):
+                    return by_units(lengths, unit, prefix, budget, n)
+            else:
+                def cut(n=None):
+                    return by_token_budget(lengths, budget, n, padded=padded)
+            n = torch.tensor([len(cut())], device=self.device)
             if self.world_size > 1:
                 dist.all_reduce(n, op=dist.ReduceOp.MAX)
-            groups = by_token_budget(lengths, budget, int(n), padded=padded)
+            groups = cut(int(n))
         return [torch.tensor(g, dtype=torch.long) for g in groups]
 
-    def _shard_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's rows[rank::ws], padded (with rows[0], weight 0) to ceil(len/ws) rows."""
-        mine = rows[self.rank::self.world_size]
-        per = -(-len(rows) // self.world_size)
-        pad = per - len(mine)
-        weight = torch.cat([torch.ones(len(mine)), torch.zeros(pad)])
-        return torch.cat([mine, rows[:1].expand(pad)]), weight
+    def _assign(self, rows: torch.Tensor, units: _Units | None = None) -> list[torch.Tensor]:
+        """Each rank's rows of `rows`: rows[rank::world_size], or with `units` consecutive runs
+        of the rows ordered unit by unit (a unit split over two ranks at most), as many rows
+        a rank as rows[rank::world_size] gives."""
+        if units is None or self.world_size == 1:
+            return [rows[r::self.world_size] for r in range(self.world_size)]
+        order = rows[torch.sort(units.unit[rows], stable=True).indices]
+        sizes = [len(range(r, len(rows), self.world_size)) for r in range(self.world_size)]
+        return list(torch.split(order, sizes))
 
-    def _gather_rows(self, local: torch.Tensor, n: int) -> torch.Tensor:
-        """Inverse of _shard_rows over the whole batch: all ranks get the full (n, ...) tensor."""
-        parts = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(parts, local.contiguous())
+    def _shard_rows(self, rows: torch.Tensor, units: _Units | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's rows of `rows` (_assign), padded (with its first row, or rows[0], at
+        weight 0) to as many rows as the rank with the most (so every rank runs as many
+        forwards)."""
+        parts = self._assign(rows, units)
+        mine = parts[self.rank]
+        pad = max(len(p) for p in parts) - len(mine)
+        weight = torch.cat([torch.ones(len(mine)), torch.zeros(pad)])
+        fill = mine[:1] if len(mine) else rows[:1]
+        return torch.cat([mine, fill.expand(pad)]), weight
+
+    def _gather_rows(self, local: torch.Tensor, n: int,
+                     parts: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Inverse of _shard_rows over the whole batch (`parts`: _assign's answer, by default
+        rows r::world_size): all ranks get the full (n, ...) tensor."""
+        parts = parts if parts is not None else self._assign(torch.arange(n))
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(gathered, local.contiguous())
         full = torch.empty((n, *local.shape[1:]), dtype=local.dtype)
-        for r, part in enumerate(parts):
-            full[r::self.world_size] = part[:len(range(r, n, self.world_size))].cpu()
+        for rows, part in zip(parts, gathered):
+            full[rows] = part[:len(rows)].cpu()
         return full
 
     @torch.no_grad()
-    def _log_probs(self, ids, attn, temperature, images=None, models=None):
+    def _log_probs(self, ids, attn, share, temperature, images=None, models=None):
         """(old, ref) token-aligned log-probs of the full batch (or of `models`), each rank
         computing its shard; each micro-batch is cut to its own longest row (rows are
         right-padded)."""
         n = len(ids)
-        rows, _ = self._shard_rows(torch.arange(n))
-        groups = self._micro_batches(rows, attn)
+        units = self._units(attn, ids, share)
+        parts = self._assign(torch.arange(n), units)
+        rows, _ = self._shard_rows(torch.arange(n), units)
+        groups = self._micro_batches(rows, attn, units)
         out = []
         for model in models or (self.model, self.ref):
             local = torch.zeros((len(rows), ids.shape[1]), dtype=torch.float32, device=self.device)
@@ -355,17 +431,30 @@ class PolicyWorker:
                 L = int(attn[r].sum(1).max())
                 lp = self._token_logp(model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
                                       temperature,
-                                      vision=self._vision_kwargs(ids[r, :L], images, r))[0]
+                                      vision=self._vision_kwargs(ids[r, :L], images, r),
+                                      share=share[r])[0]
                 local[pos.to(self.device), :L] = lp.float()
-            out.append(self._gather_rows(local, n) * attn)
+            out.append(self._gather_rows(local, n, parts) * attn)
         return out
+
+    def _units(self, attn: torch.Tensor, ids: torch.Tensor, share: torch.Tensor
+               ) -> _Units | None:
+        """The batch's units (rows with one prompt) when prefixes are shared, else None."""
+        if not self.share_prefix:
+            return None
+        unit = shared_prefix.units(ids, share)
+        lengths = attn.sum(1)
+        alone = torch.bincount(unit)[unit] == 1
+        prefix = torch.minimum(share, lengths - 1).clamp_min(0).masked_fill(alone, 0)
+        return _Units(unit, prefix, lengths)
 
     # ------------------------------------------------------------------ public API
     @dispatch(Dispatch.ALL)
     def compute_log_prob(self, batch: UpdateBatch) -> LogProbs:
         """Current-policy and reference log-probs, (N, T) float32 numpy, token-aligned."""
         ids, attn = _tensor(batch.input_ids, torch.long), _tensor(batch.attention_mask, torch.long)
-        old, ref = self._log_probs(ids, attn, float(batch.temperature), batch.images)
+        share = shared_prefix.prompt_lengths(_tensor(batch.response_mask), attn)
+        old, ref = self._log_probs(ids, attn, share, float(batch.temperature), batch.images)
         return LogProbs(old.numpy(), ref.numpy())
 
     def _staleness(self, batch: UpdateBatch) -> dict:
@@ -400,6 +489,7 @@ class PolicyWorker:
     def update(self, batch: UpdateBatch) -> dict:
         """ppo_epochs x seeded mini-batches of clipped loss + KL - entropy; one step per mini-batch."""
         t0 = time.perf_counter()
+        self.forward_tokens = 0
         async_metrics = self._staleness(batch)
         image_s0 = self._image_seconds()
         x = self._update_inputs(batch)
@@ -408,7 +498,7 @@ class PolicyWorker:
         self.global_step += 1
         t2 = time.perf_counter()
         sums += UpdateSums(old_ref_log_prob_s=t1 - t0, update_actor_s=t2 - t1,
-                           update_total_s=t2 - t0,
+                           update_total_s=t2 - t0, forward_tokens=float(self.forward_tokens),
                            image_preprocess_s=self._image_seconds() - image_s0)
         metrics = sums.all_reduce(self.device).metrics(steps, self.world_size)
         return {**metrics, **self._step_metrics(grad_norms, skipped), **async_metrics,
@@ -435,18 +525,19 @@ class PolicyWorker:
         mask = (_tensor(batch.response_mask) * attn).float()
         mask[:, 0] = 0.0                      # column 0 has no prediction
         source = self._old_log_prob_source(batch)
+        share = shared_prefix.prompt_lengths(_tensor(batch.response_mask), attn)
         if source is OldLogProbs.GIVEN:
             old = _tensor(batch.old_log_probs, torch.float32)
             ref = _tensor(batch.ref_log_prob, torch.float32)
         elif source is OldLogProbs.ON_POLICY:
-            old, (ref,) = None, self._log_probs(ids, attn, temperature, batch.images,
+            old, (ref,) = None, self._log_probs(ids, attn, share, temperature, batch.images,
                                                 models=(self.ref,))
         else:
-            old, ref = self._log_probs(ids, attn, temperature, batch.images)
+            old, ref = self._log_probs(ids, attn, share, temperature, batch.images)
         behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
         return _UpdateInputs(ids, attn, mask, _tensor(batch.advantages, torch.float32),
                              temperature, batch.images, source, old, ref, behavior_w,
-                             behavior_metrics)
+                             behavior_metrics, share, self._units(attn, ids, share))
 
     def _train(self, x: _UpdateInputs) -> tuple[UpdateSums, list[float], int, int]:
         """ppo_epochs passes over mini-batches drawn from one permutation seeded by the seed and
@@ -455,12 +546,23 @@ class PolicyWorker:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.global_step)
         sums, grad_norms, skipped, steps = UpdateSums(), [], 0, 0
         for _ in range(self.settings.ppo_epochs):
-            for mb in torch.randperm(len(x.ids), generator=gen).split(self.mini):
+            for mb in self._permuted(x, gen).split(self.mini):
                 sums, norm, stepped = self._mini_batch_step(x, mb, sums)
                 skipped += not stepped
                 steps += 1
                 grad_norms.append(norm)
         return sums, grad_norms, skipped, steps
+
+    def _permuted(self, x: _UpdateInputs, gen: torch.Generator) -> torch.Tensor:
+        """The rows in a seeded random order of whole units (rows with one prompt: a group's
+        rows stay in one mini-batch, as verl's batch order keeps them, and its prompt can run
+        once); rows one by one where every row is its own unit."""
+        members: dict[int, list[int]] = {}
+        for i, u in enumerate(shared_prefix.units(x.ids, x.share).tolist()):
+            members.setdefault(u, []).append(i)
+        order = list(members.values())
+        return torch.tensor([i for k in torch.randperm(len(order), generator=gen).tolist()
+                             for i in order[k]], dtype=torch.long)
 
     def _mini_batch_step(self, x: _UpdateInputs, mb: torch.Tensor, sums: UpdateSums
                          ) -> tuple[UpdateSums, float, bool]:
@@ -473,9 +575,9 @@ class PolicyWorker:
                 "global_batch_size": (x.mask[mb].sum(1) > 0).sum().clamp_min(1),
                 # a constant for the whole update (never a micro-batch's own width)
                 "loss_scale_factor": self.settings.loss_scale_factor or x.ids.shape[1]}
-        rows, weight = self._shard_rows(mb)
+        rows, weight = self._shard_rows(mb, x.units)
         self.optim.zero_grad(set_to_none=True)
-        for pos in self._micro_batches(rows, x.attn):
+        for pos in self._micro_batches(rows, x.attn, x.units):
             sums += self._micro_batch(x, rows[pos], weight[pos], info)
         norm, stepped = fsdp.clip_and_step(self.model, self.optim, self.settings.grad_clip,
                                            self.world_size)
@@ -492,7 +594,8 @@ class PolicyWorker:
         m = (x.mask[r, :L] * w[:, None]).to(self.device)
         logp, ent = self._token_logp(
             self.model, x.ids[r, :L].to(self.device), x.attn[r, :L].to(self.device),
-            x.temperature, entropy=True, vision=self._vision_kwargs(x.ids[r, :L], x.images, r))
+            x.temperature, entropy=True, vision=self._vision_kwargs(x.ids[r, :L], x.images, r),
+            share=x.share[r])
         old = logp.detach() if x.source is OldLogProbs.ON_POLICY else x.old[r, :L].to(self.device)
         pg, pg_metrics = self.policy_loss(
             old, logp, x.adv[r, None].to(self.device), m, self.loss_agg_mode,

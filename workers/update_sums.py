@@ -30,6 +30,9 @@ class UpdateSums:
     # rows (the rest is padding)
     positions: float = 0.0
     real_positions: float = 0.0
+    # tokens every forward of the update ran (reference, old-log-prob and training passes; a
+    # shared prefix counted once: actor.shared_prefix)
+    forward_tokens: float = 0.0
     # seconds, summed over ranks (the metrics give their mean)
     old_ref_log_prob_s: float = 0.0
     update_actor_s: float = 0.0
@@ -65,6 +68,7 @@ class UpdateSums:
                 "actor/pg_clipfrac_lower": self.pg_clipfrac_lower / tokens,
                 "actor/ppo_kl": self.ppo_kl / tokens, "actor/tokens": self.tokens,
                 "actor/padding_share": 1.0 - self.real_positions / max(self.positions, 1.0),
+                "actor/forward_tokens": self.forward_tokens,
                 "timing_s/old_ref_log_prob": self.old_ref_log_prob_s / world_size,
                 "timing_s/update_actor": self.update_actor_s / world_size,
                 "timing_s/update_total": self.update_total_s / world_size,

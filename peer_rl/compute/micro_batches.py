@@ -46,3 +46,44 @@ def by_token_budget(lengths: Sequence[int], budget: int, n_groups: int | None = 
 def by_count(n: int, size: int) -> list[list[int]]:
     """Consecutive groups of `size` rows (the fixed `ppo_micro_batch_size` route)."""
     return [list(range(s, min(s + size, n))) for s in range(0, n, size)]
+
+
+def unit_cost(group: list[int], lengths: Sequence[int], unit: Sequence[int],
+               prefix: Sequence[int]) -> int:
+    """Tokens a packed forward of `group` runs when each unit's prefix runs once."""
+    seen: set[int] = set()
+    cost = 0
+    for i in group:
+        cost += lengths[i] - (prefix[i] if unit[i] in seen else 0)
+        seen.add(unit[i])
+    return cost
+
+
+def by_units(lengths: Sequence[int], unit: Sequence[int], prefix: Sequence[int], budget: int,
+             n_groups: int | None = None) -> list[list[int]]:
+    """by_token_budget for packed rows with shared prefixes (peer_rl.compute.shared_prefix):
+    a unit's rows (unit[i]: rows with one prompt of prefix[i] tokens) stay together, costliest
+    unit first, and a unit's prefix is counted once in a micro-batch. With `n_groups` the
+    costliest groups are halved until there are that many."""
+    members: dict[int, list[int]] = {}
+    for i, u in enumerate(unit):
+        members.setdefault(u, []).append(i)
+    order = [i for u in sorted(members, key=lambda u: (-unit_cost(members[u], lengths, unit,
+                                                                   prefix), u))
+             for i in members[u]]
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and unit_cost(groups[-1] + [i], lengths, unit, prefix) <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if n_groups is not None:
+        if not len(groups) <= n_groups <= len(lengths):
+            raise ValueError(f"n_groups={n_groups}: expected between {len(groups)} and "
+                             f"{len(lengths)} for {len(lengths)} rows")
+        while len(groups) < n_groups:
+            g = max((g for g in groups if len(g) > 1),
+                    key=lambda g: unit_cost(g, lengths, unit, prefix))
+            k = groups.index(g)
+            groups[k:k + 1] = [g[:len(g) // 2], g[len(g) // 2:]]
+    return groups

@@ -8,7 +8,10 @@ only; each row keeps its own positions (0, 1, ... within the row) and attends to
 The attention that keeps rows apart is `varlen_sdpa`: the rows' segments are found where the
 positions restart at 0 (transformers' own convention for packed rows, which its flash-attention
 path follows too) and each segment runs PyTorch's causal SDPA on its own. The cost is the sum of
-the rows' squared lengths (never the packed row's), and no (T, T) mask is ever built.
+the rows' squared lengths (never the packed row's), and no (T, T) mask is ever built. Rows that
+share a prefix (peer_rl.compute.shared_prefix) run it once: a row whose positions continue the
+prefix's (a position that drops below the previous one + 1) is a branch, and attends to the
+first `position` tokens of its segment and to itself.
 Vision-language policies with multimodal RoPE (Qwen2-VL, Qwen2.5-VL) take 4-row position ids:
 the text positions first (what finds the segments), then the model's three rotary rows.
 """
@@ -27,6 +30,8 @@ class Layout:
     index: torch.Tensor       # (T,) flat (row * L + column) positions of the real tokens
     positions: torch.Tensor   # (T,) each token's column in its own row: 0 .. length - 1
     shape: tuple[int, int]    # (B, L)
+    source: torch.Tensor      # (B * L,) packed position each real token's state comes from, -1
+                              # at padding (a shared prefix token: the one its trunk ran)
 
     @property
     def tokens(self) -> int:
@@ -46,7 +51,48 @@ def layout(attention_mask: torch.Tensor) -> Layout:
         bad = int((mask != (cols[None, :] < lengths[:, None])).any(1).nonzero()[0])
         raise ValueError(f"attention_mask row {bad}: expected right padding (ones, then zeros)")
     index = mask.reshape(-1).nonzero().squeeze(1)
-    return Layout(index=index, positions=index % mask.shape[1], shape=tuple(mask.shape))
+    return Layout(index=index, positions=index % mask.shape[1], shape=tuple(mask.shape),
+                  source=flat_source(index, mask.numel()))
+
+
+def flat_source(index: torch.Tensor, size: int) -> torch.Tensor:
+    """(size,) packed position of each flat position `index` names, -1 elsewhere."""
+    src = torch.full((size,), -1, dtype=torch.long)
+    src[index.cpu()] = torch.arange(index.numel())
+    return src
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Which hidden state scores which token: every real token after a row's first is scored
+    from the state of the token before it. Pairs (state, label) that rows share (a shared
+    prefix) are scored once."""
+    states: torch.Tensor      # (U,) packed positions
+    labels: torch.Tensor      # (U,) token ids
+    inverse: torch.Tensor     # (B, L) the pair that scores each token, -1 where none does
+
+
+def predictions(ids: torch.Tensor, lay: Layout) -> Predictions:
+    """The (state, label) pairs of a right-padded batch `ids` (B, L) packed as `lay`."""
+    B, L = lay.shape
+    src = lay.source.view(B, L)
+    prev, cur = src[:, :-1], src[:, 1:]
+    real = (cur >= 0) & (prev >= 0)
+    labels = ids[:, 1:].cpu()
+    vocab = int(labels.max()) + 1 if labels.numel() else 1
+    key = prev * vocab + labels                # one key per (state, label) pair
+    uniq, inv = torch.unique(key[real], return_inverse=True)
+    inverse = torch.full((B, L), -1, dtype=torch.long)
+    inverse[:, 1:][real] = inv
+    return Predictions(states=uniq // vocab, labels=uniq % vocab, inverse=inverse)
+
+
+def scatter(values: torch.Tensor, pred: Predictions) -> torch.Tensor:
+    """(U, ...) values of the pairs -> (B, L, ...), 0 where no pair scores a token;
+    differentiable."""
+    inv = pred.inverse.to(values.device)
+    out = values[inv.clamp_min(0)]
+    return out.masked_fill((inv < 0).view(*inv.shape, *([1] * (values.dim() - 1))), 0.0)
 
 
 def pack(x: torch.Tensor, lay: Layout) -> torch.Tensor:
@@ -70,6 +116,27 @@ def segments(position_ids: torch.Tensor) -> list[tuple[int, int]]:
     return list(zip(starts, starts[1:] + [position_ids.numel()]))
 
 
+def blocks(position_ids: torch.Tensor) -> list[tuple[int, int, int, int]]:
+    """(start, end, trunk, seen) of each run of consecutive positions in a (1, T) position
+    row: queries [start, end) attend causally to themselves and to the `seen` tokens from
+    `trunk` on (a branch of a shared prefix: seen = its first position; a row or a trunk:
+    seen = 0)."""
+    pos = position_ids.reshape(-1)
+    if not pos.numel() or int(pos[0]) != 0:
+        raise ValueError("packed position ids must start at 0")
+    starts = ((pos[1:] != pos[:-1] + 1).nonzero().squeeze(1) + 1).tolist()
+    firsts = pos[[0] + starts].tolist()
+    out, trunk, trunk_len = [], 0, 0
+    for start, end, seen in zip([0] + starts, starts + [pos.numel()], firsts):
+        if seen == 0:
+            trunk, trunk_len = start, end - start
+        elif seen > trunk_len:
+            raise ValueError(f"packed position ids: the branch at token {start} continues "
+                             f"position {seen}, past its trunk's {trunk_len} tokens")
+        out.append((start, end, trunk, seen))
+    return out
+
+
 def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
                 scaling: float | None = None, position_ids=None, **kwargs):
     """transformers attention function: causal SDPA on each packed row on its own.
@@ -84,9 +151,20 @@ def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     pos = position_ids[0] if position_ids.dim() == 3 else position_ids
-    outs = [sdpa_attention_forward(module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e],
-                                   None, dropout=dropout, scaling=scaling, is_causal=True)[0]
-            for s, e in segments(pos[:1])]
+    outs = []
+    for s, e, trunk, seen in blocks(pos[:1]):
+        if not seen:
+            outs.append(sdpa_attention_forward(
+                module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None,
+                dropout=dropout, scaling=scaling, is_causal=True)[0])
+            continue
+        # a branch: the shared prefix whole, then itself causally (lower-right aligned)
+        k = torch.cat([key[:, :, trunk:trunk + seen], key[:, :, s:e]], dim=2)
+        v = torch.cat([value[:, :, trunk:trunk + seen], value[:, :, s:e]], dim=2)
+        n = e - s
+        mask = torch.ones(n, seen + n, dtype=torch.bool, device=query.device).tril(seen)
+        outs.append(sdpa_attention_forward(module, query[:, :, s:e], k, v, mask[None, None],
+                                           dropout=dropout, scaling=scaling)[0])
     return torch.cat(outs, dim=1), None
 
 

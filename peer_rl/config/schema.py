@@ -538,10 +538,12 @@ def _check_values(cfg: DictConfig) -> None:
     # a YAML or command-line true/false arrives in this str field as "True"/"False"
     cfg.actor.gradient_checkpointing = str(cfg.actor.gradient_checkpointing).lower()
     cfg.model.lora.merge = str(cfg.model.lora.merge).lower()
-    # these two also take true/false (a bool, normalised above), so they are not Literal fields
+    cfg.actor.shared_prefix = str(cfg.actor.shared_prefix).lower()
+    # these three also take true/false (a bool, normalised above), so they are not Literal fields
     check_ranges(cfg, _POSITIVE, _NON_NEGATIVE,
                  {**registered_choices(), "actor.gradient_checkpointing": SETTINGS,
                   "model.lora.merge": ("auto", "true", "false"),
+                  "actor.shared_prefix": ("auto", "true", "false"),
                   "reward_model.kind": registered_kinds(),
                   **{f"algorithm.rur.{k}": v for k, v in REDUNDANCY_CHOICES.items()}})
     if cfg.rollout.n < 2:

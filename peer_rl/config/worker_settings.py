@@ -74,6 +74,11 @@ class PolicySettings:
     # budget then counts real tokens. false = right-padded rows, each micro-batch cut to its
     # longest row (4% more update time at the ~100M bench policy, docs/testing-and-benchmarks)
     use_remove_padding: bool = True
+    # rows of a micro-batch that begin alike (a GRPO group's G replies to one prompt) run their
+    # common start once, each row's own tokens attending to it (peer_rl.compute.shared_prefix);
+    # the same log-probs, losses and gradients as each row run whole. true | false | auto: on
+    # where it is supported (packed rows, use_remove_padding; text-only policies)
+    shared_prefix: str = "auto"
     # the output layer runs on this many positions at a time (checkpointed), so no
     # full-vocabulary logits exist; 0 = plain logits over the whole micro-batch
     logits_chunk_size: int = 1024

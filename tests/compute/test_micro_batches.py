@@ -1,7 +1,7 @@
 """Token-budget micro-batches: groups worked out by hand."""
 import pytest
 
-from peer_rl.compute.micro_batches import by_count, by_token_budget
+from peer_rl.compute.micro_batches import by_count, by_token_budget, by_units, unit_cost
 
 
 def test_longest_first_groups_stay_within_the_budget():
@@ -46,3 +46,19 @@ def test_packed_groups_count_only_the_rows_own_tokens():
     # halving picks the group with the most real tokens: [0, 1, 2] (12) before [3] (2)
     assert by_token_budget([5, 4, 3, 2], budget=12, n_groups=3, padded=False) == \
         [[0], [1, 2], [3]]
+
+
+def test_units_stay_together_and_their_prompt_counts_once():
+    """Rows 0-2 one prompt of 6 tokens (rows of 8, 9, 7), rows 3-4 another of 4 (rows of 5, 6),
+    row 5 alone (10). Unit costs: 6 + 2 + 3 + 1 = 12, 4 + 1 + 2 = 7, 10. Budget 13: the first
+    unit (12), then row 5 (10) alone, then the second unit (7)."""
+    lengths, unit, prefix = [8, 9, 7, 5, 6, 10], [0, 0, 0, 1, 1, 2], [6, 6, 6, 4, 4, 0]
+    assert by_units(lengths, unit, prefix, 13) == [[0, 1, 2], [5], [3, 4]]
+    # budget 19, costliest first: unit 0 (12), then row 5 (22 > 19: a new forward), then
+    # unit 1 beside it (10 + 7 = 17)
+    assert by_units(lengths, unit, prefix, 19) == [[0, 1, 2], [5, 3, 4]]
+    # a unit larger than the budget is cut, each piece paying its prompt: 8, +3, then 7 alone
+    assert by_units(lengths, unit, prefix, 11) == [[0, 1], [2], [5], [3, 4]]
+    # n_groups: the costliest group with more than one row is halved
+    assert by_units(lengths, unit, prefix, 13, n_groups=4) == [[0], [1, 2], [5], [3, 4]]
+    assert unit_cost([0, 1, 2, 3, 4], lengths, unit, prefix) == 19

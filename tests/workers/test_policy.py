@@ -71,6 +71,29 @@ def make_batch(n: int = 8, t: int = 16, seed: int = 0) -> UpdateBatch:
     return UpdateBatch(ids, attn, resp, adv)
 
 
+def grouped_batch(groups: int = 3, g: int = 4, t: int = 20, seed: int = 0,
+                  n: int | None = None) -> UpdateBatch:
+    """GRPO-shaped rows: `groups` prompts of 4-9 tokens, each with `g` replies of 1-8 tokens
+    (a group's rows share their prompt, then differ); the first `n` rows if given."""
+    rng = np.random.default_rng(seed)
+    rows = groups * g
+    ids, attn, resp = (np.zeros((rows, t), np.int64) for _ in range(3))
+    for k in range(groups):
+        prompt = rng.integers(1, 256, int(rng.integers(4, 10)))
+        for i in range(k * g, (k + 1) * g):
+            r = int(rng.integers(1, 9))
+            ids[i, :len(prompt)], ids[i, len(prompt):len(prompt) + r] = prompt, \
+                rng.integers(1, 256, r)
+            attn[i, :len(prompt) + r] = 1
+            resp[i, len(prompt):len(prompt) + r] = 1
+    adv = sequence_advantages("grpo", torch.tensor(rng.random(rows)),
+                              torch.arange(rows) // g).astype(np.float32)
+    b = UpdateBatch(ids, attn, resp, adv)
+    if n is None:
+        return b
+    return UpdateBatch(ids[:n], attn[:n], resp[:n], adv[:n])
+
+
 # ---------------------------------------------------------------- spawned scenarios (per rank)
 def _count_layer_forwards(w: PolicyWorker) -> list[int]:
     """Count the policy's decoder-layer forwards that build a graph (training forwards and
@@ -97,7 +120,9 @@ def _count_layer_forwards(w: PolicyWorker) -> list[int]:
 
 
 def _sc_train(w: PolicyWorker, out: str, arg=None) -> dict:
-    b = make_batch()
+    """`arg` "grouped": GRPO-shaped rows (grouped_batch) instead of unrelated ones."""
+    grouped = arg == "grouped"
+    b = grouped_batch() if grouped else make_batch()
     lp = w.compute_log_prob(b)
     calls = _count_layer_forwards(w)
     t = time.perf_counter()
@@ -105,7 +130,7 @@ def _sc_train(w: PolicyWorker, out: str, arg=None) -> dict:
     update_s = time.perf_counter() - t
     layer_calls = calls[0]
     # 7 rows: a 3-row mini-batch splits 2 + 1 over 2 ranks (the second rank pads a zero-weight row)
-    metrics7 = w.update(make_batch(n=7, seed=4))
+    metrics7 = w.update(grouped_batch(seed=4, n=7) if grouped else make_batch(n=7, seed=4))
     out = {"lp": lp, "metrics": metrics, "metrics7": metrics7, "update_s": update_s,
            "weights": w.full_state(), "health": w.health(), "layer_calls": layer_calls}
     # two rows of 16 and 8 tokens: in one forward the short one is padded to 16
@@ -279,9 +304,16 @@ def _sc_modes(w: PolicyWorker, out: str, arg=None) -> dict:
         w.load_checkpoint(start)
         w.policy_loss, w.loss_agg_mode = get_policy_loss_fn(loss_mode), agg
         grads.clear()
-        metrics = w.update(make_batch(n=7, seed=5))
+        metrics = w.update(grouped_batch(seed=5, n=7) if arg == "grouped"
+                           else make_batch(n=7, seed=5))
         results[(loss_mode, agg)] = (dict(grads), metrics["actor/pg_loss"])
     return results
+
+
+def _sc_shared(w: PolicyWorker, out: str, arg=None) -> dict:
+    """The train scenario on grouped rows, then every (loss, aggregation) on 7 of them."""
+    res = _sc_train(w, out, "grouped")
+    return res | {"modes": _sc_modes(w, out, "grouped")}
 
 
 def _sc_anchor(w: PolicyWorker, out: str, arg=None) -> dict:
@@ -369,7 +401,7 @@ def _sc_temperature(w: PolicyWorker, out: str, arg=None) -> dict:
     return {"lp": lp, "metrics": metrics}
 
 
-SCENARIOS = {"load": _sc_load, "budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
+SCENARIOS = {"load": _sc_load, "budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "shared": _sc_shared, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
              "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async,
              "temperature": _sc_temperature}
 
@@ -729,6 +761,29 @@ def test_lean_update_equals_the_plain_one(tiny_model, tmp_path):
                      ppo_max_token_len_per_gpu=40)[0]
     assert_same_training(lean, plain)
     assert max_diff(lean["weights"], initial_weights(tiny_model)) > 1e-3
+
+
+def test_shared_prefixes_train_exactly_as_whole_rows(tiny_model, tmp_path):
+    """actor.shared_prefix true against false on GRPO-shaped rows (3 prompts x 4 replies),
+    packed, two ranks, a 40-token budget (a group's rows split over micro-batches and ranks),
+    3-position logit chunks: the same log-probs, losses, gradient norms and weights after two
+    updates (the second of 7 rows: a rank pads a zero-weight row), and the same gradient in
+    every (loss, aggregation); fewer tokens forwarded. Without sharing every row runs whole:
+    old, reference and two epochs' training passes, 4 x the batch's tokens."""
+    common = dict(use_remove_padding=True, logits_chunk_size=3, ppo_max_token_len_per_gpu=40,
+                  grad_clip=1e9)
+    off = run_group(2, tiny_model, "shared", tmp_path / "off", shared_prefix="false",
+                    **common)[0]
+    on = run_group(2, tiny_model, "shared", tmp_path / "on", shared_prefix="true", **common)[0]
+    assert_same_training(on, off)
+    for case in AGG_CASES:
+        (g_on, loss_on), (g_off, loss_off) = on["modes"][case], off["modes"][case]
+        scale = max(v.abs().max().item() for v in g_off.values())
+        assert scale > 1e-4 and max_diff(g_on, g_off) < 1e-5 * scale, case
+        assert loss_on == pytest.approx(loss_off, rel=1e-5, abs=1e-7), case
+    tokens = int(grouped_batch().attention_mask.sum())
+    assert off["metrics"]["actor/forward_tokens"] == 4 * tokens
+    assert on["metrics"]["actor/forward_tokens"] < 0.8 * off["metrics"]["actor/forward_tokens"]
 
 
 def test_export_loads_strictly(tiny_model, world2):
