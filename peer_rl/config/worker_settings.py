@@ -121,6 +121,21 @@ class LoRASettings:
     merge: str = "auto"
 
 
+def shared_prefix_on(setting: str, packed: bool, vision: bool) -> bool:
+    """actor.shared_prefix for a policy (peer_rl.compute.shared_prefix): auto is on where it is
+    supported (packed rows of a text-only policy); true where it is not is refused, naming the
+    key."""
+    setting = str(setting).lower()
+    if setting not in ("auto", "true", "false"):
+        raise ValueError(f"actor.shared_prefix={setting!r}: expected auto, true or false")
+    supported = packed and not vision
+    if setting == "true" and not supported:
+        why = ("actor.use_remove_padding=false (shared prefixes run in packed rows)" if not packed
+               else "a vision-language policy (not supported yet)")
+        raise ValueError(f"actor.shared_prefix=true: not with {why}; set it to auto or false")
+    return setting == "true" or (setting == "auto" and supported)
+
+
 def lora_merged(lora, engines_on_gpu: bool) -> bool:
     """Whether the engines load merged weights (model.lora.merge resolved for where they run)."""
     merge = str(lora.merge).lower()

@@ -10,10 +10,16 @@ writes a second, refined reply per sample, whose prompt is counted at the same l
 Update (peer_rl.workers.policy): actor.ppo_epochs training passes (forward and backward) over every
 sample, the reference's no-grad forward, and the policy's own no-grad forward for the old
 log-probs unless the update is on-policy (one epoch, one mini-batch: `OldLogProbs.ON_POLICY`).
+With actor.shared_prefix on (auto: packed rows of a text-only policy) each pass runs a group's
+prompt once and its rollout.n replies after it (peer_rl.compute.shared_prefix): groups held whole
+in a forward, which a token budget below a group's tokens would not give. ESCRAG-R1's refined
+rows differ after the dialogue, so they are counted whole.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from peer_rl.config.worker_settings import shared_prefix_on
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,8 @@ class StepTokens:
     response: int                # tokens of a reply
     epochs: int                  # actor.ppo_epochs
     old_pass: bool               # the old log-probs' no-grad forward runs
+    shared: bool = False         # a group's prompt runs once in each pass (actor.shared_prefix)
+    group: int = 1               # rows a prompt: rollout.n
 
     @property
     def generated(self) -> int:
@@ -41,21 +49,37 @@ class StepTokens:
         return self.prompt + self.response
 
     @property
+    def update_pass(self) -> int:
+        """Tokens one pass over the trained samples runs (a shared prompt once a group)."""
+        if self.shared:
+            return -(-self.trained // self.group) * self.prompt + self.trained * self.response
+        return self.trained * self.sequence
+
+    @property
     def update_trained(self) -> int:
-        return self.epochs * self.trained * self.sequence
+        return self.epochs * self.update_pass
 
     @property
     def update_no_grad(self) -> int:
         """The reference's forward, and the old log-probs' unless on-policy."""
-        return (1 + self.old_pass) * self.trained * self.sequence
+        return (1 + self.old_pass) * self.update_pass
 
     @property
     def update(self) -> int:
         return self.update_trained + self.update_no_grad
 
 
-def step_tokens(cfg, prompt_length: int = 0) -> StepTokens:
-    """A GRPO config's step, prompts of `prompt_length` tokens (0: the longest admitted)."""
+def shares_prefix(cfg, vision: bool = False) -> bool:
+    """Whether actor.shared_prefix is on for this config (peer_rl.compute.shared_prefix.resolve,
+    as the policy ranks decide it) and its trained rows share whole prompts (not ESCRAG-R1's
+    refined rows)."""
+    return (shared_prefix_on(cfg.actor.shared_prefix, cfg.actor.use_remove_padding, vision)
+            and not cfg.retrieval.enable)
+
+
+def step_tokens(cfg, prompt_length: int = 0, vision: bool = False) -> StepTokens:
+    """A GRPO config's step, prompts of `prompt_length` tokens (0: the longest admitted);
+    `vision`: the policy is a vision-language model."""
     r, a = cfg.rollout, cfg.actor
     prompt = prompt_length or max(r.max_model_len - r.response_length, 0)
     samples = cfg.data.train_batch_size * r.n
@@ -64,7 +88,8 @@ def step_tokens(cfg, prompt_length: int = 0) -> StepTokens:
     behavior = cfg.trainer.async_training.staleness > 0 and bool(a.behavior_weight_cap)
     on_policy = a.ppo_epochs == 1 and trained <= a.ppo_mini_batch_size * r.n and not behavior
     return StepTokens(cfg.data.train_batch_size, samples, 2 if two else 1, trained, prompt,
-                      r.response_length, a.ppo_epochs, not on_policy)
+                      r.response_length, a.ppo_epochs, not on_policy,
+                      shares_prefix(cfg, vision), r.n)
 
 
 STAGES = ("rollout", "update")
@@ -114,11 +139,16 @@ def render_tokens(tokens: StepTokens, stated_prompt: bool) -> list[str]:
     passes = "2 passes (initial, refined) x " if t.passes == 2 else ""
     epochs = f"{t.epochs} training epoch{'s' if t.epochs > 1 else ''}"
     old = ", the old log-probs'" if t.old_pass else ""
+    if t.shared:
+        rows = (f"({-(-t.trained // t.group)} prompts x {_n(t.prompt)} + {t.trained} replies x "
+                f"{_n(t.response)}: actor.shared_prefix)")
+    else:
+        rows = f"{t.trained} sequences x {_n(t.sequence)}"
     return [f"tokens per step, at most (prompts of {_n(t.prompt)}: {where}; replies of "
             f"{_n(t.response)}: rollout.response_length):",
             f"  rollout  {passes}{t.prompts} prompts x {t.samples // t.prompts} samples x "
             f"({_n(t.prompt)} + {_n(t.response)}) = {_n(t.rollout)} ({_n(t.generated)} generated)",
-            f"  update   {t.trained} sequences x {_n(t.sequence)} x ({epochs} + the reference's"
+            f"  update   {rows} x ({epochs} + the reference's"
             f"{old} forward) = {_n(t.update)} ({_n(t.update_trained)} trained, "
             f"{_n(t.update_no_grad)} forward only)"]
 

@@ -10,6 +10,8 @@ from peer_rl.bench import load, rollout, update
     (rollout.main, ["--models", "tiny,7B"], "--models 7B: expected some of tiny"),
     (update.main, ["--dtypes", "bf16"], "--dtypes='bf16': expected one of auto"),
     (update.main, ["--model", "7B"], "--model '7B': expected one of 10M, 100M, 500M"),
+    (update.main, ["--shared-prefix", "yes"], "--shared-prefix 'yes': expected off, on or off,on"),
+    (update.main, ["--seq", "64", "--prompt", "64"], "--prompt 64: expected a group of at least 1"),
     (load.main, ["--model", "7B"], "--model '7B': expected one of 10M, 100M, 500M"),
     (load.main, ["--ranks", "0"], "--ranks 0: expected 1 or more"),
 ])

@@ -8,6 +8,7 @@ import torch
 
 from peer_rl.compute import packing, shared_prefix
 from peer_rl.compute.shared_prefix import Tree
+from peer_rl.config.worker_settings import shared_prefix_on
 
 
 def test_rows_alike_form_one_tree_and_the_prefix_is_what_they_all_share():
@@ -69,13 +70,15 @@ def test_prompt_lengths_end_at_the_first_response_token():
     ("auto", True, False, True), ("auto", False, False, False), ("auto", True, True, False),
     ("false", True, False, False), ("true", True, False, True)])
 def test_auto_is_on_where_supported(setting, packed, vision, on):
-    assert shared_prefix.resolve(setting, packed, vision) is on
+    assert shared_prefix_on(setting, packed, vision) is on
 
 
 def test_true_where_unsupported_names_the_key():
     with pytest.raises(ValueError, match="actor.shared_prefix=true: not with "
                                          "actor.use_remove_padding=false"):
-        shared_prefix.resolve("true", False, False)
+        shared_prefix_on("true", False, False)
+    with pytest.raises(ValueError, match="actor.shared_prefix=true: not with a vision-language"):
+        shared_prefix_on("true", True, True)
 
 
 class _Attn(torch.nn.Module):

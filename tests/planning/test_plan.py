@@ -354,7 +354,15 @@ def test_the_tokens_of_an_on_policy_and_an_escrag_step_by_hand():
     t = step_tokens(load_config(["recipe=peer_rur", "data.train_batch_size=3", "rollout.n=2",
                                  "actor.ppo_mini_batch_size=3", "actor.ppo_micro_batch_size=2"]),
                     prompt_length=50)
-    assert (t.prompt, t.rollout, t.update) == (50, 6 * (50 + t.response), 2 * 6 * (50 + t.response))
+    # actor.shared_prefix (auto: on, packed text rows): each pass runs 3 prompts once and the
+    # 6 replies after them; the reference's pass and the training pass
+    assert (t.prompt, t.rollout, t.update) == (50, 6 * (50 + t.response),
+                                               2 * (3 * 50 + 6 * t.response))
+    off = step_tokens(load_config(["recipe=peer_rur", "data.train_batch_size=3", "rollout.n=2",
+                                   "actor.ppo_mini_batch_size=3", "actor.ppo_micro_batch_size=2",
+                                   "actor.shared_prefix=false"]),
+                      prompt_length=50)
+    assert off.update == 2 * 6 * (50 + t.response)
     e = step_tokens(load_config(["recipe=escrag_r1_tiny", "data.train_batch_size=3",
                                  "rollout.n=2", "rollout.response_length=10",
                                  "actor.ppo_mini_batch_size=6", "actor.ppo_micro_batch_size=2",
