@@ -98,6 +98,14 @@ class _UpdateInputs:
     units: _Units | None              # rows with one prompt, when prefixes are shared
 
 
+def _classes(images, rows=None) -> list | None:
+    """The rows' image lists as classes of shared_prefix (rows share only with rows showing
+    the same images); None without images."""
+    if images is None:
+        return None
+    return [tuple(images[int(i)]) for i in (range(len(images)) if rows is None else rows)]
+
+
 @dataclass(frozen=True)
 class _Units:
     """Rows with one prompt (peer_rl.compute.shared_prefix.units), kept together so that it runs
@@ -168,8 +176,7 @@ class PolicyWorker:
         self.vision = None
         if fsdp.is_vision_language(model_path):
             self.vision = VisionInputs(model_path)
-        self.share_prefix = shared_prefix_on(s.shared_prefix, s.use_remove_padding,
-                                                  self.vision is not None)
+        self.share_prefix = shared_prefix_on(s.shared_prefix, s.use_remove_padding)
         self.forward_tokens = 0               # tokens the forwards ran (a shared prefix once)
         self.frozen: set[str] = set()         # HF names of frozen (vision tower) parameters
         self._heads: dict[int, dict] = {}     # id(model) -> its logprob_head context
@@ -278,29 +285,47 @@ class PolicyWorker:
         return {k: v.to(self.device) for k, v in kw.items()}
 
     def _token_logp(self, model, ids, attn, temperature: float, entropy: bool = False,
-                    vision: dict | None = None, share: torch.Tensor | None = None):
+                    vision: dict | None = None, share: torch.Tensor | None = None,
+                    classes: list | None = None):
         """Token-aligned log-probs (B, T): logits at t-1 score token t; optional entropy (B, T),
         with a gradient only when actor.entropy_coeff is set (else a metric).
         actor.use_remove_padding: the rows run packed into one (peer_rl.compute.packing), no
         padding; with `share` (B,) (each row's prompt length) under actor.shared_prefix, rows
-        that begin alike run their common start once (peer_rl.compute.shared_prefix)."""
+        that begin alike (and whose `classes`, their images, are equal) run their common start
+        once (peer_rl.compute.shared_prefix), an image in it encoded once."""
         vision = vision or {}
         if not self.settings.use_remove_padding:
             self.forward_tokens += ids.numel()
             return self._aligned_logp(model, dict(input_ids=ids, attention_mask=attn, **vision),
                                       temperature, entropy)
         if share is not None and self.share_prefix:
-            lay, _ = shared_prefix.layout(ids, attn, share.tolist())
+            lay, _ = shared_prefix.layout(ids, attn, share.tolist(), classes)
         else:
             lay = packing.layout(attn)
         self.forward_tokens += lay.tokens
         pred = packing.predictions(ids, lay)
         inputs = {k: packing.pack(v, lay) if k == "mm_token_type_ids" else v
-                  for k, v in vision.items()}
+                  for k, v in self._packed_vision(vision, ids, lay).items()}
         inputs.update(input_ids=packing.pack(ids, lay),
                       position_ids=packing.position_ids(model, ids, attn, lay, vision))
         logp, ent = self._pair_logp(model, inputs, pred, temperature, entropy)
         return packing.scatter(logp, pred), (None if ent is None else packing.scatter(ent, pred))
+
+    def _packed_vision(self, vision: dict, ids: torch.Tensor, lay: packing.Layout) -> dict:
+        """`vision` with the pixels and grids of the images the packed row holds, in its order
+        (an image in a shared prefix once); the grids of all of them still place the
+        positions (packing.position_ids)."""
+        if not vision:
+            return vision
+        grids = vision["image_grid_thw"]
+        patches = grids.prod(1).tolist()
+        keep = packing.packed_images(lay, ids, self.vision.image_token_id,
+                                     [p // self.vision.merge ** 2 for p in patches])
+        if keep == list(range(len(patches))):
+            return vision
+        starts = np.cumsum([0, *patches])
+        pixels = torch.cat([vision["pixel_values"][starts[k]:starts[k + 1]] for k in keep])
+        return {**vision, "pixel_values": pixels, "image_grid_thw": grids[keep]}
 
     def _entropy_mode(self, entropy: bool) -> str:
         return ("grad" if self.settings.entropy_coeff else "metric") if entropy else "none"
@@ -419,7 +444,7 @@ class PolicyWorker:
         computing its shard; each micro-batch is cut to its own longest row (rows are
         right-padded)."""
         n = len(ids)
-        units = self._units(attn, ids, share)
+        units = self._units(attn, ids, share, images)
         parts = self._assign(torch.arange(n), units)
         rows, _ = self._shard_rows(torch.arange(n), units)
         groups = self._micro_batches(rows, attn, units)
@@ -432,17 +457,17 @@ class PolicyWorker:
                 lp = self._token_logp(model, ids[r, :L].to(self.device), attn[r, :L].to(self.device),
                                       temperature,
                                       vision=self._vision_kwargs(ids[r, :L], images, r),
-                                      share=share[r])[0]
+                                      share=share[r], classes=_classes(images, r))[0]
                 local[pos.to(self.device), :L] = lp.float()
             out.append(self._gather_rows(local, n, parts) * attn)
         return out
 
-    def _units(self, attn: torch.Tensor, ids: torch.Tensor, share: torch.Tensor
-               ) -> _Units | None:
+    def _units(self, attn: torch.Tensor, ids: torch.Tensor, share: torch.Tensor,
+               images=None) -> _Units | None:
         """The batch's units (rows with one prompt) when prefixes are shared, else None."""
         if not self.share_prefix:
             return None
-        unit = shared_prefix.units(ids, share)
+        unit = shared_prefix.units(ids, share, _classes(images))
         lengths = attn.sum(1)
         alone = torch.bincount(unit)[unit] == 1
         prefix = torch.minimum(share, lengths - 1).clamp_min(0).masked_fill(alone, 0)
@@ -537,7 +562,8 @@ class PolicyWorker:
         behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
         return _UpdateInputs(ids, attn, mask, _tensor(batch.advantages, torch.float32),
                              temperature, batch.images, source, old, ref, behavior_w,
-                             behavior_metrics, share, self._units(attn, ids, share))
+                             behavior_metrics, share,
+                             self._units(attn, ids, share, batch.images))
 
     def _train(self, x: _UpdateInputs) -> tuple[UpdateSums, list[float], int, int]:
         """ppo_epochs passes over mini-batches drawn from one permutation seeded by the seed and
@@ -558,7 +584,7 @@ class PolicyWorker:
         rows stay in one mini-batch, as verl's batch order keeps them, and its prompt can run
         once); rows one by one where every row is its own unit."""
         members: dict[int, list[int]] = {}
-        for i, u in enumerate(shared_prefix.units(x.ids, x.share).tolist()):
+        for i, u in enumerate(shared_prefix.units(x.ids, x.share, _classes(x.images)).tolist()):
             members.setdefault(u, []).append(i)
         order = list(members.values())
         return torch.tensor([i for k in torch.randperm(len(order), generator=gen).tolist()
@@ -595,7 +621,7 @@ class PolicyWorker:
         logp, ent = self._token_logp(
             self.model, x.ids[r, :L].to(self.device), x.attn[r, :L].to(self.device),
             x.temperature, entropy=True, vision=self._vision_kwargs(x.ids[r, :L], x.images, r),
-            share=x.share[r])
+            share=x.share[r], classes=_classes(x.images, r))
         old = logp.detach() if x.source is OldLogProbs.ON_POLICY else x.old[r, :L].to(self.device)
         pg, pg_metrics = self.policy_loss(
             old, logp, x.adv[r, None].to(self.device), m, self.loss_agg_mode,

@@ -4,6 +4,8 @@ Built once (with the tiny tokenizer) under the peer-rl cache, renamed into place
   10M   hidden 256, 8 layers, vocab of the tiny tokenizer
   100M  hidden 768, 12 layers, intermediate 2560 (the "~100M" policy), tiny vocabulary
   500M  Qwen2.5-0.5B's shape, its 151,936-token output layer included (what makes logits big)
+  135M  SmolLM2-135M's shape (hidden 576, 30 layers, 9 heads / 3 key-value heads, vocab 49,152)
+        with random weights: its timings without fetching the real model
 `peer-rl bench model NAME` prints the directory, for `model.path=`.
 """
 from __future__ import annotations
@@ -25,6 +27,8 @@ SHAPES = {
     "100M": dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2560),
     "500M": dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
                  intermediate_size=4864, vocab_size=151_936),
+    "135M": dict(hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
+                 intermediate_size=1536, vocab_size=49_152),
 }
 
 

@@ -173,7 +173,7 @@ def _print_grpo(cfg, plan, args, throughput) -> None:
     from peer_rl.planning.tokens import render_step_time, render_tokens, step_tokens
 
     print(render(plan, cfg.recipe, cfg))
-    tokens = step_tokens(cfg, args.prompt_length, plan.policy_vision)
+    tokens = step_tokens(cfg, args.prompt_length)
     print("\n" + "\n".join(render_tokens(tokens, bool(args.prompt_length))))
     if throughput:
         print("\n".join(render_step_time(tokens, throughput, cfg.trainer.total_steps)))

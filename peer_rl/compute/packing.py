@@ -18,6 +18,7 @@ the text positions first (what finds the segments), then the model's three rotar
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -93,6 +94,27 @@ def scatter(values: torch.Tensor, pred: Predictions) -> torch.Tensor:
     inv = pred.inverse.to(values.device)
     out = values[inv.clamp_min(0)]
     return out.masked_fill((inv < 0).view(*inv.shape, *([1] * (values.dim() - 1))), 0.0)
+
+
+def packed_images(lay: Layout, ids: torch.Tensor, image_token_id: int,
+                  tokens_per_image: Sequence[int]) -> list[int]:
+    """Which of a right-padded batch's images (row by row, each row's in order: the order of
+    `image_grid_thw`) have their tokens in the packed row, in the order the packed row holds
+    them: the images the model's vision tower must encode for it. An image inside a shared
+    prefix is encoded once, with its trunk."""
+    pos = (ids.cpu() == image_token_id).nonzero()           # (n, 2), row-major
+    if int(sum(tokens_per_image)) != len(pos):
+        raise ValueError(f"{len(pos)} image token(s) in the ids, {sum(tokens_per_image)} in the "
+                         "images' grids")
+    if not len(pos):
+        return []
+    starts = torch.tensor([0, *tokens_per_image[:-1]], dtype=torch.long).cumsum(0)
+    first = pos[starts]
+    at = torch.full((lay.shape[0] * lay.shape[1],), -1, dtype=torch.long)
+    at[lay.index.cpu()] = torch.arange(lay.tokens)
+    where = at[first[:, 0] * lay.shape[1] + first[:, 1]]
+    kept = (where >= 0).nonzero().squeeze(1)
+    return kept[torch.argsort(where[kept])].tolist()
 
 
 def pack(x: torch.Tensor, lay: Layout) -> torch.Tensor:

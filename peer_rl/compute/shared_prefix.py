@@ -20,7 +20,7 @@ the token before it, wherever that one ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import torch
 
@@ -69,16 +69,34 @@ def trees(keys: Sequence[Sequence[int]]) -> list[Tree]:
     return out[::-1]
 
 
-def layout(ids: torch.Tensor, attention_mask: torch.Tensor,
-           share_len: Sequence[int]) -> tuple[Layout, list[Tree]]:
+def classed_trees(keys: Sequence[Sequence[int]],
+                  classes: Sequence[Hashable] | None = None) -> list[Tree]:
+    """`trees` within each class (rows of one class only share with one another), classes in
+    order of first appearance. Images: rows whose images differ hold the same placeholder
+    tokens for different pictures, so equal tokens are not an equal prefix."""
+    if classes is None:
+        return trees(keys)
+    members: dict[Hashable, list[int]] = {}
+    for i, c in enumerate(classes):
+        members.setdefault(c, []).append(i)
+    out = []
+    for rows in members.values():
+        out += [Tree(tuple(rows[k] for k in t.rows), t.prefix)
+                for t in trees([keys[i] for i in rows])]
+    return out
+
+
+def layout(ids: torch.Tensor, attention_mask: torch.Tensor, share_len: Sequence[int],
+           classes: Sequence[Hashable] | None = None) -> tuple[Layout, list[Tree]]:
     """The packed layout of a right-padded batch with shared prefixes: each tree's trunk whole,
     then each other row from its tree's prefix on. `share_len[i]`: the most tokens row i may
-    share (its prompt), held below its length so every row keeps a token of its own."""
+    share (its prompt), held below its length so every row keeps a token of its own;
+    `classes[i]`: rows share only within a class (their images, for vision-language rows)."""
     plain_layout(attention_mask)                      # the same refusal of holes / left padding
     lengths = attention_mask.bool().sum(1).tolist()
     B, L = attention_mask.shape
     keys = [ids[i, :max(0, min(int(share_len[i]), lengths[i] - 1))].tolist() for i in range(B)]
-    chosen = trees(keys)
+    chosen = classed_trees(keys, classes)
     index, positions = [], []
     for tree in chosen:
         for k, row in enumerate(tree.rows):
@@ -112,3 +130,16 @@ def prompt_lengths(response_mask: torch.Tensor, attention_mask: torch.Tensor) ->
     resp = (response_mask * attention_mask).bool()
     first = torch.where(resp.any(1), resp.float().argmax(1), attention_mask.bool().sum(1))
     return first.long()
+
+
+def units(ids: torch.Tensor, share: torch.Tensor,
+          classes: Sequence[Hashable] | None = None) -> torch.Tensor:
+    """(N,) a unit id per row: rows with the same prompt (the same first `share` tokens, and
+    the same class: images) share one, numbered in order of first appearance. A GRPO group is
+    a unit; mini-batches, ranks and micro-batches keep a unit's rows together so that its
+    prompt runs once."""
+    seen: dict[tuple, int] = {}
+    out = [seen.setdefault((None if classes is None else classes[i],
+                            tuple(ids[i, :int(share[i])].tolist())), len(seen))
+           for i in range(len(ids))]
+    return torch.tensor(out, dtype=torch.long)

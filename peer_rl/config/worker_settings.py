@@ -76,8 +76,9 @@ class PolicySettings:
     use_remove_padding: bool = True
     # rows of a micro-batch that begin alike (a GRPO group's G replies to one prompt) run their
     # common start once, each row's own tokens attending to it (peer_rl.compute.shared_prefix);
-    # the same log-probs, losses and gradients as each row run whole. true | false | auto: on
-    # where it is supported (packed rows, use_remove_padding; text-only policies)
+    # the same log-probs, losses and gradients as each row run whole; an image in a shared
+    # prompt is encoded once. true | false | auto: on where it is supported (packed rows,
+    # use_remove_padding)
     shared_prefix: str = "auto"
     # the output layer runs on this many positions at a time (checkpointed), so no
     # full-vocabulary logits exist; 0 = plain logits over the whole micro-batch
@@ -121,19 +122,16 @@ class LoRASettings:
     merge: str = "auto"
 
 
-def shared_prefix_on(setting: str, packed: bool, vision: bool) -> bool:
+def shared_prefix_on(setting: str, packed: bool) -> bool:
     """actor.shared_prefix for a policy (peer_rl.compute.shared_prefix): auto is on where it is
-    supported (packed rows of a text-only policy); true where it is not is refused, naming the
-    key."""
+    supported (packed rows); true where it is not is refused, naming the key."""
     setting = str(setting).lower()
     if setting not in ("auto", "true", "false"):
         raise ValueError(f"actor.shared_prefix={setting!r}: expected auto, true or false")
-    supported = packed and not vision
-    if setting == "true" and not supported:
-        why = ("actor.use_remove_padding=false (shared prefixes run in packed rows)" if not packed
-               else "a vision-language policy (not supported yet)")
-        raise ValueError(f"actor.shared_prefix=true: not with {why}; set it to auto or false")
-    return setting == "true" or (setting == "auto" and supported)
+    if setting == "true" and not packed:
+        raise ValueError("actor.shared_prefix=true: not with actor.use_remove_padding=false "
+                         "(shared prefixes run in packed rows); set it to auto or false")
+    return setting == "true" or (setting == "auto" and packed)
 
 
 def lora_merged(lora, engines_on_gpu: bool) -> bool:

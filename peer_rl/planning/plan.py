@@ -28,7 +28,6 @@ class Plan:
     models: dict[str, str]                           # role -> where its shape came from
     problems: list[str] = field(default_factory=list)
     bundles: dict[str, dict] = field(default_factory=dict)    # pool -> one worker's bundle
-    policy_vision: bool = False                      # a vision-language policy
 
     @property
     def fits(self) -> bool:
@@ -78,8 +77,7 @@ def make_plan(cfg, nodes: list[Node]) -> Plan:
         estimates[pool] = _estimates(cfg, pool, shapes, gpu_gib)
     plan = Plan(nodes, sizes, placement.slots, unplaced, estimates,
                 {role: s[3] for role, s in shapes.items()},
-                bundles={pool: bundle(cfg.resources[pool]) for pool in sizes},
-                policy_vision=bool(shapes["policy"][2]) if "policy" in shapes else False)
+                bundles={pool: bundle(cfg.resources[pool]) for pool in sizes})
     check_fit(plan)
     return plan
 

@@ -10,7 +10,7 @@ writes a second, refined reply per sample, whose prompt is counted at the same l
 Update (peer_rl.workers.policy): actor.ppo_epochs training passes (forward and backward) over every
 sample, the reference's no-grad forward, and the policy's own no-grad forward for the old
 log-probs unless the update is on-policy (one epoch, one mini-batch: `OldLogProbs.ON_POLICY`).
-With actor.shared_prefix on (auto: packed rows of a text-only policy) each pass runs a group's
+With actor.shared_prefix on (auto: packed rows) each pass runs a group's
 prompt once and its rollout.n replies after it (peer_rl.compute.shared_prefix): groups held whole
 in a forward, which a token budget below a group's tokens would not give. ESCRAG-R1's refined
 rows differ after the dialogue, so they are counted whole.
@@ -69,17 +69,16 @@ class StepTokens:
         return self.update_trained + self.update_no_grad
 
 
-def shares_prefix(cfg, vision: bool = False) -> bool:
+def shares_prefix(cfg) -> bool:
     """Whether actor.shared_prefix is on for this config (peer_rl.compute.shared_prefix.resolve,
     as the policy ranks decide it) and its trained rows share whole prompts (not ESCRAG-R1's
     refined rows)."""
-    return (shared_prefix_on(cfg.actor.shared_prefix, cfg.actor.use_remove_padding, vision)
+    return (shared_prefix_on(cfg.actor.shared_prefix, cfg.actor.use_remove_padding)
             and not cfg.retrieval.enable)
 
 
-def step_tokens(cfg, prompt_length: int = 0, vision: bool = False) -> StepTokens:
-    """A GRPO config's step, prompts of `prompt_length` tokens (0: the longest admitted);
-    `vision`: the policy is a vision-language model."""
+def step_tokens(cfg, prompt_length: int = 0) -> StepTokens:
+    """A GRPO config's step, prompts of `prompt_length` tokens (0: the longest admitted)."""
     r, a = cfg.rollout, cfg.actor
     prompt = prompt_length or max(r.max_model_len - r.response_length, 0)
     samples = cfg.data.train_batch_size * r.n
@@ -89,7 +88,7 @@ def step_tokens(cfg, prompt_length: int = 0, vision: bool = False) -> StepTokens
     on_policy = a.ppo_epochs == 1 and trained <= a.ppo_mini_batch_size * r.n and not behavior
     return StepTokens(cfg.data.train_batch_size, samples, 2 if two else 1, trained, prompt,
                       r.response_length, a.ppo_epochs, not on_policy,
-                      shares_prefix(cfg, vision), r.n)
+                      shares_prefix(cfg), r.n)
 
 
 STAGES = ("rollout", "update")

@@ -66,19 +66,16 @@ def test_prompt_lengths_end_at_the_first_response_token():
     assert shared_prefix.prompt_lengths(resp, attn).tolist() == [2, 3, 1]
 
 
-@pytest.mark.parametrize("setting,packed,vision,on", [
-    ("auto", True, False, True), ("auto", False, False, False), ("auto", True, True, False),
-    ("false", True, False, False), ("true", True, False, True)])
-def test_auto_is_on_where_supported(setting, packed, vision, on):
-    assert shared_prefix_on(setting, packed, vision) is on
+@pytest.mark.parametrize("setting,packed,on", [
+    ("auto", True, True), ("auto", False, False), ("false", True, False), ("true", True, True)])
+def test_auto_is_on_where_supported(setting, packed, on):
+    assert shared_prefix_on(setting, packed) is on
 
 
 def test_true_where_unsupported_names_the_key():
     with pytest.raises(ValueError, match="actor.shared_prefix=true: not with "
                                          "actor.use_remove_padding=false"):
-        shared_prefix_on("true", False, False)
-    with pytest.raises(ValueError, match="actor.shared_prefix=true: not with a vision-language"):
-        shared_prefix_on("true", True, True)
+        shared_prefix_on("true", False)
 
 
 class _Attn(torch.nn.Module):

@@ -334,8 +334,11 @@ def _grpo_tokens_args():
 def test_a_grpo_steps_tokens_and_time_by_hand(capsys):
     """6 samples of 70 + 30 tokens: rollout 600 processed, 180 generated; update 2 epochs x 600
     = 1,200 trained + (reference + old log-probs) 2 x 600 = 1,200 forward only. At 90 generated
-    tok/s and 600 update tok/s: 2 s + 4 s = 6 s a step, 60 s for 10 steps."""
-    assert main([*_grpo_tokens_args(), "--throughput", "rollout=90,update=600"]) == 0
+    tok/s and 600 update tok/s: 2 s + 4 s = 6 s a step, 60 s for 10 steps. With shared prefixes
+    (actor.shared_prefix, auto: on) a pass is 3 prompts x 70 + 6 replies x 30 = 390: 780
+    trained + 780 forward only = 1,560, 2.6 s at 600 tok/s, 4.6 s a step, 46 s for 10."""
+    assert main([*_grpo_tokens_args(), "actor.shared_prefix=false",
+                 "--throughput", "rollout=90,update=600"]) == 0
     out = capsys.readouterr().out
     assert "  rollout  3 prompts x 2 samples x (70 + 30) = 600 (180 generated)\n" in out
     assert ("  update   6 sequences x 100 x (2 training epochs + the reference's, the old "
@@ -343,6 +346,13 @@ def test_a_grpo_steps_tokens_and_time_by_hand(capsys):
     assert "  rollout 180 generated / 90 tok/s = 2.0 s; update 2,400 / 600 tok/s = 4.0 s\n" in out
     assert "  = 6.0 s a step, 1.0 min for trainer.total_steps=10 " in out
     assert "estimated from the throughput given" in out
+    assert main([*_grpo_tokens_args(), "--throughput", "rollout=90,update=600"]) == 0
+    out = capsys.readouterr().out
+    assert ("  update   (3 prompts x 70 + 6 replies x 30: actor.shared_prefix) x (2 training "
+            "epochs + the reference's, the old log-probs' forward) = 1,560 (780 trained, 780 "
+            "forward only)\n") in out
+    assert "  rollout 180 generated / 90 tok/s = 2.0 s; update 1,560 / 600 tok/s = 2.6 s\n" in out
+    assert "  = 4.6 s a step, 46.0 s for trainer.total_steps=10 " in out
 
 
 def test_the_tokens_of_an_on_policy_and_an_escrag_step_by_hand():

@@ -239,6 +239,57 @@ def vl_batch(model_path: str) -> UpdateBatch:
                        np.array([1.0, -1.0, 0.5, -0.5], np.float32), images=images)
 
 
+def vl_grouped_batch(model_path: str) -> UpdateBatch:
+    """GRPO-shaped vision-language rows: three replies to one prompt showing the two sad
+    frames, two replies to the same words showing the two happy frames (equal tokens,
+    other pictures: they must not share), and two replies to a text prompt."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from peer_rl.data.bundled import sample_root
+    from peer_rl.prompts.multimodal import attach_images
+
+    proc = AutoProcessor.from_pretrained(model_path)
+    faces = sample_root() / "grpo" / "images"
+    groups = [("sad", 3), ("happy", 2), (None, 2)]
+    seqs, images, resp = [], [], []
+    for g, (face, n) in enumerate(groups):
+        frames = [str(faces / f"face_{face}_{k}.png") for k in (1, 2)] if face else []
+        msgs = attach_images([{"role": "user", "content": "How do I seem today?"}], frames)
+        text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        ids = proc(text=[text], images=[Image.open(f).convert("RGB") for f in frames] or None)
+        for k in range(n):
+            reply = [40 + g, 50 + k, 60, 70 + k][:2 + k]
+            seqs.append(list(ids["input_ids"][0]) + reply)
+            images.append(frames)
+            resp.append(len(reply))
+    T = max(map(len, seqs))
+    out = {k: np.zeros((len(seqs), T), np.int64)
+           for k in ("input_ids", "attention_mask", "response_mask")}
+    for i, seq in enumerate(seqs):
+        out["input_ids"][i, :len(seq)], out["attention_mask"][i, :len(seq)] = seq, 1
+        out["response_mask"][i, len(seq) - resp[i]:len(seq)] = 1
+    adv = np.array([1.0, -1.0, 0.5, -0.5, 0.25, 1.0, -1.0], np.float32)
+    return UpdateBatch(out["input_ids"], out["attention_mask"], out["response_mask"], adv,
+                       images=images)
+
+
+def _sc_vl_shared(w: PolicyWorker, out: str, arg=None) -> dict:
+    """vl_grouped_batch: log-probs (counting the image patches the vision tower encodes),
+    one update (its full gradient), log-probs after it."""
+    from peer_rl.workers.fsdp import vision_tower
+
+    b = vl_grouped_batch(w.model_path)
+    tower, patches = vision_tower(w.model), []
+    hook = tower.register_forward_pre_hook(lambda m, args: patches.append(int(args[0].shape[0])))
+    lp = w.compute_log_prob(b).old_log_probs
+    hook.remove()
+    grads = _capture_grads(w)
+    metrics = w.update(b)
+    return {"lp": lp, "patches": sum(patches), "grads": dict(grads),
+            "after": w.compute_log_prob(b).old_log_probs, "metrics": metrics}
+
+
 def _sc_vl_mixed(w: PolicyWorker, out: str, arg=None) -> dict:
     b = vl_batch(w.model_path)
     lp = w.compute_log_prob(b).old_log_probs
@@ -281,8 +332,9 @@ def _capture_grads(w: PolicyWorker) -> dict:
     step, grads = w.optim.step, {}
 
     def capture_then_step(*args, **kwargs):
-        grads.update({n: p.grad.full_tensor() for n, p in w.model.named_parameters()
-                      if p.grad is not None})
+        grads.update({n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor")
+                          else p.grad.clone())      # replicated (a VL merger): a plain tensor
+                      for n, p in w.model.named_parameters() if p.grad is not None})
         return step(*args, **kwargs)
 
     w.optim.step = capture_then_step
@@ -401,7 +453,7 @@ def _sc_temperature(w: PolicyWorker, out: str, arg=None) -> dict:
     return {"lp": lp, "metrics": metrics}
 
 
-SCENARIOS = {"load": _sc_load, "budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "shared": _sc_shared, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
+SCENARIOS = {"load": _sc_load, "budget": _sc_budget, "anchor": _sc_anchor, "modes": _sc_modes, "train": _sc_train, "shared": _sc_shared, "vl_shared": _sc_vl_shared, "ckpt": _sc_ckpt, "resume": _sc_resume, "learn": _sc_learn,
              "hostile": _sc_hostile, "vl_mixed": _sc_vl_mixed, "async": _sc_async,
              "temperature": _sc_temperature}
 
@@ -897,6 +949,32 @@ def test_a_pickled_object_in_a_checkpoint_is_refused_not_run(tiny_model, tmp_pat
     assert res["error"].startswith("ValueError: ") and "ckpt/dcp: the sharded checkpoint " \
         "cannot be read" in res["error"] and "header" in res["error"], res["error"]
     assert res["ran"] is False
+
+
+def test_shared_vision_prompts_encode_each_image_once_and_train_as_whole_rows(tiny_models,
+                                                                              tmp_path):
+    """The tiny VL policy on vl_grouped_batch, packed, with and without shared prefixes: the
+    same log-probs and the same gradient (compared before Adam, which turns round-off in a
+    near-zero gradient into a whole step); shared, the vision tower encodes each of the 2 x 2
+    frames once in the two passes (policy, reference) instead of once per row, and the rows
+    showing the happy frames never take the sad rows' prompt (equal tokens, other images)."""
+    hp = dict(ppo_mini_batch_size=7, ppo_micro_batch_size=7, ppo_epochs=1, lr=1e-2,
+              freeze_vision_tower=True, use_remove_padding=True, grad_clip=1e9)
+    off = run_group(1, tiny_models["policy"], "vl_shared", tmp_path / "off",
+                    shared_prefix="false", **hp)[0]
+    on = run_group(1, tiny_models["policy"], "vl_shared", tmp_path / "on",
+                   shared_prefix="true", **hp)[0]
+    np.testing.assert_allclose(on["lp"], off["lp"], atol=1e-5)
+    scale = max(v.abs().max().item() for v in off["grads"].values())
+    assert scale > 1e-4 and max_diff(on["grads"], off["grads"]) < 1e-5 * scale
+    np.testing.assert_allclose(on["after"], off["after"], atol=1e-4)
+    assert float(np.abs(off["after"] - off["lp"]).max()) > 1e-3      # the update did something
+    # one frame's patches: 5 visual rows x 2 frames unshared, 2 groups x 2 frames shared; the
+    # compute_log_prob pass runs the policy and the reference
+    per_frame = off["patches"] / (2 * 5 * 2)
+    assert per_frame == int(per_frame) > 0
+    assert on["patches"] == 2 * 2 * 2 * per_frame
+    assert on["metrics"]["actor/forward_tokens"] < off["metrics"]["actor/forward_tokens"]
 
 
 @pytest.mark.e2e
