@@ -363,9 +363,19 @@ def _sc_modes(w: PolicyWorker, out: str, arg=None) -> dict:
 
 
 def _sc_shared(w: PolicyWorker, out: str, arg=None) -> dict:
-    """The train scenario on grouped rows, then every (loss, aggregation) on 7 of them."""
-    res = _sc_train(w, out, "grouped")
-    return res | {"modes": _sc_modes(w, out, "grouped")}
+    """The train scenario on grouped rows, then every (loss, aggregation) on 7 of them: with
+    shared prefixes off, then on, from one checkpoint (taken after an update, so both start
+    with the same AdamW moments)."""
+    w.update(grouped_batch(seed=9))
+    begin = os.path.join(out, "begin")
+    w.save_checkpoint(begin, hf_model=False)
+    res = {}
+    for on in (False, True):
+        w.load_checkpoint(begin)
+        w.share_prefix = on
+        res["on" if on else "off"] = _sc_train(w, out, "grouped") | {
+            "modes": _sc_modes(w, out, "grouped")}
+    return res
 
 
 def _sc_anchor(w: PolicyWorker, out: str, arg=None) -> dict:
@@ -815,18 +825,19 @@ def test_lean_update_equals_the_plain_one(tiny_model, tmp_path):
     assert max_diff(lean["weights"], initial_weights(tiny_model)) > 1e-3
 
 
-def test_shared_prefixes_train_exactly_as_whole_rows(tiny_model, tmp_path):
-    """actor.shared_prefix true against false on GRPO-shaped rows (3 prompts x 4 replies),
-    packed, two ranks, a 40-token budget (a group's rows split over micro-batches and ranks),
-    3-position logit chunks: the same log-probs, losses, gradient norms and weights after two
-    updates (the second of 7 rows: a rank pads a zero-weight row), and the same gradient in
-    every (loss, aggregation); fewer tokens forwarded. Without sharing every row runs whole:
-    old, reference and two epochs' training passes, 4 x the batch's tokens."""
+@pytest.mark.parametrize("lora", [None, dict(rank=8)], ids=["full", "lora"])
+def test_shared_prefixes_train_exactly_as_whole_rows(tiny_model, tmp_path, lora):
+    """Shared prefixes off and on (one process, from one checkpoint) on GRPO-shaped rows (3
+    prompts x 4 replies), packed, two ranks, a 40-token budget (a group's rows split over
+    micro-batches and ranks), 3-position logit chunks, full weights and LoRA adapters: the same
+    log-probs, losses, gradient norms and weights after two updates (the second of 7 rows: a
+    rank pads a zero-weight row), and the same gradient in every (loss, aggregation); fewer
+    tokens forwarded. Without sharing every row runs whole: old, reference and two epochs'
+    training passes, 4 x the batch's tokens."""
     common = dict(use_remove_padding=True, logits_chunk_size=3, ppo_max_token_len_per_gpu=40,
-                  grad_clip=1e9)
-    off = run_group(2, tiny_model, "shared", tmp_path / "off", shared_prefix="false",
-                    **common)[0]
-    on = run_group(2, tiny_model, "shared", tmp_path / "on", shared_prefix="true", **common)[0]
+                  grad_clip=1e9, shared_prefix="true", **({"lora": lora} if lora else {}))
+    res = run_group(2, tiny_model, "shared", tmp_path, **common)[0]
+    on, off = res["on"], res["off"]
     assert_same_training(on, off)
     for case in AGG_CASES:
         (g_on, loss_on), (g_off, loss_off) = on["modes"][case], off["modes"][case]
