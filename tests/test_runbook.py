@@ -2,7 +2,8 @@
 local two-node cluster of cluster/start-local-cluster.sh (the commands join it through
 RAY_ADDRESS; step 11 is a `ray job submit` to its job server): from the sample in the card's
 layout to UnifiReward, GRPO, the four evaluations and the ESCRAG-R1 variant. What one step
-writes is what the next one reads."""
+writes is what the next one reads. The suite's end-to-end checks of the four evaluation
+protocols' reports and of ESCRAG-R1's two-pass GRPO step are made on these runs."""
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster_util import VENV_BIN
+from eval_util import check_report
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reproduce-peer-rur.md"
@@ -81,8 +83,32 @@ def test_the_runbook_runs_at_the_tiny_scale(tmp_path, local_cluster):
         assert report["manifest"]["parties"]["model"]["url"].startswith("http://127.0.0.1:")
     div = json.loads((work / "eval" / "diversity" / "report.json").read_text())
     assert div["summary"]["judge_reward"]["model"] == str(work / "judge" / "final")
+    # EVAL_ARGS: limit=1, esc.rounds=2, diversity.n=2
+    for name in ("esc", "sage", "safety", "diversity"):
+        check_report(work / "eval" / name, name, 1, proc.stdout + proc.stderr, esc_rounds=2,
+                     diversity_n=2)
     escrag = yaml.safe_load((work / "escrag" / "config.yaml").read_text())
     assert escrag["model"]["path"] == str(work / "escrag_sft" / "final")
     assert escrag["retrieval"]["index"] == str(work / "index")
     assert (work / "escrag" / "final" / "config.json").is_file()
     assert "succeeded" in proc.stdout + proc.stderr
+    _check_escrag_step(work, proc.stdout + proc.stderr)
+
+
+def _check_escrag_step(work: Path, written: str) -> None:
+    """ESCRAG-R1's one GRPO step (GRPO_ARGS: 2 prompts, rollout.n 4 in escrag_r1_tiny): two
+    passes with a real faiss index of the sample's 152 exemplars, the refined replies alone
+    trained (retrieval.train_initial=false), their rewards the step's refined mean."""
+    assert "retrieval x1" in written and "exemplar index: 152 exemplar(s)" in written
+    assert json.loads((work / "index" / "index.json").read_text())["count"] == 152
+    (rec,) = [json.loads(x) for x in (work / "escrag" / "metrics.jsonl").read_text().splitlines()]
+    samples = [json.loads(x) for x in (work / "escrag" / "samples.jsonl").read_text().splitlines()]
+    assert rec["step"] == 1 and len(samples) == 2 * 4 and {s["step"] for s in samples} == {1}
+    assert rec["reward/refined_mean"] == pytest.approx(
+        sum(s["reward"] for s in samples) / len(samples), rel=1e-9)
+    assert rec["retrieval/exemplars_per_query"] == 3.0 and rec["timing_s/retrieval"] > 0
+    # the prompts come from dialogues the corpus also holds: their own turns are passed over
+    # (the same seeker turn makes them the nearest neighbours)
+    assert rec["retrieval/excluded_per_query"] > 0 and rec["timing_s/rollout_refined"] > 0
+    assert rec["reward/refined_minus_initial"] == pytest.approx(
+        rec["reward/refined_mean"] - rec["reward/initial_mean"], abs=1e-9)

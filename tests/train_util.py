@@ -1,5 +1,5 @@
-"""`peer-rl train` in a fresh process, as a user runs it: start, kill an actor or the whole
-cluster at a checkpoint, signal the driver, read metrics."""
+"""`peer-rl train` in a fresh process, as a user runs it: start, kill the whole cluster at a
+checkpoint, signal the driver, read metrics."""
 import json
 import os
 import signal
@@ -45,23 +45,6 @@ def run_and_act(command, when, act, timeout=900, env=None):
             os.killpg(proc.pid, signal.SIGKILL)
     waited = time.monotonic() - acted_at if acted_at is not None else None
     return proc.returncode, stdout, stderr, acted, waited
-
-
-def run_and_kill_an_actor(command, when, actor: str, timeout=900, env=None):
-    """Start `command`; once the path `when` exists, SIGKILL the (last) process of the Ray
-    actor class `actor` (e.g. "PolicyWorker"). Returns (returncode, stdout, stderr). `env`:
-    more environment (PEER_RL_FAULTS: workers that die inside chosen calls)."""
-    def kill(driver):
-        found = [p for p in driver.children(recursive=True)
-                 if f"ray::{actor}" in " ".join(p.cmdline())]
-        if found:
-            os.kill(found[-1].pid, signal.SIGKILL)
-            return found[-1].pid
-        return None
-
-    code, stdout, stderr, killed, _ = run_and_act(command, when, kill, timeout, env)
-    assert killed is not None, f"the run ended before a {actor} process could be killed"
-    return code, stdout, stderr
 
 
 def metrics(out):
