@@ -14,8 +14,11 @@ At the end one table; the exit status is 0 when every part is ok.
 vl_policy (a, 150 s): the shipped tiny vision-language policy (peer_rl/bundled/models/tiny/policy,
     Qwen2.5-VL-shaped) in peer_rl.workers.policy.PolicyWorker on rows with two face frames each and
     text-only rows. float32: packed rows (actor.use_remove_padding, the default) against
-    right-padded ones (a worker with it off), max |diff| <= 1e-4; other frames change their
-    rows' log-probs and no other row's. bfloat16 compute over float32 master weights: the
+    right-padded ones (a worker with it off), max |diff| <= 1e-4, the packed rows under
+    actor.shared_prefix (auto: the two text rows' prompt run once; the two rows with other
+    frames behind the same words not shared) on packing.attention_path's path (on the GPU
+    flex_attention under a block mask, compiled; forward here, backward in the update below);
+    other frames change their rows' log-probs and no other row's. bfloat16 compute over float32 master weights: the
     log-probs against float32 (mean |diff| <= 0.05), then one update step: a finite, non-zero
     gradient norm, no skipped step, and the log-probs move.
 lora (b, 150 s): the same policy with LoRA r=8 on every linear layer (peer_rl.workers.lora), float32:
@@ -206,6 +209,12 @@ def part_vl_policy(smoke: bool, args, figures: dict, checks: dict) -> None:
     w.shutdown()
     w = _worker(model, smoke, PolicySettings(dtype="float32"))
     f32, _ = _log_probs(w, batch)
+    from peer_rl.compute.packing import attention_path
+
+    figures["attention_path"] = attention_path(w.device)
+    # the policy's and the reference's pass; the text rows' prompt once in each
+    figures["forward_tokens"] = int(w.forward_tokens)
+    checks["shared_prompt_ran_once"] = w.forward_tokens < 2 * figures["tokens"]
     figures["f32_packed_vs_padded_max"] = _gap(f32, padded, real)[0]
     figures["f32_mean_logp"] = float(f32[real].mean())
     checks["f32_log_probs_finite"] = bool(np.isfinite(f32).all())

@@ -99,7 +99,8 @@ def _check_escrag_step(work: Path, written: str) -> None:
     """ESCRAG-R1's one GRPO step (GRPO_ARGS: 2 prompts, rollout.n 4 in escrag_r1_tiny): two
     passes with a real faiss index of the sample's 152 exemplars, the refined replies alone
     trained (retrieval.train_initial=false), their rewards the step's refined mean."""
-    assert "retrieval x1" in written and "exemplar index: 152 exemplar(s)" in written
+    # `peer-rl index build`'s line; the run's pools line
+    assert "152 exemplar(s) from" in written and "retrieval x1" in written
     assert json.loads((work / "index" / "index.json").read_text())["count"] == 152
     (rec,) = [json.loads(x) for x in (work / "escrag" / "metrics.jsonl").read_text().splitlines()]
     samples = [json.loads(x) for x in (work / "escrag" / "samples.jsonl").read_text().splitlines()]

@@ -161,9 +161,10 @@ def blocks(position_ids: torch.Tensor) -> list[tuple[int, int, int, int]]:
 
 def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
                 scaling: float | None = None, position_ids=None, **kwargs):
-    """transformers attention function: causal SDPA on each packed row on its own.
-    Anything that is not a packed causal forward (a batch of rows, a mask, an encoder's
-    bidirectional attention, a decoding step) goes to transformers' SDPA unchanged."""
+    """transformers attention function: causal attention within each packed row (and each
+    branch's shared prefix), by the path `attention_path` picks for the device. Anything that
+    is not a packed causal forward (a batch of rows, a mask, an encoder's bidirectional
+    attention, a decoding step) goes to transformers' SDPA unchanged."""
     # deferred: transformers
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -173,6 +174,29 @@ def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     pos = position_ids[0] if position_ids.dim() == 3 else position_ids
+    if attention_path(query.device) == "flex":
+        return flex_blocks(query, key, value, position_ids, scaling), None
+    return sdpa_blocks(module, query, key, value, pos[:1], dropout, scaling), None
+
+
+FORCE_PATH: str | None = None     # "sdpa" or "flex" on every device (the tests of each path)
+
+
+def attention_path(device: torch.device) -> str:
+    """Which attention serves packed rows: "flex" (one `flex_attention` call under a block mask
+    of the rows and branches, compiled) on CUDA, "sdpa" (PyTorch SDPA per row and per branch)
+    elsewhere: the CPU's SDPA kernels are fast on small blocks and flex_attention's CPU route
+    compiles with inductor at start-up."""
+    if FORCE_PATH is not None:
+        return FORCE_PATH
+    return "flex" if torch.device(device).type == "cuda" else "sdpa"
+
+
+def sdpa_blocks(module, query, key, value, pos, dropout: float = 0.0,
+                scaling: float | None = None) -> torch.Tensor:
+    """The "sdpa" path: each block of `blocks(pos)` as its own SDPA call, (1, T, H, D)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
     outs = []
     for s, e, trunk, seen in blocks(pos[:1]):
         if not seen:
@@ -187,7 +211,50 @@ def varlen_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
         mask = torch.ones(n, seen + n, dtype=torch.bool, device=query.device).tril(seen)
         outs.append(sdpa_attention_forward(module, query[:, :, s:e], k, v, mask[None, None],
                                            dropout=dropout, scaling=scaling)[0])
-    return torch.cat(outs, dim=1), None
+    return torch.cat(outs, dim=1)
+
+
+def block_mask_mod(pos: torch.Tensor):
+    """flex_attention's mask_mod of a packed row: query q sees key k when both are in one
+    block of `blocks(pos)` and k <= q, or k is in the shared prefix q's block continues."""
+    spans = blocks(pos)
+    T = pos.numel()
+    device = pos.device
+    block = torch.zeros(T, dtype=torch.long, device=device)
+    trunk = torch.tensor([t for _, _, t, _ in spans], dtype=torch.long, device=device)
+    seen = torch.tensor([n for _, _, _, n in spans], dtype=torch.long, device=device)
+    for i, (s, e, _, _) in enumerate(spans):
+        block[s:e] = i
+
+    def mask_mod(b, h, q, k):
+        bq = block[q]
+        own = (block[k] == bq) & (k <= q)
+        prefix = (k >= trunk[bq]) & (k < trunk[bq] + seen[bq])
+        return own | prefix
+    return mask_mod
+
+
+_FLEX: dict = {}
+
+
+def flex_blocks(query, key, value, position_ids, scaling: float | None = None) -> torch.Tensor:
+    """The "flex" path: one flex_attention call under the packed row's block mask, (1, T, H, D).
+    The mask is built once per forward: every layer of a forward is handed the same
+    `position_ids` object, held here so that no later tensor can take its place. Compiled on
+    CUDA; eager elsewhere (tests), which materialises the scores."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    T = query.shape[2]
+    if _FLEX.get("positions") is not position_ids:
+        pos = (position_ids[0] if position_ids.dim() == 3 else position_ids)[:1].reshape(-1)
+        _FLEX.update(positions=position_ids, mask=create_block_mask(
+            block_mask_mod(pos), None, None, T, T, device=query.device))
+    fn = flex_attention
+    if query.device.type == "cuda":
+        fn = _FLEX.setdefault("compiled", torch.compile(flex_attention, dynamic=True))
+    out = fn(query, key, value, block_mask=_FLEX["mask"], scale=scaling,
+             enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous()
 
 
 def register() -> str:

@@ -73,7 +73,7 @@ def test_an_unknown_model_is_refused_naming_the_choices(capsys):
 
     assert main(["bench", "trl", "--peer-only", "--model", "1B"]) == 2
     err = capsys.readouterr().err
-    assert "--model '1B': expected one of tiny, 10M, 100M, 500M, smollm2" in err
+    assert "--model '1B': expected one of tiny, 10M, 100M, 500M, 135M, smollm2" in err
 
 
 def test_smollm2_takes_the_english_prompts_on_both_sides():

@@ -137,10 +137,15 @@ def _grouped():
     return ids, (ids > 0).long(), share
 
 
-def test_a_model_run_with_shared_prefixes_gives_the_padded_log_probs_and_gradients():
+@pytest.mark.parametrize("path", ["sdpa", "flex"])
+def test_a_model_run_with_shared_prefixes_gives_the_padded_log_probs_and_gradients(
+        path, monkeypatch):
     """Float32: the shared run's log-probs of every token equal those of the padded rows
     under transformers' own masked attention, and so do the gradients of a weighted sum over
-    the replies' tokens. A row that could see another row's tokens would fail here."""
+    the replies' tokens (the flex path, packing.attention_path's choice on CUDA, runs eagerly
+    here, where PyTorch has no flex_attention backward: its log-probs only). A row that could
+    see another row's tokens would fail here."""
+    monkeypatch.setattr(packing, "FORCE_PATH", path)
     ids, attn, share = _grouped()
     model = _llama()
     resp = torch.zeros_like(ids, dtype=torch.float32)
@@ -160,11 +165,41 @@ def test_a_model_run_with_shared_prefixes_gives_the_padded_log_probs_and_gradien
     assert shared_prefix.saved_tokens(chosen) == 2 * 6 + 2 * 4
     assert lay.tokens == int(attn.sum()) - 20
     pred = packing.predictions(ids, lay)
-    out = model(input_ids=packing.pack(ids, lay),
-                position_ids=packing.position_ids(model, ids, attn, lay)).logits[0]
+    with torch.set_grad_enabled(path == "sdpa"):
+        out = model(input_ids=packing.pack(ids, lay),
+                    position_ids=packing.position_ids(model, ids, attn, lay)).logits[0]
     pairs = torch.log_softmax(out[pred.states], -1).gather(-1, pred.labels[:, None])[:, 0]
     shared = packing.scatter(pairs, pred)
     torch.testing.assert_close(shared, padded.detach(), atol=1e-5, rtol=1e-5)
+    if path == "flex":
+        return
     (shared * weights).sum().backward()
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_the_flex_path_gives_the_sdpa_paths_attention(kv_heads, monkeypatch):
+    """packing.attention_path picks flex_attention under a block mask on CUDA and per-block
+    SDPA elsewhere; both run here (flex eagerly) on rows, a trunk and its branches (grouped-query
+    attention too): the same outputs."""
+    torch.manual_seed(0)
+    pos = torch.tensor([[0, 1, 2, 3, 4, 3, 4, 3, 4, 5, 0, 1, 2]])
+    T, D = pos.shape[1], 8
+    q = torch.randn(1, 4, T, D)
+    k, v = torch.randn(1, kv_heads, T, D), torch.randn(1, kv_heads, T, D)
+    attn = _Attn()
+    attn.num_key_value_groups = 4 // kv_heads
+    assert packing.attention_path(torch.device("cpu")) == "sdpa"
+    assert packing.attention_path(torch.device("cuda")) == "flex"
+    outs = {}
+    for path in ("sdpa", "flex"):
+        monkeypatch.setattr(packing, "FORCE_PATH", path)
+        outs[path] = packing.varlen_sdpa(attn, q, k, v, None, scaling=1 / math.sqrt(D),
+                                         position_ids=pos)[0]
+    torch.testing.assert_close(outs["flex"], outs["sdpa"], atol=1e-5, rtol=1e-5)
+    # the mask: a branch (tokens 5-6 at position 3) sees the trunk's first 3 tokens and itself
+    mod = packing.block_mask_mod(pos[0])
+    seen = [[bool(mod(0, 0, torch.tensor(a), torch.tensor(b))) for b in range(T)] for a in (5, 6)]
+    assert [b for b in range(T) if seen[0][b]] == [0, 1, 2, 5]
+    assert [b for b in range(T) if seen[1][b]] == [0, 1, 2, 5, 6]
