@@ -26,18 +26,25 @@ def by_token_budget(lengths: Sequence[int], budget: int, n_groups: int | None = 
     With `n_groups` (>= the natural count, <= len(lengths)) the costliest groups are halved
     until there are that many."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return _cut(order, lambda g: _cost(g, lengths, padded), budget, n_groups)
+
+
+def _cut(order: list[int], cost, budget: int, n_groups: int | None) -> list[list[int]]:
+    """Rows in `order` filled greedily into groups whose `cost(group)` stays within `budget`
+    (a row over it alone); with `n_groups` the costliest groups of more than one row are
+    halved until there are that many."""
     groups: list[list[int]] = []
     for i in order:
-        if groups and _cost(groups[-1] + [i], lengths, padded) <= budget:
+        if groups and cost(groups[-1] + [i]) <= budget:
             groups[-1].append(i)
         else:
             groups.append([i])
     if n_groups is not None:
-        if not len(groups) <= n_groups <= len(lengths):
+        if not len(groups) <= n_groups <= len(order):
             raise ValueError(f"n_groups={n_groups}: expected between {len(groups)} and "
-                             f"{len(lengths)} for {len(lengths)} rows")
+                             f"{len(order)} for {len(order)} rows")
         while len(groups) < n_groups:
-            g = max((g for g in groups if len(g) > 1), key=lambda g: _cost(g, lengths, padded))
+            g = max((g for g in groups if len(g) > 1), key=cost)
             k = groups.index(g)
             groups[k:k + 1] = [g[:len(g) // 2], g[len(g) // 2:]]
     return groups
@@ -71,19 +78,4 @@ def by_units(lengths: Sequence[int], unit: Sequence[int], prefix: Sequence[int],
     order = [i for u in sorted(members, key=lambda u: (-unit_cost(members[u], lengths, unit,
                                                                    prefix), u))
              for i in members[u]]
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and unit_cost(groups[-1] + [i], lengths, unit, prefix) <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    if n_groups is not None:
-        if not len(groups) <= n_groups <= len(lengths):
-            raise ValueError(f"n_groups={n_groups}: expected between {len(groups)} and "
-                             f"{len(lengths)} for {len(lengths)} rows")
-        while len(groups) < n_groups:
-            g = max((g for g in groups if len(g) > 1),
-                    key=lambda g: unit_cost(g, lengths, unit, prefix))
-            k = groups.index(g)
-            groups[k:k + 1] = [g[:len(g) // 2], g[len(g) // 2:]]
-    return groups
+    return _cut(order, lambda g: unit_cost(g, lengths, unit, prefix), budget, n_groups)
