@@ -186,10 +186,14 @@ def attention_path(device: torch.device) -> str:
     """Which attention serves packed rows: "flex" (one `flex_attention` call under a block mask
     of the rows and branches, compiled) on CUDA, "sdpa" (PyTorch SDPA per row and per branch)
     elsewhere: the CPU's SDPA kernels are fast on small blocks and flex_attention's CPU route
-    compiles with inductor at start-up."""
+    compiles with inductor at start-up. A process that turned torch.compile off (a CPU
+    engine beside the policy, peer_rl.workers.vllm_engine) keeps "sdpa": flex_attention needs
+    dynamo even uncompiled."""
     if FORCE_PATH is not None:
         return FORCE_PATH
-    return "flex" if torch.device(device).type == "cuda" else "sdpa"
+    if torch.device(device).type == "cuda" and not torch._dynamo.config.disable:
+        return "flex"
+    return "sdpa"
 
 
 def sdpa_blocks(module, query, key, value, pos, dropout: float = 0.0,

@@ -139,7 +139,7 @@ def _grouped():
 
 @pytest.mark.parametrize("path", ["sdpa", "flex"])
 def test_a_model_run_with_shared_prefixes_gives_the_padded_log_probs_and_gradients(
-        path, monkeypatch):
+        path, monkeypatch, dynamo_on):
     """Float32: the shared run's log-probs of every token equal those of the padded rows
     under transformers' own masked attention, and so do the gradients of a weighted sum over
     the replies' tokens (the flex path, packing.attention_path's choice on CUDA, runs eagerly
@@ -178,8 +178,16 @@ def test_a_model_run_with_shared_prefixes_gives_the_padded_log_probs_and_gradien
         torch.testing.assert_close(p.grad, want[n], atol=1e-5, rtol=1e-4, msg=n)
 
 
+@pytest.fixture
+def dynamo_on():
+    """A test before this one may have started an in-process CPU engine, which turns dynamo off
+    for the process (workers/vllm_engine.py); flex_attention needs it even uncompiled."""
+    with torch._dynamo.config.patch(disable=False):
+        yield
+
+
 @pytest.mark.parametrize("kv_heads", [4, 2])
-def test_the_flex_path_gives_the_sdpa_paths_attention(kv_heads, monkeypatch):
+def test_the_flex_path_gives_the_sdpa_paths_attention(kv_heads, monkeypatch, dynamo_on):
     """packing.attention_path picks flex_attention under a block mask on CUDA and per-block
     SDPA elsewhere; both run here (flex eagerly) on rows, a trunk and its branches (grouped-query
     attention too): the same outputs."""
@@ -192,6 +200,8 @@ def test_the_flex_path_gives_the_sdpa_paths_attention(kv_heads, monkeypatch):
     attn.num_key_value_groups = 4 // kv_heads
     assert packing.attention_path(torch.device("cpu")) == "sdpa"
     assert packing.attention_path(torch.device("cuda")) == "flex"
+    with torch._dynamo.config.patch(disable=True):     # dynamo off in this process: no flex
+        assert packing.attention_path(torch.device("cuda")) == "sdpa"
     outs = {}
     for path in ("sdpa", "flex"):
         monkeypatch.setattr(packing, "FORCE_PATH", path)
