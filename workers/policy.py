@@ -95,7 +95,8 @@ class _UpdateInputs:
     behavior_w: torch.Tensor | None   # pi_old / pi_behavior, capped; None without
     behavior_metrics: dict
     share: torch.Tensor               # (N,) tokens each row may share: its prompt
-    units: _Units | None              # rows with one prompt, when prefixes are shared
+    unit_ids: torch.Tensor            # (N,) rows with one prompt share an id (shared_prefix.units)
+    units: _Units | None              # those units, when prefixes are shared
 
 
 def _classes(images, rows=None) -> list | None:
@@ -463,11 +464,13 @@ class PolicyWorker:
         return out
 
     def _units(self, attn: torch.Tensor, ids: torch.Tensor, share: torch.Tensor,
-               images=None) -> _Units | None:
-        """The batch's units (rows with one prompt) when prefixes are shared, else None."""
+               images=None, unit: torch.Tensor | None = None) -> _Units | None:
+        """The batch's units (rows with one prompt; `unit`: their ids if already known) when
+        prefixes are shared, else None."""
         if not self.share_prefix:
             return None
-        unit = shared_prefix.units(ids, share, _classes(images))
+        if unit is None:
+            unit = shared_prefix.units(ids, share, _classes(images))
         lengths = attn.sum(1)
         alone = torch.bincount(unit)[unit] == 1
         prefix = torch.minimum(share, lengths - 1).clamp_min(0).masked_fill(alone, 0)
@@ -560,10 +563,11 @@ class PolicyWorker:
         else:
             old, ref = self._log_probs(ids, attn, share, temperature, batch.images)
         behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
+        unit_ids = shared_prefix.units(ids, share, _classes(batch.images))
         return _UpdateInputs(ids, attn, mask, _tensor(batch.advantages, torch.float32),
                              temperature, batch.images, source, old, ref, behavior_w,
-                             behavior_metrics, share,
-                             self._units(attn, ids, share, batch.images))
+                             behavior_metrics, share, unit_ids,
+                             self._units(attn, ids, share, unit=unit_ids))
 
     def _train(self, x: _UpdateInputs) -> tuple[UpdateSums, list[float], int, int]:
         """ppo_epochs passes over mini-batches drawn from one permutation seeded by the seed and
@@ -584,7 +588,7 @@ class PolicyWorker:
         rows stay in one mini-batch, as verl's batch order keeps them, and its prompt can run
         once); rows one by one where every row is its own unit."""
         members: dict[int, list[int]] = {}
-        for i, u in enumerate(shared_prefix.units(x.ids, x.share, _classes(x.images)).tolist()):
+        for i, u in enumerate(x.unit_ids.tolist()):
             members.setdefault(u, []).append(i)
         order = list(members.values())
         return torch.tensor([i for k in torch.randperm(len(order), generator=gen).tolist()
