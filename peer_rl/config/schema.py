@@ -30,6 +30,7 @@ from peer_rl.models.pinned import pinned_dir
 from peer_rl.protocol import SamplingConfig
 from peer_rl.config.reward_kinds import registered_kinds, reward_kind
 from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: actor.policy_loss)
+    shared_prefix_on,
     REDUNDANCY_CHOICES,
     JudgeSettings,
     LoRASettings,
@@ -546,6 +547,10 @@ def _check_values(cfg: DictConfig) -> None:
                   "actor.shared_prefix": ("auto", "true", "false"),
                   "reward_model.kind": registered_kinds(),
                   **{f"algorithm.rur.{k}": v for k, v in REDUNDANCY_CHOICES.items()}})
+    try:     # true with padded rows: refused here, not inside the policy's Ray actors
+        shared_prefix_on(cfg.actor.shared_prefix, cfg.actor.use_remove_padding)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if cfg.rollout.n < 2:
         raise ConfigError(f"rollout.n={cfg.rollout.n}: GRPO needs at least 2 samples per prompt")
     check_loggers(cfg.trainer)

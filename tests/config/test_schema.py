@@ -283,3 +283,10 @@ def test_a_supervised_recipe_through_a_base_is_named_too(tmp_path):
     mine.write_text("base: sft\ntrainer:\n  total_steps: 3\n")
     with pytest.raises(ConfigError, match=r"\(kind: sft\).*peer-rl sft recipe="):
         load_config([f"recipe={mine}"])
+
+
+def test_shared_prefixes_with_padded_rows_are_refused_at_start_up():
+    with pytest.raises(ConfigError, match="actor.shared_prefix=true: not with "
+                                          "actor.use_remove_padding=false"):
+        load_config(["actor.shared_prefix=true", "actor.use_remove_padding=false"])
+    assert load_config(["actor.use_remove_padding=false"]).actor.shared_prefix == "auto"
