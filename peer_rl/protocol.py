@@ -148,6 +148,7 @@ class UpdateBatch:
     policy_versions: np.ndarray | None = None    # (N,) the policy version that drew each row
     max_staleness: int = 0                       # trainer.async_training.staleness
     images: list[list[str]] | None = None        # per row: the frames the engine saw
+    group_ids: np.ndarray | None = None          # (N,) verl's uid: the rows of one prompt's group
 
     def __post_init__(self):
         n, t = np.shape(self.input_ids)
@@ -157,7 +158,7 @@ class UpdateBatch:
             if value is not None and np.shape(value) != (n, t):
                 raise ValueError(f"UpdateBatch.{name}: shape {np.shape(value)}, expected "
                                  f"{(n, t)} (input_ids')")
-        for name in ("advantages", "policy_versions", "images"):
+        for name in ("advantages", "policy_versions", "images", "group_ids"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"UpdateBatch.{name}: {len(value)} rows, expected {n}")

@@ -95,7 +95,7 @@ class _UpdateInputs:
     behavior_w: torch.Tensor | None   # pi_old / pi_behavior, capped; None without
     behavior_metrics: dict
     share: torch.Tensor               # (N,) tokens each row may share: its prompt
-    unit_ids: torch.Tensor            # (N,) rows with one prompt share an id (shared_prefix.units)
+    unit_ids: torch.Tensor            # (N,) a group's rows share an id (shared_prefix.units)
     units: _Units | None              # those units, when prefixes are shared
 
 
@@ -109,9 +109,9 @@ def _classes(images, rows=None) -> list | None:
 
 @dataclass(frozen=True)
 class _Units:
-    """Rows with one prompt (peer_rl.compute.shared_prefix.units), kept together so that it runs
-    once: a unit id per row, the prompt tokens a row saves when its unit has other rows (else
-    0), each row's tokens."""
+    """A group's rows (peer_rl.compute.shared_prefix.units), kept together so that the prefix
+    they share runs once: a unit id per row, the tokens a row saves beside another row of its
+    unit (shared_prefix.unit_prefixes), each row's tokens."""
     unit: torch.Tensor
     prefix: torch.Tensor
     lengths: torch.Tensor
@@ -440,12 +440,12 @@ class PolicyWorker:
         return full
 
     @torch.no_grad()
-    def _log_probs(self, ids, attn, share, temperature, images=None, models=None):
+    def _log_probs(self, ids, attn, share, temperature, images=None, models=None, groups=None):
         """(old, ref) token-aligned log-probs of the full batch (or of `models`), each rank
         computing its shard; each micro-batch is cut to its own longest row (rows are
         right-padded)."""
         n = len(ids)
-        units = self._units(attn, ids, share, images)
+        units = self._units(attn, ids, share, images, groups)
         parts = self._assign(torch.arange(n), units)
         rows, _ = self._shard_rows(torch.arange(n), units)
         groups = self._micro_batches(rows, attn, units)
@@ -464,17 +464,15 @@ class PolicyWorker:
         return out
 
     def _units(self, attn: torch.Tensor, ids: torch.Tensor, share: torch.Tensor,
-               images=None, unit: torch.Tensor | None = None) -> _Units | None:
-        """The batch's units (rows with one prompt; `unit`: their ids if already known) when
-        prefixes are shared, else None."""
+               images=None, groups=None, unit: torch.Tensor | None = None) -> _Units | None:
+        """The batch's units (a group's rows, shared_prefix.units; `unit`: their ids if already
+        known) when prefixes are shared, else None."""
         if not self.share_prefix:
             return None
         if unit is None:
-            unit = shared_prefix.units(ids, share, _classes(images))
+            unit = shared_prefix.units(ids, share, _classes(images), groups)
         lengths = attn.sum(1)
-        alone = torch.bincount(unit)[unit] == 1
-        prefix = torch.minimum(share, lengths - 1).clamp_min(0).masked_fill(alone, 0)
-        return _Units(unit, prefix, lengths)
+        return _Units(unit, shared_prefix.unit_prefixes(ids, share, lengths, unit), lengths)
 
     # ------------------------------------------------------------------ public API
     @dispatch(Dispatch.ALL)
@@ -482,7 +480,8 @@ class PolicyWorker:
         """Current-policy and reference log-probs, (N, T) float32 numpy, token-aligned."""
         ids, attn = _tensor(batch.input_ids, torch.long), _tensor(batch.attention_mask, torch.long)
         share = shared_prefix.prompt_lengths(_tensor(batch.response_mask), attn)
-        old, ref = self._log_probs(ids, attn, share, float(batch.temperature), batch.images)
+        old, ref = self._log_probs(ids, attn, share, float(batch.temperature), batch.images,
+                                   groups=batch.group_ids)
         return LogProbs(old.numpy(), ref.numpy())
 
     def _staleness(self, batch: UpdateBatch) -> dict:
@@ -559,11 +558,12 @@ class PolicyWorker:
             ref = _tensor(batch.ref_log_prob, torch.float32)
         elif source is OldLogProbs.ON_POLICY:
             old, (ref,) = None, self._log_probs(ids, attn, share, temperature, batch.images,
-                                                models=(self.ref,))
+                                                models=(self.ref,), groups=batch.group_ids)
         else:
-            old, ref = self._log_probs(ids, attn, share, temperature, batch.images)
+            old, ref = self._log_probs(ids, attn, share, temperature, batch.images,
+                                       groups=batch.group_ids)
         behavior_w, behavior_metrics = self._behavior_weight(batch, old, mask)
-        unit_ids = shared_prefix.units(ids, share, _classes(batch.images))
+        unit_ids = shared_prefix.units(ids, share, _classes(batch.images), batch.group_ids)
         return _UpdateInputs(ids, attn, mask, _tensor(batch.advantages, torch.float32),
                              temperature, batch.images, source, old, ref, behavior_w,
                              behavior_metrics, share, unit_ids,
@@ -584,9 +584,9 @@ class PolicyWorker:
         return sums, grad_norms, skipped, steps
 
     def _permuted(self, x: _UpdateInputs, gen: torch.Generator) -> torch.Tensor:
-        """The rows in a seeded random order of whole units (rows with one prompt: a group's
-        rows stay in one mini-batch, as verl's batch order keeps them, and its prompt can run
-        once); rows one by one where every row is its own unit."""
+        """The rows in a seeded random order of whole units (a group's rows stay in one
+        mini-batch, as verl's batch order keeps them, and the prefix they share can run once);
+        rows one by one where every row is its own unit."""
         members: dict[int, list[int]] = {}
         for i, u in enumerate(x.unit_ids.tolist()):
             members.setdefault(u, []).append(i)

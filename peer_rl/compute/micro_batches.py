@@ -69,7 +69,7 @@ def unit_cost(group: list[int], lengths: Sequence[int], unit: Sequence[int],
 def by_units(lengths: Sequence[int], unit: Sequence[int], prefix: Sequence[int], budget: int,
              n_groups: int | None = None) -> list[list[int]]:
     """by_token_budget for packed rows with shared prefixes (peer_rl.compute.shared_prefix):
-    a unit's rows (unit[i]: rows with one prompt of prefix[i] tokens) stay together, costliest
+    a unit's rows (unit[i]: a group's rows, sharing prefix[i] tokens) stay together, costliest
     unit first, and a unit's prefix is counted once in a micro-batch. With `n_groups` the
     costliest groups are halved until there are that many."""
     members: dict[int, list[int]] = {}

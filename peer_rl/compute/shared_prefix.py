@@ -132,14 +132,36 @@ def prompt_lengths(response_mask: torch.Tensor, attention_mask: torch.Tensor) ->
     return first.long()
 
 
-def units(ids: torch.Tensor, share: torch.Tensor,
-          classes: Sequence[Hashable] | None = None) -> torch.Tensor:
-    """(N,) a unit id per row: rows with the same prompt (the same first `share` tokens, and
-    the same class: images) share one, numbered in order of first appearance. A GRPO group is
-    a unit; mini-batches, ranks and micro-batches keep a unit's rows together so that its
-    prompt runs once."""
+def units(ids: torch.Tensor, share: torch.Tensor, classes: Sequence[Hashable] | None = None,
+          groups: Sequence[int] | None = None) -> torch.Tensor:
+    """(N,) a unit id per row, numbered in order of first appearance: rows of one GRPO group
+    (`groups`: verl's uid; without it, rows with the same first `share` tokens), split further
+    by class (images). Mini-batches, ranks and micro-batches keep a unit's rows together so
+    that the prefix they share runs once: the whole prompt for PEER's groups, the dialogue
+    for ESCRAG-R1's refined prompts."""
     seen: dict[tuple, int] = {}
     out = [seen.setdefault((None if classes is None else classes[i],
-                            tuple(ids[i, :int(share[i])].tolist())), len(seen))
+                            int(groups[i]) if groups is not None
+                            else tuple(ids[i, :int(share[i])].tolist())), len(seen))
            for i in range(len(ids))]
     return torch.tensor(out, dtype=torch.long)
+
+
+def unit_prefixes(ids: torch.Tensor, share: torch.Tensor, lengths: torch.Tensor,
+                  unit: torch.Tensor) -> torch.Tensor:
+    """(N,) the tokens a row saves when it runs beside another row of its unit: the prefix
+    every row of the unit may share (within `share`, below each row's length), 0 for a unit of
+    one. Any two of a unit's rows share at least this much, so a token budget that counts it
+    once never undercounts a micro-batch holding part of a unit."""
+    cap = torch.minimum(share, lengths - 1).clamp_min(0)
+    out = torch.zeros(len(ids), dtype=torch.long)
+    members: dict[int, list[int]] = {}
+    for i, u in enumerate(unit.tolist()):
+        members.setdefault(u, []).append(i)
+    for rows in members.values():
+        if len(rows) < 2:
+            continue
+        head = ids[rows[0], :int(cap[rows[0]])].tolist()
+        common = min(_common(head, ids[i, :int(cap[i])].tolist()) for i in rows[1:])
+        out[rows] = common
+    return out

@@ -13,7 +13,8 @@ log-probs unless the update is on-policy (one epoch, one mini-batch: `OldLogProb
 With actor.shared_prefix on (auto: packed rows) each pass runs a group's
 prompt once and its rollout.n replies after it (peer_rl.compute.shared_prefix): groups held whole
 in a forward, which a token budget below a group's tokens would not give. ESCRAG-R1's refined
-rows differ after the dialogue, so they are counted whole.
+rows share only their dialogue (they differ after it, in the initial reply and exemplars), a
+part of the prompt the plan does not know: they are counted whole, an upper bound.
 """
 from __future__ import annotations
 
@@ -71,8 +72,8 @@ class StepTokens:
 
 def shares_prefix(cfg) -> bool:
     """Whether actor.shared_prefix is on for this config (peer_rl.compute.shared_prefix.resolve,
-    as the policy ranks decide it) and its trained rows share whole prompts (not ESCRAG-R1's
-    refined rows)."""
+    as the policy ranks decide it) and its trained rows share whole prompts (ESCRAG-R1's refined
+    rows share only their dialogue: counted whole)."""
     return (shared_prefix_on(cfg.actor.shared_prefix, cfg.actor.use_remove_padding)
             and not cfg.retrieval.enable)
 

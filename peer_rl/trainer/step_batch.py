@@ -10,7 +10,9 @@ def update_batch(samples: list, advantages: np.ndarray, max_staleness: int = 0,
                  temperature: float = 1.0) -> UpdateBatch:
     """The policy update's input: right-padded prompt + response rows, the response mask (the
     loss covers response tokens only), advantages; with a staleness bound, also the sampler's
-    log-probs and each sample's policy version (decoupled PPO's weight, the bound's check)."""
+    log-probs and each sample's policy version (decoupled PPO's weight, the bound's check).
+    Each row carries its group's uid: the update keeps a group's rows together, so the part of
+    their prompts they share runs once (ESCRAG-R1's refined prompts share the dialogue)."""
     seqs = [s.prompt_ids + s.response_ids for s in samples]
     T = max(len(x) for x in seqs)
     n = len(seqs)
@@ -32,4 +34,5 @@ def update_batch(samples: list, advantages: np.ndarray, max_staleness: int = 0,
     if any(s.images for s in samples):   # the frames the engine saw: the update sees them too
         extra["images"] = [list(s.images) for s in samples]
     return UpdateBatch(input_ids, attention, response, advantages.astype(np.float32),
-                       temperature=temperature, **extra)
+                       temperature=temperature,
+                       group_ids=np.array([s.uid for s in samples], dtype=np.int64), **extra)

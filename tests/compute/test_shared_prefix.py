@@ -213,3 +213,32 @@ def test_the_flex_path_gives_the_sdpa_paths_attention(kv_heads, monkeypatch, dyn
     seen = [[bool(mod(0, 0, torch.tensor(a), torch.tensor(b))) for b in range(T)] for a in (5, 6)]
     assert [b for b in range(T) if seen[0][b]] == [0, 1, 2, 5]
     assert [b for b in range(T) if seen[1][b]] == [0, 1, 2, 5, 6]
+
+
+# five rows, prompts (share = 4) then a reply: rows 0 and 1 are ESCRAG-R1-like (one dialogue
+# 5 6 7, then each its own token), rows 2 and 3 have one prompt, row 4 is alone
+UNIT_IDS = torch.tensor([[5, 6, 7, 8, 1, 2], [5, 6, 7, 9, 3, 0], [5, 6, 7, 8, 4, 0],
+                         [5, 6, 7, 8, 9, 0], [1, 2, 3, 4, 5, 0]])
+UNIT_LENGTHS = torch.tensor([6, 5, 5, 5, 5])
+UNIT_SHARE = torch.tensor([4, 4, 4, 4, 4])
+
+
+def test_units_are_a_groups_rows_or_without_group_ids_rows_with_one_prompt():
+    assert shared_prefix.units(UNIT_IDS, UNIT_SHARE).tolist() == [0, 1, 0, 0, 2]
+    groups = [7, 7, 3, 3, 9]                       # verl's uids, in any numbering
+    assert shared_prefix.units(UNIT_IDS, UNIT_SHARE, groups=groups).tolist() == [0, 0, 1, 1, 2]
+    # images split a group: equal placeholder tokens are not equal pictures
+    classes = ["a", "b", "a", "a", "a"]
+    assert shared_prefix.units(UNIT_IDS, UNIT_SHARE, classes, groups).tolist() == [0, 1, 2, 2, 3]
+
+
+def test_a_units_prefix_is_what_all_its_rows_share():
+    unit = torch.tensor([0, 0, 1, 1, 2])
+    # unit 0: 5 6 7 8 / 5 6 7 9 share 3; unit 1 shares its whole 4-token prompt; 2 is alone
+    got = shared_prefix.unit_prefixes(UNIT_IDS, UNIT_SHARE, UNIT_LENGTHS, unit)
+    assert got.tolist() == [3, 3, 4, 4, 0]
+    # a row keeps a token of its own: a 4-token row shares at most 3
+    short = UNIT_LENGTHS.clone()
+    short[3] = 4
+    assert shared_prefix.unit_prefixes(UNIT_IDS, UNIT_SHARE, short, unit).tolist() == \
+        [3, 3, 3, 3, 0]

@@ -17,6 +17,7 @@ def test_rows_are_right_padded_and_only_responses_are_masked_in():
     assert batch.advantages.dtype == np.float32
     assert batch.behavior_log_probs is None and batch.policy_versions is None  # synchronous
     assert batch.temperature == 1.0 and batch.images is None
+    assert batch.group_ids.tolist() == [0, 0]          # one group: the update keeps it together
 
 
 def test_a_staleness_bound_ships_the_samplers_log_probs_and_versions():
@@ -29,6 +30,7 @@ def test_a_staleness_bound_ships_the_samplers_log_probs_and_versions():
                                   np.array([[0.0, 0.0, -0.5, -1.5], [0.0, -2.0, 0.0, 0.0]],
                                            dtype=np.float32))
     assert batch.policy_versions.tolist() == [3, 4] and batch.max_staleness == 1
+    assert batch.group_ids.tolist() == [0, 1]
 
 
 def test_the_temperature_and_the_frames_ride_with_the_rows():
@@ -47,3 +49,5 @@ def test_an_update_batch_whose_parts_disagree_is_refused_naming_the_part():
         UpdateBatch(ids, ids, np.ones((2, 3), np.int64), np.zeros(2, np.float32))
     with pytest.raises(ValueError, match="UpdateBatch.advantages: 3 rows, expected 2"):
         UpdateBatch(ids, ids, ids, np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="UpdateBatch.group_ids: 1 rows, expected 2"):
+        UpdateBatch(ids, ids, ids, np.zeros(2, np.float32), group_ids=np.zeros(1, np.int64))

@@ -94,6 +94,31 @@ def grouped_batch(groups: int = 3, g: int = 4, t: int = 20, seed: int = 0,
     return UpdateBatch(ids[:n], attn[:n], resp[:n], adv[:n])
 
 
+
+def refined_batch(groups: int = 3, g: int = 4, t: int = 26, seed: int = 13) -> UpdateBatch:
+    """ESCRAG-R1 pass 2's shape under the async look-ahead: each row's prompt is its group's
+    dialogue (4-9 tokens) then tokens of its own (1-3: the exemplar retrieved for it), then a
+    reply of 1-8; rows shuffled (a group's rows apart), each carrying its group id, the
+    sampler's log-probs and a policy version one update old."""
+    rng = np.random.default_rng(seed)
+    rows = groups * g
+    ids, attn, resp = (np.zeros((rows, t), np.int64) for _ in range(3))
+    group = np.repeat(np.arange(groups), g)
+    dialogues = [rng.integers(1, 256, int(rng.integers(4, 10))) for _ in range(groups)]
+    for i in range(rows):
+        prompt = np.concatenate([dialogues[group[i]], rng.integers(1, 256, int(rng.integers(1, 4)))])
+        r = int(rng.integers(1, 9))
+        ids[i, :len(prompt)], ids[i, len(prompt):len(prompt) + r] = prompt, rng.integers(1, 256, r)
+        attn[i, :len(prompt) + r] = 1
+        resp[i, len(prompt):len(prompt) + r] = 1
+    adv = sequence_advantages("grpo", torch.tensor(rng.random(rows)),
+                              torch.as_tensor(group)).astype(np.float32)
+    behavior = (-5.5 + 0.2 * rng.standard_normal((rows, t))).astype(np.float32) * resp
+    order = rng.permutation(rows)
+    return UpdateBatch(ids[order], attn[order], resp[order], adv[order],
+                       behavior_log_probs=behavior[order], max_staleness=1,
+                       policy_versions=np.zeros(rows, np.int64), group_ids=group[order])
+
 # ---------------------------------------------------------------- spawned scenarios (per rank)
 def _count_layer_forwards(w: PolicyWorker) -> list[int]:
     """Count the policy's decoder-layer forwards that build a graph (training forwards and
@@ -363,9 +388,10 @@ def _sc_modes(w: PolicyWorker, out: str, arg=None) -> dict:
 
 
 def _sc_shared(w: PolicyWorker, out: str, arg=None) -> dict:
-    """The train scenario on grouped rows, then every (loss, aggregation) on 7 of them: with
-    shared prefixes off, then on, from one checkpoint (taken after an update, so both start
-    with the same AdamW moments)."""
+    """The train scenario on grouped rows, every (loss, aggregation) on 7 of them, then an
+    update on ESCRAG-R1-shaped rows under the async look-ahead (refined_batch: its old
+    log-probs recomputed, the sampler's weights applied): with shared prefixes off, then on,
+    from one checkpoint (taken after an update, so both start with the same AdamW moments)."""
     w.update(grouped_batch(seed=9))
     begin = os.path.join(out, "begin")
     w.save_checkpoint(begin, hf_model=False)
@@ -375,6 +401,11 @@ def _sc_shared(w: PolicyWorker, out: str, arg=None) -> dict:
         w.share_prefix = on
         res["on" if on else "off"] = _sc_train(w, out, "grouped") | {
             "modes": _sc_modes(w, out, "grouped")}
+        refined = refined_batch()
+        res["on" if on else "off"] |= {
+            "refined_lp": w.compute_log_prob(refined),
+            "refined": w.update(replace(refined, policy_versions=np.full(
+                len(refined.input_ids), w.global_step, np.int64)))}
     return res
 
 
@@ -847,6 +878,18 @@ def test_shared_prefixes_train_exactly_as_whole_rows(tiny_model, tmp_path, lora)
     tokens = int(grouped_batch().attention_mask.sum())
     assert off["metrics"]["actor/forward_tokens"] == 4 * tokens
     assert on["metrics"]["actor/forward_tokens"] < 0.8 * off["metrics"]["actor/forward_tokens"]
+    # ESCRAG-R1's refined prompts (alike up to the dialogue, rows of a group apart) under the
+    # async look-ahead: the same log-probs and update; the dialogue runs once per group
+    for k in ("old_log_probs", "ref_log_prob"):
+        np.testing.assert_allclose(getattr(on["refined_lp"], k), getattr(off["refined_lp"], k),
+                                   atol=1e-5)
+    for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+              "actor/ppo_kl", "actor/tokens", "async/behavior_weight_mean"):
+        assert on["refined"][k] == pytest.approx(off["refined"][k], rel=1e-5, abs=1e-7), k
+    refined = int(refined_batch().attention_mask.sum())
+    assert off["refined"]["actor/forward_tokens"] == 4 * refined
+    # 558 of 784 when measured; rows kept together by prompt alone (not by group) forward 706
+    assert on["refined"]["actor/forward_tokens"] < 0.85 * off["refined"]["actor/forward_tokens"]
 
 
 def test_export_loads_strictly(tiny_model, world2):
