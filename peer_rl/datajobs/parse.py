@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from peer_rl.datajobs.prompts import CRITERIA, DISC, STAGES
-from peer_rl.evaluation.parse import json_field, parse_int, strip_think
+from peer_rl.prompts.answers import json_field, parse_int, strip_think
 
 _YES = {"true", "yes", "y", "1", "是", "有", "存在"}
 _NO = {"false", "no", "n", "0", "否", "无", "没有", "不存在"}

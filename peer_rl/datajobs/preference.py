@@ -35,9 +35,9 @@ from peer_rl.datajobs.prompts import (CANDIDATE_SCHEMA, NOTE_SCHEMA, REPLY_SCHEM
 from peer_rl.evaluation.cases import load_role_cards
 from peer_rl.evaluation.config import SAMPLE_EVAL
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import is_goodbye, parse_int, strip_think
-from peer_rl.evaluation.prompts import (CCJ_PERSPECTIVES, ccj_messages, ccj_schema, esc_persona,
-                                        seeker_messages)
+from peer_rl.prompts.answers import is_goodbye, parse_int, strip_think
+from peer_rl.evaluation.prompts import CCJ_PERSPECTIVES, ccj_messages, ccj_schema
+from peer_rl.prompts.seeker import esc_persona, seeker_messages
 from peer_rl.evaluation.store import RunStore
 from peer_rl.files.out_paths import claim_dir
 

@@ -5,8 +5,8 @@ The criteria, the DISC dimensions and the three counselling stages are the paper
 wording is ours."""
 from __future__ import annotations
 
-from peer_rl.evaluation.prompts import transcript
 from peer_rl.prompts.quoting import answer_keys, line_starts, quote_policy_text
+from peer_rl.prompts.seeker import transcript
 
 # ---------------------------------------------------------------- filter (PEER's data cleaning)
 CRITERIA = ("semantic_incoherence", "artificial_style", "non_dialogue")

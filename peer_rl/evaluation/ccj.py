@@ -14,7 +14,7 @@ which weighs the Client's three dimensions 3/7 instead of 1/3.
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import (by_language, complete_cases, mean, parse_int,
+from peer_rl.prompts.answers import (by_language, complete_cases, mean, parse_int,
                                       value_counts)
 from peer_rl.evaluation.prompts import CCJ_DIMENSIONS, CCJ_PERSPECTIVES, ccj_messages, ccj_schema
 from peer_rl.evaluation.supporter import supporter_turn, turn_record

@@ -10,11 +10,10 @@ their seven dimension means); the others are counted with the dimensions they la
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import (by_language, complete_cases, mean, parse_int,
+from peer_rl.prompts.answers import (by_language, complete_cases, mean, parse_int,
                                       value_counts)
-from peer_rl.evaluation.prompts import (DIMENSIONS, SCORE_SCHEMA, esc_judge_messages, esc_persona,
-                                        seeker_messages)
-from peer_rl.evaluation.simulated import seeker_line
+from peer_rl.evaluation.prompts import DIMENSIONS, SCORE_SCHEMA, esc_judge_messages
+from peer_rl.prompts.seeker import esc_persona, seeker_line, seeker_messages
 from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
 

@@ -7,7 +7,7 @@ every failing id is listed, per group and per category.
 from __future__ import annotations
 
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import parse_verdict
+from peer_rl.prompts.answers import parse_verdict
 from peer_rl.evaluation.prompts import VERDICT_SCHEMA, safety_judge_messages
 from peer_rl.evaluation.supporter import supporter_turn, turn_record
 

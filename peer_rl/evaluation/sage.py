@@ -8,11 +8,11 @@ neither ends nor skews the dialogue silently.
 """
 from __future__ import annotations
 
+from peer_rl.algos.emotion import EmotionRules, emotion_end, next_emotion
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import json_field, is_goodbye, parse_int, value_counts
-from peer_rl.evaluation.prompts import (CHANGE_SCHEMA, sage_analyse_messages, sage_persona,
-                                        sage_reply_messages)
-from peer_rl.evaluation.simulated import seeker_line
+from peer_rl.prompts.answers import json_field, is_goodbye, parse_int, value_counts
+from peer_rl.prompts.seeker import (CHANGE_SCHEMA, sage_analyse_messages, sage_persona,
+                                    sage_reply_messages, seeker_line)
 from peer_rl.evaluation.supporter import supporter_turn, turn_record
 
 BANDS = (("S", 100), ("A", 70), ("B", 40), ("C", 10), ("F", float("-inf")))
@@ -25,6 +25,7 @@ def band(emotion: float) -> str:
 def sage_case(profile, style: str, start: int = 40, max_turns: int = 10, rag_k: int = 0):
     lang = profile.language
     persona = sage_persona(profile, lang)
+    rules = EmotionRules(start=start)
     emotion, trajectory = start, [start]
     history = [{"role": "seeker", "content": profile.first_talk}]
     turns, end = [], "max_turns"
@@ -36,13 +37,13 @@ def sage_case(profile, style: str, start: int = 40, max_turns: int = 10, rag_k: 
         change = parse_int(analysis, "change", -10, 10, ("变化", "情绪变化"))
         reaction = json_field(analysis, "reaction")
         reaction = reaction if isinstance(reaction, str) else analysis
-        emotion = max(0, min(100, emotion + (change or 0)))
+        emotion = next_emotion(emotion, change, rules)
         trajectory.append(emotion)
         turn = {**turn_record(model_turn), "analysis": analysis,
                 "change": change, "emotion": emotion}
         turns.append(turn)
-        if emotion >= 100 or emotion < 10:
-            end = "success" if emotion >= 100 else "failure"
+        if emotion_end(emotion, rules):
+            end = emotion_end(emotion, rules)
             break
         texts = yield "seeker", Request(sage_reply_messages(persona, history, emotion, reaction,
                                                             lang))

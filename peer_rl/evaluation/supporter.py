@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from peer_rl.prompts.escrag import initial_messages, parse_reasoned, refined_messages
 from peer_rl.evaluation.endpoints import Request
-from peer_rl.evaluation.parse import strip_think
+from peer_rl.prompts.answers import strip_think
 from peer_rl.prompts.multimodal import attach_images
 from peer_rl.prompts.policy import PolicyTemplate
 from peer_rl.prompts.reasoning import parse_structured

@@ -6,7 +6,7 @@ SAGE, safety and CCJ judges, the data jobs' judges) shows policy text through
 for the prompt's structure is quoted with "> ", and every word in it that a grader reads (a
 label, an answer key, a verdict, the prompt's own line starts) is broken by a zero-width space
 after its first character, so neither the judge nor any answer parser (peer_rl.algos.rewards,
-peer_rl.evaluation.parse, peer_rl.datajobs.parse) finds a turn, label, verdict or score in it:
+peer_rl.prompts.answers, peer_rl.datajobs.parse) finds a turn, label, verdict or score in it:
 
 | policy text holds                                        | shown as                              |
 |----------------------------------------------------------|---------------------------------------|

@@ -3,7 +3,7 @@ the verdict written by hand. Negations flip, hedges and contradictions are parse
 (None), the options of a quoted question are not a verdict."""
 import pytest
 
-from peer_rl.evaluation.parse import parse_int, parse_verdict
+from peer_rl.prompts.answers import parse_int, parse_verdict
 from peer_rl.prompts.verdicts import Preference, parse_preference, parse_step_verdict
 
 F, S, T, N = Preference.FIRST, Preference.SECOND, Preference.TIE, Preference.NEITHER

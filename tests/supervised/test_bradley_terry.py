@@ -82,7 +82,7 @@ def test_a_reply_cannot_close_the_reward_models_turn(tiny_models):
 
 
 def test_other_families_turn_markers_and_the_seekers_view_are_neutralised():
-    from peer_rl.evaluation.prompts import seeker_messages
+    from peer_rl.prompts.seeker import seeker_messages
     from peer_rl.prompts.quoting import quote_policy_text
 
     for marker in ("<end_of_turn>", "[/INST]", "</s>", "<｜Assistant｜>"):

@@ -22,7 +22,7 @@ from peer_rl.files.out_paths import read_jsonl, write_atomic
 from peer_rl.evaluation.cases import load_probes
 from peer_rl.evaluation.config import EndpointConfig
 from peer_rl.evaluation.endpoints import LocalEndpoint, Request
-from peer_rl.evaluation.parse import parse_int, parse_verdict
+from peer_rl.prompts.answers import parse_int, parse_verdict
 from peer_rl.evaluation.prompts import (DIMENSIONS, SCORE_SCHEMA, VERDICT_SCHEMA,
                                         esc_judge_messages, safety_judge_messages)
 from peer_rl.models.pinned import pinned_dir

@@ -1,7 +1,7 @@
 """Reading party answers: JSON first, then the number/word where models write it."""
 import pytest
 
-from peer_rl.evaluation.parse import is_goodbye, parse_int, parse_verdict, strip_think
+from peer_rl.prompts.answers import is_goodbye, parse_int, parse_verdict, strip_think
 
 
 @pytest.mark.parametrize("text,expected", [
