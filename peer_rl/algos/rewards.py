@@ -104,3 +104,23 @@ def group_similarity(replies: np.ndarray, group_size: int, agg: str = "mean") ->
     else:
         raise ValueError(f"group aggregator {agg!r}: expected 'mean' or 'max'")
     return np.clip(out.reshape(-1), 0.0, 1.0)
+
+
+def peer_similarity(replies: np.ndarray, groups, agg: str = "mean") -> np.ndarray:
+    """s^in where groups differ in size (whole conversations: the replies the group's dialogues
+    gave at one turn, some dialogues having ended): mean (or max) cosine between each reply
+    and the others with its group id; 0 for a reply alone. One masked (N, N) product."""
+    groups = np.asarray(groups)
+    if len(replies) == 0:
+        return np.zeros(0)
+    e = _unit(replies)
+    sims = e @ e.T
+    peers = (groups[:, None] == groups[None, :]) & ~np.eye(len(groups), dtype=bool)
+    n_peers = peers.sum(axis=1)
+    if agg == "mean":
+        out = np.where(peers, sims, 0.0).sum(axis=1) / np.maximum(n_peers, 1)
+    elif agg == "max":
+        out = np.where(peers, sims, -np.inf).max(axis=1)
+    else:
+        raise ValueError(f"group aggregator {agg!r}: expected 'mean' or 'max'")
+    return np.clip(np.where(n_peers > 0, out, 0.0), 0.0, 1.0)

@@ -66,3 +66,17 @@ def test_bad_dialogue_advantage_input_is_refused_naming_what_was_expected():
         dialogue_advantages(TURNS, EMOTION[:2], GROUPS)
     with pytest.raises(ValueError, match="a dialogue without a policy turn"):
         dialogue_advantages([[], [1.0]], [0.1, 0.2], [0, 0])
+
+
+def test_peer_similarity_compares_a_reply_with_its_groups_others_whatever_their_number():
+    from peer_rl.algos.rewards import peer_similarity
+
+    # group 7: three replies at 0, 90 and 45 degrees; group 2: one reply alone
+    e = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [3.0, 4.0]])
+    c = 1 / np.sqrt(2)                                  # cos 45
+    np.testing.assert_allclose(peer_similarity(e, [7, 7, 7, 2]),
+                               [(0 + c) / 2, (0 + c) / 2, c, 0.0], atol=1e-6)
+    np.testing.assert_allclose(peer_similarity(e, [7, 7, 7, 2], "max"), [c, c, c, 0.0],
+                               atol=1e-6)
+    # opposite replies clip at 0, as group_similarity's do
+    np.testing.assert_allclose(peer_similarity(np.array([[1.0, 0], [-1.0, 0]]), [0, 0]), [0, 0])
