@@ -35,7 +35,7 @@ class Prompt:
 
 # bit widths of request_seed's fields: 15 + 22 + 2 + 16 + 8 = 63 bits, a non-negative int64
 _SEED_BITS = {"run": 15, "step": 22, "stream": 2, "index": 16, "sample": 8}
-STREAMS = {"rollout": 0, "rollout_refined": 1, "eval": 2}
+STREAMS = {"rollout": 0, "rollout_refined": 1, "eval": 2, "seeker": 3}
 
 
 def request_seed(run_seed: int, step: int, stream: str, index: int, n: int) -> int:
@@ -61,6 +61,15 @@ def seeded(prompts: list[Prompt], run_seed: int, step: int, stream: str, n: int,
     for i, p in enumerate(prompts, start):
         p.seed = request_seed(run_seed, step, stream, i, n)
     return prompts
+
+
+@dataclass
+class SeekerRequest:
+    """One thing the simulated seeker is asked (peer_rl.workers.seeker): its chat, the JSON
+    schema its answer must follow (the analyser's; None for a reply), this request's seed."""
+    messages: list[dict]
+    schema: dict | None = None
+    seed: int | None = None       # request_seed(..., "seeker", ...); None: the engine's RNG
 
 
 @dataclass

@@ -167,6 +167,19 @@ class RolloutSettings(EngineSettings):
 
 
 @dataclass
+class SeekerSettings(EngineSettings):
+    """The simulated seeker's engine (peer_rl.workers.seeker.SeekerWorker) and how it speaks."""
+    max_model_len: int = 4096            # its chat: the persona and the whole dialogue so far
+    gpu_memory_utilization: float = 0.2
+    temperature: float = 0.7             # its replies and analyses (0: greedy)
+    top_p: float = 1.0
+    max_tokens: int = 96                 # a reply's or an analysis's length in tokens
+    # the analyser's answer constrained to its JSON schema (vLLM structured outputs), so its
+    # emotion change always parses; off, a free answer is read as eval sage reads it
+    structured: bool = True
+
+
+@dataclass
 class RewardWeights:
     """PEER's reward, the weighted sum of what a generative judge (unifireward, prm_orm) found
     (peer_rl.algos.rewards.peer_reward); by default 0.5 x 3 + 0.5 + 1 = 3 at most.
