@@ -103,7 +103,7 @@ class JudgeItem:
     lang: str
     steps: list[str | None]       # Steps 1-3 bodies; None where the step is missing
     reply: str
-    reference: str
+    reference: str | None         # None: no reference reply (a simulated dialogue's turn), no round 4
     candidate_first: bool         # position of the candidate in round 4 (seeded coin)
     format_complete: bool
     images: list[str] = field(default_factory=list)  # the frame(s) shown in the Step 2 round

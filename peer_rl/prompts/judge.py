@@ -236,11 +236,14 @@ class JudgeTemplate:
     def item_turns(self, item, history: list[dict]) -> list[dict | None]:
         """The 4 user turns judging a JudgeItem (None where a step is missing: not asked). With
         no step asked the preference turn carries the history itself (the outcome layout), so
-        the judge never compares replies to a dialogue it was not shown."""
+        the judge never compares replies to a dialogue it was not shown. An item without a
+        reference reply (a simulated dialogue's turn) is not asked the preference."""
         lang = self.language(item.lang)
         turns: list[dict | None] = [
             None if step is None else self.step_turn(k, step, history, lang)
             for k, step in enumerate((list(item.steps) + [None] * 3)[:3], start=1)]
+        if item.reference is None:
+            return turns + [None]
         first, second = ((item.reply, item.reference) if item.candidate_first
                          else (item.reference, item.reply))
         turns.append(self.preference_turn(first, second, lang) if any(turns)

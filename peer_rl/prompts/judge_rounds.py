@@ -37,6 +37,8 @@ class JudgeRounds:
     def _turns(self, item: JudgeItem, history: list[dict]) -> list[dict | None]:
         """The 4 round slots this judge is asked (None: not asked), by its template's role."""
         role = self.template.role
+        if role == "outcome" and item.reference is None:    # nothing to compare the reply with
+            return [None] * 4
         if role == "outcome":
             first, second = ((item.reply, item.reference) if item.candidate_first
                              else (item.reference, item.reply))
