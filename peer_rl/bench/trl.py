@@ -244,7 +244,7 @@ def table(rows: list[tuple[str, dict]]) -> str:
                    f"{r['peak_rss'] / 1e9:11.1f}")
     if len(rows) >= 2:
         ratio, share, memory = ratios(rows[0][1], rows[1][1])
-        out.append(f"step-time ratio peer-rl / TRL at equal work: {ratio:.2f} (goal <= 0.5); "
+        out.append(f"step-time ratio peer-rl / TRL at equal work: {ratio:.2f} (goal <= 0.35); "
                    f"peer-rl's update share {share:.0%} (goal <= 50%); peak memory ratio "
                    f"{memory:.1f}x (goal <= 2x)")
     if "peak_with_save" in rows[0][1]:

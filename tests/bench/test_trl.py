@@ -26,7 +26,7 @@ def test_the_table_takes_medians_after_the_first_step_and_ratios_against_equal_w
                                 "6.2"]
     assert lines[3].split() == ["trl", "defaults", "150.0", "100.0", "70.0", "47%", "-", "-",
                                 "3.0", "3.1"]
-    assert lines[4] == ("step-time ratio peer-rl / TRL at equal work: 0.50 (goal <= 0.5); "
+    assert lines[4] == ("step-time ratio peer-rl / TRL at equal work: 0.50 (goal <= 0.35); "
                         "peer-rl's update share 50% (goal <= 50%); peak memory ratio 1.5x "
                         "(goal <= 2x)")
 
