@@ -18,7 +18,7 @@ from peer_rl.protocol import Dispatch, dispatch, Prompt, Sample, SamplingConfig
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.config.worker_settings import RolloutSettings
 from peer_rl.models.local import on_this_node
-from peer_rl.workers.vllm_engine import engine_dtype, lora_engine_args, make_llm, on_cpu
+from peer_rl.workers.vllm_engine import engine_dtype, lora_engine_args, make_llm, on_cpu, shutdown
 
 log = logging.getLogger(__name__)
 
@@ -222,9 +222,7 @@ class RolloutWorker:
 
     def close(self) -> None:
         """Stop the engine's processes now rather than at interpreter exit."""
-        core = getattr(self.llm.llm_engine, "engine_core", None)
-        if core is not None:
-            core.shutdown()
+        shutdown(self.llm)
         if self._adapter_root is not None:
             shutil.rmtree(self._adapter_root, ignore_errors=True)
 

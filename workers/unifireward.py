@@ -24,7 +24,7 @@ from peer_rl.protocol import Dispatch, dispatch, JudgeItem, JudgeResult
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.config.worker_settings import JudgeSettings
 from peer_rl.models.local import check_adapter_dir, on_this_node
-from peer_rl.workers.vllm_engine import engine_dtype, lora_engine_args, make_llm
+from peer_rl.workers.vllm_engine import engine_dtype, lora_engine_args, make_llm, shutdown
 
 STEP2_ROUND = 1          # rounds 0-2 judge Steps 1-3; round 3 compares the replies
 OUTCOME_ROUND = 3
@@ -114,9 +114,7 @@ class UnifiRewardWorker:
                 "dtype": engine_dtype(self.llm), "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
-        core = getattr(self.llm.llm_engine, "engine_core", None)
-        if core is not None:
-            core.shutdown()
+        shutdown(self.llm)
 
 
 def judge_adapter(path: str):

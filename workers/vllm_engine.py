@@ -110,6 +110,14 @@ def make_llm(model_path: str, engine: EngineSettings | None = None, *, seed: int
     )
 
 
+def shutdown(llm) -> None:
+    """Stop an engine's core (its processes, where it has any) now rather than at interpreter
+    exit: every engine-holding worker's `close`."""
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None:
+        core.shutdown()
+
+
 def executor_args(tensor_parallel_size: int) -> dict:
     """How vLLM runs an engine's workers inside the Ray actor that hosts it, CPU and GPU alike.
 

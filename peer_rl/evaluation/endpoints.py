@@ -280,9 +280,9 @@ class LocalEndpoint(Endpoint):
         return replies
 
     def close(self) -> None:
-        core = getattr(self.llm.llm_engine, "engine_core", None)
-        if core is not None:
-            core.shutdown()
+        from peer_rl.workers.vllm_engine import shutdown  # deferred: pulls in torch
+
+        shutdown(self.llm)
 
 
 def open_endpoints(specs: dict[str, EndpointConfig], seed: int = 0) -> dict[str, Endpoint]:
