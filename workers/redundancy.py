@@ -13,7 +13,8 @@ from collections import OrderedDict
 import numpy as np
 
 from peer_rl.protocol import Dispatch, Similarities, dispatch
-from peer_rl.algos.rewards import count_words, group_similarity, history_similarity, length_coefficient, rur_reweight
+from peer_rl.algos.rewards import (count_words, group_similarity, history_similarity,
+                                   length_coefficient, peer_similarity, rur_reweight)
 from peer_rl.models.encoders import load_embedding_model
 from peer_rl.tracking.metrics import peak_rss_bytes
 from peer_rl.config.worker_settings import RedundancySettings
@@ -67,6 +68,26 @@ class RedundancyWorker:
         return Similarities(
             s_hist=history_similarity(rep_emb, hist_emb, owner, reply_owner, s.history_agg),
             s_group=group_similarity(rep_emb, group_size, s.group_agg),
+            tau=length_coefficient(n_words, s.alpha, s.beta), n_words=n_words)
+
+    @dispatch(Dispatch.ONE)
+    def turn_similarities(self, replies: list[str], histories: list[list[str]],
+                          peers) -> Similarities:
+        """Whole conversations (peer_rl.methods.dialogue_turns): each turn's reply against its
+        own history (its dialogue's earlier replies) and against the replies sharing its peer
+        id (the group's same turn, groups of any size)."""
+        if len(replies) != len(histories) or len(replies) != len(peers):
+            raise ValueError(f"{len(replies)} replies, {len(histories)} histories, "
+                             f"{len(peers)} peer ids")
+        flat_hist = [u for h in histories for u in h]
+        owner = np.repeat(np.arange(len(histories)), [len(h) for h in histories])
+        rep_emb, hist_emb = self._encode_with_history(replies, flat_hist)
+        s = self.settings
+        n_words = np.array([count_words(r, s.cjk_chars_per_word) for r in replies])
+        return Similarities(
+            s_hist=history_similarity(rep_emb, hist_emb, owner, np.arange(len(replies)),
+                                      s.history_agg),
+            s_group=peer_similarity(rep_emb, peers, s.group_agg),
             tau=length_coefficient(n_words, s.alpha, s.beta), n_words=n_words)
 
     def reweight(self, rewards, replies: list[str], histories: list[list[str]],

@@ -20,7 +20,7 @@ from peer_rl.config.worker_settings import SeekerSettings
 from peer_rl.models.local import on_this_node
 from peer_rl.protocol import Dispatch, SeekerRequest, dispatch
 from peer_rl.tracking.metrics import peak_rss_bytes
-from peer_rl.workers.vllm_engine import engine_dtype, make_llm, on_cpu
+from peer_rl.workers.vllm_engine import engine_dtype, make_llm, on_cpu, shutdown
 
 
 class SeekerWorker:
@@ -57,6 +57,4 @@ class SeekerWorker:
                 "peak_rss_bytes": peak_rss_bytes()}
 
     def close(self) -> None:
-        core = getattr(self.llm.llm_engine, "engine_core", None)
-        if core is not None:
-            core.shutdown()
+        shutdown(self.llm)

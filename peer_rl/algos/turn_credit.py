@@ -21,12 +21,12 @@ from typing import Sequence
 
 import numpy as np
 
-from peer_rl.algos.advantages import sequence_advantages
-
-CREDITS = ("outcome", "turn")
+CREDITS = ("outcome", "turn")            # dialogue.credit (the config reads it without torch)
 
 
 def _grpo(scores: Sequence[float], index: Sequence[int], epsilon: float) -> np.ndarray:
+    from peer_rl.algos.advantages import sequence_advantages  # deferred: torch
+
     if not len(scores):
         return np.zeros(0)
     return sequence_advantages("grpo", np.asarray(scores, np.float64),

@@ -174,7 +174,8 @@ def _print_grpo(cfg, plan, args, throughput) -> None:
 
     print(render(plan, cfg.recipe, cfg))
     tokens = step_tokens(cfg, args.prompt_length)
-    print("\n" + "\n".join(render_tokens(tokens, bool(args.prompt_length))))
+    print("\n" + "\n".join(render_tokens(tokens, bool(args.prompt_length),
+                                           bool(cfg.dialogue.enable))))
     if throughput:
         print("\n".join(render_step_time(tokens, throughput, cfg.trainer.total_steps)))
 

@@ -38,7 +38,9 @@ from peer_rl.config.worker_settings import (  # noqa: F401  (PolicyLossConfig: a
     PolicySettings,
     RedundancySettings,
     RolloutSettings,
+    SeekerSettings,
 )
+from peer_rl.algos.turn_credit import CREDITS
 from peer_rl.retrieval.corpus import parse_splits
 
 # `${pinned:NAME}`: a pinned pretrained model's cache directory (peer_rl.models.pinned)
@@ -171,6 +173,32 @@ class RetrievalConfig:
 
 
 @dataclass
+class SeekerConfig(SeekerSettings):
+    """The simulated seeker's pool (dialogue.enable): each engine's settings (SeekerSettings)."""
+    path: str = ""                       # model dir; "" = the policy's start model
+    num_workers: int = 1                 # seeker engines, scaled apart from the rollout's
+    kv_cache_gib: float = 0.0            # CPU: 0 = sized for the step's dialogues per engine
+
+
+@dataclass
+class DialogueConfig:
+    """Training on whole conversations: each prompt row is a seeker profile, and a GRPO group
+    is rollout.n dialogues between the policy and the simulated seeker (peer_rl.methods.dialogue)."""
+    # train on dialogues with the simulated seeker (starts the seeker pool) instead of on the
+    # data's single replies
+    enable: bool = False
+    # SAGE profiles (JSON Lines of id, player, scene, task, first_talk); "" = the bundled sample
+    profiles: str = ""
+    max_turns: int = 5                   # policy turns at most; the seeker may end sooner
+    # outcome: one advantage per dialogue on all its turns; turn: each turn's reward against the
+    # group's same turn, plus the dialogue's (peer_rl.algos.turn_credit)
+    credit: str = "outcome"
+    turn_weight: float = 1.0             # PEER's per-turn reward (UnifiReward's steps, RUR)
+    dialogue_weight: float = 1.0         # the seeker's final emotion / 100
+    emotion_start: int = 40              # the seeker's emotion before the first turn (SAGE's)
+
+
+@dataclass
 class FilterGroupsConfig:
     """Dynamic sampling (DAPO; verl's algorithm.filter_groups): a group whose `metric` is the
     same for all its samples is dropped and more prompts drawn until the batch holds
@@ -215,6 +243,7 @@ class ResourcesConfig:
     redundancy: PoolResources = field(default_factory=lambda: PoolResources(cpus_per_worker=0.5))
     retrieval: PoolResources = field(default_factory=lambda: PoolResources(cpus_per_worker=0.5))
     actor: PoolResources = field(default_factory=PoolResources)
+    seeker: PoolResources = field(default_factory=PoolResources)
 
 
 @dataclass
@@ -342,6 +371,8 @@ class PeerRLConfig:
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    seeker: SeekerConfig = field(default_factory=SeekerConfig)
+    dialogue: DialogueConfig = field(default_factory=DialogueConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -439,9 +470,12 @@ _POSITIVE = ("data.train_batch_size", "actor.world_size", "actor.ppo_mini_batch_
              "trainer.total_steps", "rollout.max_model_len", "algorithm.rur.batch_size",
              "algorithm.rur.cjk_chars_per_word", "eval.n", "eval.judge_max_tokens",
              "retrieval.k", "retrieval.num_workers", "actor.weight_sync_bucket_mb",
-             "actor.weight_sync_timeout_s", "ray.lost_after_s")
+             "actor.weight_sync_timeout_s", "ray.lost_after_s", "seeker.num_workers",
+             "seeker.max_tokens", "seeker.max_model_len", "dialogue.max_turns")
 _NON_NEGATIVE = ("actor.lr", "actor.kl_loss_coef", "actor.clip_ratio", "actor.entropy_coeff",
                  "rollout.temperature", "rollout.kv_cache_gib", "reward_model.kv_cache_gib",
+                 "seeker.temperature", "seeker.kv_cache_gib", "dialogue.turn_weight",
+                 "dialogue.dialogue_weight",
                  "trainer.save_freq", "trainer.max_actor_restarts", "actor.grad_clip",
                  "trainer.eval_freq", "eval.diversity_prompts", "eval.safety_probes",
                  "eval.max_tokens", "actor.ppo_max_token_len_per_gpu", "actor.logits_chunk_size",
@@ -545,6 +579,7 @@ def _check_values(cfg: DictConfig) -> None:
                  {**registered_choices(), "actor.gradient_checkpointing": SETTINGS,
                   "model.lora.merge": ("auto", "true", "false"),
                   "actor.shared_prefix": ("auto", "true", "false"),
+                  "dialogue.credit": CREDITS,
                   "reward_model.kind": registered_kinds(),
                   **{f"algorithm.rur.{k}": v for k, v in REDUNDANCY_CHOICES.items()}})
     try:     # true with padded rows: refused here, not inside the policy's Ray actors
@@ -580,7 +615,7 @@ def _check_values(cfg: DictConfig) -> None:
         parse_splits(list(cfg.retrieval.splits), "retrieval.splits")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    for pool in ("rollout", "reward_model", "redundancy", "retrieval", "actor"):
+    for pool in ("rollout", "reward_model", "redundancy", "retrieval", "actor", "seeker"):
         res = cfg.resources[pool]
         # one node's at most (nan fails too): a worker's bundle is placed on one node
         if not (0 <= res.cpus_per_worker <= MAX_CPUS_PER_NODE
@@ -589,7 +624,7 @@ def _check_values(cfg: DictConfig) -> None:
                               f"gpus_per_worker={res.gpus_per_worker}: expected 0 to "
                               f"{MAX_CPUS_PER_NODE} and 0 to {MAX_GPUS_PER_NODE}")
     for key in ("actor.world_size", "rollout.num_workers", "reward_model.num_workers",
-                "retrieval.num_workers"):
+                "retrieval.num_workers", "seeker.num_workers"):
         if OmegaConf.select(cfg, key) > MAX_WORKERS:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)}: expected at most "
                               f"{MAX_WORKERS} workers")
@@ -604,6 +639,27 @@ def _check_values(cfg: DictConfig) -> None:
                           f"({len(cfg.data.train_files)})")
     if cfg.resume not in ("disable", "auto") and not Path(cfg.resume).is_dir():
         raise ConfigError(f"resume={cfg.resume!r}: expected 'disable', 'auto' or a checkpoint directory")
+    _check_dialogue(cfg)
+
+
+def _check_dialogue(cfg) -> None:
+    """What training on whole conversations runs with, and what it does not run with yet."""
+    d = cfg.dialogue
+    if not 0 <= d.emotion_start <= 100:
+        raise ConfigError(f"dialogue.emotion_start={d.emotion_start}: expected 0 to 100")
+    if not d.enable:
+        return
+    if not reward_kind(cfg.reward_model.kind).rows_prompt or cfg.retrieval.enable:
+        raise ConfigError(f"dialogue.enable=true with reward_model.kind={cfg.reward_model.kind}"
+                          f"{' and retrieval.enable=true' if cfg.retrieval.enable else ''}: "
+                          "dialogues are judged turn by turn by a judge of the policy's Steps 1-4 "
+                          "(kind unifireward or prm_orm), without retrieval")
+    for key, on in (("algorithm.filter_groups.enable", cfg.algorithm.filter_groups.enable),
+                    ("trainer.async_training.staleness", cfg.trainer.async_training.staleness),
+                    ("trainer.eval_freq", cfg.trainer.eval_freq)):
+        if on:
+            raise ConfigError(f"dialogue.enable=true with {key}={on}: not supported with "
+                              f"dialogues yet; set {key} to its default")
 
 
 # values renamed since users wrote them into recipes and command lines: key -> {old: new}

@@ -170,9 +170,9 @@ class RolloutSettings(EngineSettings):
 class SeekerSettings(EngineSettings):
     """The simulated seeker's engine (peer_rl.workers.seeker.SeekerWorker) and how it speaks."""
     max_model_len: int = 4096            # its chat: the persona and the whole dialogue so far
-    gpu_memory_utilization: float = 0.2
+    gpu_memory_utilization: float = 0.2  # GPU: the engine's share of the device's memory
     temperature: float = 0.7             # its replies and analyses (0: greedy)
-    top_p: float = 1.0
+    top_p: float = 1.0                   # nucleus sampling of its answers: 1.0 = all
     max_tokens: int = 96                 # a reply's or an analysis's length in tokens
     # the analyser's answer constrained to its JSON schema (vLLM structured outputs), so its
     # emotion change always parses; off, a free answer is read as eval sage reads it

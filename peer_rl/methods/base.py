@@ -27,6 +27,7 @@ class Groups:
     reward_model: object
     redundancy: object | None = None
     retrieval: object | None = None
+    seeker: object | None = None       # the simulated seeker's engines (dialogue.enable)
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,13 @@ def registered() -> dict[str, type[Method]]:
 
 
 def method_class(cfg) -> type[Method]:
-    """The registered method that scores with `reward_model.kind` (the kind names it)."""
+    """The registered method that scores with `reward_model.kind` (the kind names it); with
+    dialogue.enable, training on whole conversations (peer_rl.methods.dialogue)."""
+    if getattr(getattr(cfg, "dialogue", None), "enable", False):   # a plug-in's schema may lack it
+        return _REGISTRY["dialogue"]
     kind = reward_kind(cfg.reward_model.kind)
     if kind.method not in _REGISTRY:
         raise ConfigError(f"reward_model.kind={kind.name!r} is scored by method "
                           f"{kind.method!r}, which is not registered; registered: "
-                          f"{', '.join(_REGISTRY)}")
+                          f"{', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[kind.method]

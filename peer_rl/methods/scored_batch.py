@@ -20,6 +20,10 @@ class ScoredBatch:
     redundancy: Similarities | None   # s_hist, s_group, tau, n_words per sample (RUR on)
     metrics: dict              # the stages' own metrics (reward/..., judge/..., retrieval/...)
     judge_raw: list            # the judge's answers per sample (None for a scalar RM)
+    # the method's own advantages per sample, where its rows are not one GRPO group per prompt
+    # (whole conversations: peer_rl.algos.turn_credit); None: the controller's estimator
+    advantages: np.ndarray | None = None
+    dialogues: list | None = None      # whole conversations: each dialogue (the samples file)
 
 
 def judge_frames(row: dict) -> list[str]:

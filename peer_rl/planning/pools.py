@@ -6,7 +6,7 @@ from __future__ import annotations
 from peer_rl.methods import method_class
 
 # the order make_pools creates the pools' placement groups in (Ray places them in that order)
-ORDER = ("rollout", "reward_model", "actor", "redundancy", "retrieval")
+ORDER = ("rollout", "reward_model", "actor", "redundancy", "retrieval", "seeker")
 # the rollout engines spread over nodes (their KV caches and samplers are independent); every
 # other pool packs its bundles (policy ranks talk over NCCL on every micro-batch)
 STRATEGY = {"rollout": "SPREAD"}
@@ -20,7 +20,7 @@ def pool_sizes(cfg) -> dict[str, int]:
         needs.add("redundancy")
     count = {"rollout": cfg.rollout.num_workers, "reward_model": cfg.reward_model.num_workers,
              "actor": cfg.actor.world_size, "redundancy": 1,
-             "retrieval": cfg.retrieval.num_workers}
+             "retrieval": cfg.retrieval.num_workers, "seeker": cfg.seeker.num_workers}
     return {name: count[name] for name in ORDER if name in needs}
 
 
@@ -36,7 +36,7 @@ def bundle(res) -> dict:
     return b
 
 
-ENGINE_POOLS = ("rollout", "reward_model")     # their workers run vLLM
+ENGINE_POOLS = ("rollout", "reward_model", "seeker")     # their workers run vLLM
 
 
 def start_waves(sizes: dict[str, int], resources) -> list[list[tuple[str, int]]]:

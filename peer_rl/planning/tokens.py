@@ -27,7 +27,8 @@ from peer_rl.config.worker_settings import shared_prefix_on
 class StepTokens:
     prompts: int                 # data.train_batch_size
     samples: int                 # rollout sequences a pass writes: prompts x rollout.n
-    passes: int                  # rollout passes a step (ESCRAG-R1 with retrieval: 2)
+    passes: int                  # rollout passes a step (ESCRAG-R1 with retrieval: 2;
+                                 # dialogues: dialogue.max_turns, one a turn)
     trained: int                 # samples the update trains on
     prompt: int                  # tokens of a prompt
     response: int                # tokens of a reply
@@ -75,7 +76,7 @@ def shares_prefix(cfg) -> bool:
     as the policy ranks decide it) and its trained rows share whole prompts (ESCRAG-R1's refined
     rows share only their dialogue: counted whole)."""
     return (shared_prefix_on(cfg.actor.shared_prefix, cfg.actor.use_remove_padding)
-            and not cfg.retrieval.enable)
+            and not cfg.retrieval.enable and not cfg.dialogue.enable)
 
 
 def step_tokens(cfg, prompt_length: int = 0) -> StepTokens:
@@ -85,9 +86,13 @@ def step_tokens(cfg, prompt_length: int = 0) -> StepTokens:
     samples = cfg.data.train_batch_size * r.n
     two = bool(cfg.retrieval.enable)
     trained = samples * (2 if two and cfg.retrieval.train_initial else 1)
+    passes = 2 if two else 1
+    if cfg.dialogue.enable:     # each policy turn a pass and a trained row, at most max_turns
+        passes = cfg.dialogue.max_turns
+        trained = samples * passes
     behavior = cfg.trainer.async_training.staleness > 0 and bool(a.behavior_weight_cap)
     on_policy = a.ppo_epochs == 1 and trained <= a.ppo_mini_batch_size * r.n and not behavior
-    return StepTokens(cfg.data.train_batch_size, samples, 2 if two else 1, trained, prompt,
+    return StepTokens(cfg.data.train_batch_size, samples, passes, trained, prompt,
                       r.response_length, a.ppo_epochs, not on_policy,
                       shares_prefix(cfg), r.n)
 
@@ -132,11 +137,13 @@ def _duration(s: float) -> str:
     return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.1f} s"
 
 
-def render_tokens(tokens: StepTokens, stated_prompt: bool) -> list[str]:
+def render_tokens(tokens: StepTokens, stated_prompt: bool, dialogue: bool = False) -> list[str]:
+    """`dialogue`: the passes are a dialogue's turns (dialogue.enable)."""
     t = tokens
     where = ("--prompt-length" if stated_prompt else "rollout.max_model_len - "
              "rollout.response_length, the longest a run admits; --prompt-length sets yours")
-    passes = "2 passes (initial, refined) x " if t.passes == 2 else ""
+    passes = ("2 passes (initial, refined) x " if t.passes == 2 and not dialogue
+              else f"{t.passes} turns x " if dialogue else "")
     epochs = f"{t.epochs} training epoch{'s' if t.epochs > 1 else ''}"
     old = ", the old log-probs'" if t.old_pass else ""
     if t.shared:

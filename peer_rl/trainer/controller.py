@@ -129,11 +129,12 @@ class Controller:
         self.rollout = group("rollout", RolloutHooks(self))
         self.reward_model, self.redundancy = group("reward_model"), group("redundancy")
         self.retrieval = group("retrieval", RetrievalHooks(self))
+        self.seeker = group("seeker")
         method = method_class(cfg)
         needs = method.pools(cfg)
         self.method = method.from_config(Groups(**{
             name: getattr(self, name) if name in needs else None
-            for name in ("rollout", "reward_model", "redundancy", "retrieval")}), cfg)
+            for name in ("rollout", "reward_model", "redundancy", "retrieval", "seeker")}), cfg)
         self.G = self.method.settings.n    # rollout.n, as the method read it
         self.weight_sync = WeightSyncGroup(
             self.policy.call, lambda: self.rollout.handles, self.rollout.wait_alive,
@@ -337,9 +338,9 @@ class Controller:
         self.resume_cursor = self.loader.cursor.state()
         samples = scored.samples
 
-        adv = sequence_advantages(                                        # 6. advantages
-            cfg.algorithm.adv_estimator, scored.reweighted, np.array([s.uid for s in samples]),
-            [len(s.response_ids) for s in samples],
+        adv = scored.advantages if scored.advantages is not None else sequence_advantages(
+            cfg.algorithm.adv_estimator, scored.reweighted,               # 6. advantages
+            np.array([s.uid for s in samples]), [len(s.response_ids) for s in samples],
             norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
 
         t = time.perf_counter()                                          # 7. policy update
@@ -407,6 +408,9 @@ class Controller:
     def _log_samples(self, rows: list[dict], scored: ScoredBatch) -> None:
         """Generated text and judge answers: sensitive, so only with logging.log_samples."""
         redundancy = scored.redundancy
+        # whole conversations: which dialogue and turn each sample is, what the seeker said
+        place = [(d, t, x) for d, x in enumerate(scored.dialogues or [])
+                 for t in range(len(x.turns))]
 
         with open_append(self.out / "samples.jsonl") as fh:
             for k, s in enumerate(scored.samples):
@@ -414,6 +418,12 @@ class Controller:
                        "uid": s.uid, "text": s.text, "judge": scored.judge_raw[k],
                        "reward": float(scored.rewards[k]),
                        "reweighted_reward": float(scored.reweighted[k])}
+                if place:
+                    d, t, x = place[k]
+                    turn = x.turns[t]
+                    rec |= {"dialogue": d, "turn": t + 1, "change": turn.change,
+                            "emotion": turn.emotion, "seeker": turn.seeker, "end": x.end,
+                            "advantage": float(scored.advantages[k])}
                 if redundancy is not None:
                     rec |= {key: float(getattr(redundancy, key)[k])
                             for key in ("s_hist", "s_group", "tau")}

@@ -20,7 +20,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from peer_rl.compute.kv_cache import fit_kv_cache, kv_bytes_per_token, read_config
-from peer_rl.planning.pools import ORDER, bundle, pool_sizes, start_waves, strategy
+from peer_rl.planning.pools import ENGINE_POOLS, ORDER, bundle, pool_sizes, start_waves, strategy
 from peer_rl.config.reward_kinds import reward_kind
 from peer_rl.compute.precision import BYTES, cpu_has_bf16, dtype_line, resolve_dtype
 from peer_rl.trainer.faults import with_faults
@@ -31,6 +31,7 @@ from peer_rl.config.worker_settings import (
     PolicySettings,
     RedundancySettings,
     RolloutSettings,
+    SeekerSettings,
     lora_merged,
     narrow,
 )
@@ -41,8 +42,8 @@ from peer_rl.workers.devices import pool_env
 WORKERS = {"rollout": "peer_rl.workers.rollout:RolloutWorker",
            "redundancy": "peer_rl.workers.redundancy:RedundancyWorker",
            "retrieval": "peer_rl.workers.retrieval:RetrievalWorker",
+           "seeker": "peer_rl.workers.seeker:SeekerWorker",
            "actor": "peer_rl.workers.policy:PolicyWorker"}
-_ENGINE_POOLS = {"rollout", "reward_model"}          # their workers run vLLM (engine_env)
 _PLAIN_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -156,7 +157,7 @@ class PoolFactory:
         c, n = self.cfg, self.cfg.rollout.n
         if pool == "rollout":
             return math.ceil(c.data.train_batch_size / c.rollout.num_workers) * n
-        return math.ceil(c.data.train_batch_size * n / c.reward_model.num_workers)
+        return math.ceil(c.data.train_batch_size * n / c[pool].num_workers)
 
     def _rollout_row(self) -> int:
         """The longest rollout sequence: the longest prompt plus the reply (0: unknown)."""
@@ -167,13 +168,16 @@ class PoolFactory:
         step (peer_rl.compute.kv_cache.fit_kv_cache; the models' own config.json say the bytes per
         token); GPU engines as configured (gpu_memory_utilization sizes their cache)."""
         dtype = self.engine_dtype(pool)
-        settings = replace(narrow(RolloutSettings if pool == "rollout" else JudgeSettings,
-                                  self.cfg[pool]), dtype=dtype)
+        kind = {"rollout": RolloutSettings, "seeker": SeekerSettings}.get(pool, JudgeSettings)
+        settings = replace(narrow(kind, self.cfg[pool]), dtype=dtype)
         if self.cfg.resources[pool].gpus_per_worker:      # vLLM sizes it from the device
             return settings
         if pool == "rollout":
             return fit_kv_cache(settings, self.policy_path, self.step_sequences(pool),
                                 self._rollout_row(), dtype_bytes=BYTES[dtype])
+        if pool == "seeker":        # each live dialogue's chat, up to seeker.max_model_len
+            return fit_kv_cache(settings, self.seeker_path(), self.step_sequences(pool),
+                                dtype_bytes=BYTES[dtype])
         path, *more = self.reward_paths()
         if more:                                   # one size for all: the largest model's
 
@@ -193,18 +197,26 @@ class PoolFactory:
     def _cpu_bf16(self) -> bool:
         return cpu_has_bf16()
 
+    def engine_pools(self) -> list[str]:
+        """The pools of this run whose workers run vLLM."""
+        return [pool for pool in pool_sizes(self.cfg) if pool in ENGINE_POOLS]
+
+    def seeker_path(self) -> str:
+        """The simulated seeker's model: seeker.path, else the policy's start model."""
+        return self.cfg.seeker.path or self.policy_path
+
     def dtype_line(self) -> str:
         """A start-up line: each engine pool's dtype and how it was chosen."""
         return "engine dtype: " + "; ".join(
             f"{pool} " + dtype_line(self.cfg[pool].dtype, self.engine_dtype(pool),
                                     bool(self.cfg.resources[pool].gpus_per_worker))
-            for pool in ("rollout", "reward_model"))
+            for pool in self.engine_pools())
 
     def kv_cache_line(self) -> str:
         """A start-up line: each CPU engine's KV cache and how it was chosen ("" when the
         engines have GPUs, where gpu_memory_utilization sizes it)."""
         parts = []
-        for pool in ("rollout", "reward_model"):
+        for pool in self.engine_pools():
             if self.cfg.resources[pool].gpus_per_worker:
                 continue
             s = self.engine_settings(pool)
@@ -232,6 +244,10 @@ class PoolFactory:
         return (*self.reward_paths(), self.engine_settings("reward_model")), {
             "seed": self.cfg.trainer.seed, **extra}
 
+    def _seeker_args(self, i, _):
+        return (self.seeker_path(), self.engine_settings("seeker")), {
+            "seed": self.cfg.trainer.seed + i}
+
     def _redundancy_args(self, i, _):
         return (narrow(RedundancySettings, self.cfg.algorithm.rur),), {}
 
@@ -254,7 +270,7 @@ class PoolFactory:
         """Worker i of an engine or encoder pool as a Ray actor on its bundle (also how a
         crashed one is replaced: Pools.restart)."""
         args, kwargs = self.worker_args(pool, i)
-        env = engine_env() if pool in _ENGINE_POOLS else _PLAIN_ENV
+        env = engine_env() if pool in ENGINE_POOLS else _PLAIN_ENV
         return self._actor(pool, i, env).remote(*args, **kwargs)
 
     def actor_group(self) -> list:
@@ -322,12 +338,12 @@ class PoolFactory:
     def shutdown(self, pools: Pools | None = None) -> None:
         """Stop engines cleanly (their core processes), then free the placement groups."""
         if pools is not None:
-            closing = [h.close.remote() for h in pools.rollout + pools.reward_model]
+            closing = [h.close.remote() for h in pools.rollout + pools.reward_model + pools.seeker]
             closing += [h.shutdown.remote() for h in pools.actor]
             ray.wait(closing, num_returns=len(closing), timeout=30)
             # then end the processes: a worker left to exit on its own can outlive the cluster
             for h in (pools.rollout + pools.reward_model + pools.actor + pools.redundancy
-                      + pools.retrieval):
+                      + pools.retrieval + pools.seeker):
                 ray.kill(h, no_restart=True)
         for pg in self.pgs.values():
             remove_placement_group(pg)

@@ -18,7 +18,7 @@ from peer_rl.models.local import check_adapter_dir, check_model_dir
 from peer_rl.models.pinned import card_files, check_languages
 from peer_rl.prompts.judge import JudgeTemplate, TEMPLATE_FILE, TemplateError
 from peer_rl.prompts.multimodal import is_vision_language
-from peer_rl.prompts.policy import training_template
+from peer_rl.prompts.policy import PolicyTemplate, training_template
 from peer_rl.retrieval.corpus import index_from_root
 from peer_rl.supervised.tiny_models import default_cache_dir
 from peer_rl.tracking.metrics import LOGS
@@ -240,12 +240,35 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
         shutil.rmtree(probe, ignore_errors=True)
 
 
+def profile_rows(cfg) -> list[dict]:
+    """dialogue.enable: the seeker profiles (dialogue.profiles, SAGE's JSON Lines; the bundled
+    sample by default) as the run's prompt rows, in file order: each row is who the seeker is
+    (its rendered persona), its first message and its language. A malformed profile fails naming
+    its file and item (data.skip_invalid skips it, counted)."""
+    from peer_rl.evaluation.cases import load_profiles  # deferred: pulls in datasets
+    from peer_rl.evaluation.config import SAMPLE_EVAL
+    from peer_rl.prompts.seeker import sage_persona
+
+    path = Path(cfg.dialogue.profiles or SAMPLE_EVAL / "sage_profiles.jsonl")
+    loaded = load_profiles(path, skip_invalid=cfg.data.skip_invalid)
+    if loaded.skipped:
+        log.warning(f"{path}: skipped {len(loaded.skipped)} invalid profile(s): "
+                    f"{loaded.skipped[:3]}")
+    if not loaded.items:
+        raise PromptPoolError(f"dialogue.profiles: {path} holds no profile")
+    rows = [{"id": p.id, "persona": sage_persona(p, p.language), "opening": p.first_talk,
+             "language": p.language, "modality": "textual"} for p in loaded.items]
+    log.info(f"{len(rows)} seeker profile(s) from {path} (dialogues of up to "
+             f"{cfg.dialogue.max_turns} turns, {cfg.rollout.n} a profile)")
+    return rows
+
+
 def measured_prompts(cfg, rows: list[dict], policy: str) -> int:
     """The longest PEER prompt in the policy's tokens, each checked to leave room for its reply
     (peer_rl.trainer.prompt_lengths); 0 where the method builds the prompts (ESCRAG-R1: the
     reward kind's rows_prompt is false). Either way the policy's tokenizer and image processor
     are loaded here first, before any pool."""
-    if not reward_kind(cfg.reward_model.kind).rows_prompt:
+    if not reward_kind(cfg.reward_model.kind).rows_prompt or cfg.dialogue.enable:
         load_processors(policy)
         return 0
 
@@ -283,10 +306,12 @@ def _train(cfg, out: Path) -> Path:
 
     save_config(cfg, out / "config.yaml")
     log.info(f"recipe={cfg.recipe} experiment={cfg.experiment_name} output_dir={out}")
-    rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
     template = None
-    if reward_kind(cfg.reward_model.kind).rows_prompt:   # the rows' own Steps 1-4 instruction
-
+    if cfg.dialogue.enable:          # the policy answers the built-in prompt every turn
+        rows, template = profile_rows(cfg), PolicyTemplate()
+    else:
+        rows = load_prompts(cfg, saved_prompt_selection(resume_checkpoint(cfg, out)))
+    if reward_kind(cfg.reward_model.kind).rows_prompt and not cfg.dialogue.enable:
         template, line = training_template(rows)
         log.info(line)
     policy, judge = resolve_models(cfg)

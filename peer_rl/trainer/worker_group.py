@@ -39,6 +39,7 @@ class Pools:
     actor: list                      # FSDP2 ranks, rank 0 first
     redundancy: list = field(default_factory=list)
     retrieval: list = field(default_factory=list)
+    seeker: list = field(default_factory=list)      # the simulated seeker (dialogue.enable)
     restart: object = None           # callable(pool_name, index) -> new handle (fault tolerance)
     classes: dict = field(default_factory=dict)   # pool name -> its worker class (dispatch modes)
 

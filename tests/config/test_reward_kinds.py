@@ -77,5 +77,5 @@ def test_a_kind_whose_method_is_not_registered_is_a_config_error(monkeypatch):
     monkeypatch.setattr(reward_kinds, "_KINDS", dict(reward_kinds._KINDS))
     register_kind(RewardKind("orphan", method="absent", style="peer", worker="m:C"))
     with pytest.raises(ConfigError, match="'orphan' is scored by method 'absent', which is not "
-                                          "registered; registered: escrag_r1, peer"):
+                                          "registered; registered: dialogue, escrag_r1, peer"):
         method_class(load_config(["reward_model.kind=orphan"]))

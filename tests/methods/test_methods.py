@@ -110,6 +110,16 @@ def test_peer_rur_divides_by_the_redundancy_pools_answer():
                                            3 / (1.25 * 1.5)])
 
 
+def test_dialogue_enable_picks_whole_conversations_and_its_pools():
+    from peer_rl.config.schema import load_config
+
+    cfg = load_config(["recipe=dialogue_tiny"])
+    method = method_class(cfg)
+    assert method.name == "dialogue"
+    assert method.pools(cfg) == {"rollout", "reward_model", "redundancy", "seeker"}
+    assert method_class(load_config(["recipe=tiny"])).name == "peer"
+
+
 def test_a_reward_kind_no_method_serves_is_a_config_error():
     # past the schema's check, as a config built by a plug-in's own schema might be
     cfg = SimpleNamespace(reward_model=SimpleNamespace(kind="pairwise"))

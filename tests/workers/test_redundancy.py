@@ -46,6 +46,28 @@ def test_similarities_rank_redundant_replies_higher(worker):
         assert sims.s_group[k] == pytest.approx(s_group, abs=1e-5), k
 
 
+def test_turn_similarities_use_each_turns_own_history_and_same_turn_peers(worker):
+    """Whole conversations: four turns, their histories the dialogue's earlier replies (the first
+    turns have none), peers by id (0: two first turns of one group; 1 and 2: alone). Checked
+    loop by loop from the encoder's vectors."""
+    replies = ["That sounds exhausting.", "What helped last time?", "That sounds exhausting.",
+               "You are not alone."]
+    histories = [[], [], ["That sounds exhausting."], ["I hear you.", "Tell me more."]]
+    sims = worker.turn_similarities(replies, histories, [0, 0, 1, 2])
+    e = worker.encode(replies)
+    e = e / np.linalg.norm(e, axis=1, keepdims=True)
+    assert sims.s_hist[0] == 0 and sims.s_hist[1] == 0
+    assert sims.s_hist[2] == pytest.approx(1.0, abs=1e-5)             # repeats itself
+    h = worker.encode(histories[3])
+    h = h / np.linalg.norm(h, axis=1, keepdims=True)
+    assert sims.s_hist[3] == pytest.approx(min(max(float(max(h @ e[3])), 0.0), 1.0), abs=1e-5)
+    assert sims.s_group[0] == pytest.approx(max(float(e[0] @ e[1]), 0.0), abs=1e-5)
+    assert sims.s_group[1] == sims.s_group[0]
+    assert sims.s_group[2] == 0 and sims.s_group[3] == 0                # no peer at its turn
+    with pytest.raises(ValueError, match="4 replies, 3 histories, 4 peer ids"):
+        worker.turn_similarities(replies, histories[:3], [0, 0, 1, 2])
+
+
 def test_identical_group_has_full_in_group_redundancy(worker):
     replies = ["You are not alone in this."] * 4 + ["a", "b c", "d e f", "g"]
     sims = worker.similarities(replies, [["hi"], ["yo"]], group_size=4)
