@@ -56,6 +56,8 @@ def _models(cfg) -> dict[str, str]:
     rm = cfg.reward_model
     out = {"policy": cfg.model.path or str(shipped / "policy"),
            "judge": rm.path or str(shipped / "judge")}
+    if cfg.dialogue.enable:          # the simulated seeker: seeker.path, else the policy's
+        out["seeker"] = cfg.seeker.path or out["policy"]
     return out | {role: rm[key] for role, key in _more_reward_models(cfg).items()}
 
 
@@ -117,6 +119,11 @@ def _estimates(cfg, pool: str, shapes: dict, gpu_gib: float) -> list[memory.Esti
         share = rm.gpu_memory_utilization / len(roles)   # two engines in one actor split it
         return [memory.engine("reward_model", shapes[r][0], shapes[r][1], rm.max_model_len,
                               share, gpu_gib) for r in roles]
+    if pool == "seeker":
+        s = cfg.seeker
+        config, params, _, _ = shapes["seeker"]
+        return [memory.engine("seeker", config, params, s.max_model_len,
+                              s.gpu_memory_utilization, gpu_gib)]
     return [memory.encoder(pool)]
 
 

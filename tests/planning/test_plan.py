@@ -218,6 +218,26 @@ def test_the_8_gpu_recipes_fill_one_node_of_8(recipe, shape, capsys):
     assert len(shared) == (1 if recipe == "peer_rur_8gpu" else 0)
 
 
+@pytest.mark.parametrize("recipe", ["peer_rur_dialogue", "rlver"])
+def test_the_dialogue_recipes_give_the_seeker_a_gpu_of_its_own_sized_as_an_engine(recipe,
+                                                                                 capsys):
+    """2 rollout engines, the 2 judges on one GPU, 4 ranks, and the seeker: an engine of its
+    model's weights plus its share of the GPU for the KV cache (a 7B model: ~14 GiB of
+    weights), not an encoder's 1 GiB."""
+    assert main(["plan", f"recipe={recipe}", "model.path=Qwen2.5-VL-7B",
+                 "reward_model.path=Qwen2.5-VL-7B", "seeker.path=Qwen2.5-7B", "nodes=1",
+                 "gpus_per_node=8", "gpu_memory_gib=80"]) == 0
+    out = capsys.readouterr().out
+    pools = [ln.split(": ", 1)[1].split(" = ")[0] for ln in out.splitlines()
+             if ln.startswith("  node 0 GPU ")]
+    assert len(pools) == 8 and sum(p.startswith("rollout") for p in pools) == 2
+    assert sum(p.startswith("seeker") for p in pools) == 1
+    seeker = next(ln for ln in out.splitlines() if ln.startswith("  seeker "))
+    weights = float(seeker.split("weights ")[1].split(" ")[0])
+    assert 13 < weights < 16 and "KV cache" in seeker
+    assert "turns x 24 prompts x 4 samples" in out
+
+
 def test_the_sizing_table_refuses_fits_and_scales_as_plan_does(capsys):
     shape = ["model.path=Qwen2.5-VL-7B", "reward_model.path=Qwen2.5-VL-7B"]
     assert main(["plan", "recipe=peer_rur", *shape, "--table"]) == 0
