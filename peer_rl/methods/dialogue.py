@@ -15,6 +15,7 @@ rollout.n dialogues of unequal length, not rollout.n samples.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -80,7 +81,7 @@ class Dialogues(Method):
         s = self.settings.sampling
         sampling = SamplingConfig(n=1, temperature=s.temperature, top_p=s.top_p,
                                   max_tokens=s.max_tokens, seed=s.seed)
-        rounds = iter(range(1 << 16))
+        rounds = itertools.count()
 
         def ask(requests: list) -> list:
             r = next(rounds)
@@ -92,7 +93,7 @@ class Dialogues(Method):
 
     def _seeker(self, step: int, n_dialogues: int):
         """The seeker party: SAGE's analyser (with its JSON schema) or reply per request."""
-        rounds = iter(range(1 << 16))
+        rounds = itertools.count()
 
         def ask(requests: list) -> list:
             r = next(rounds)
