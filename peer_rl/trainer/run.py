@@ -250,6 +250,9 @@ def profile_rows(cfg) -> list[dict]:
     from peer_rl.prompts.seeker import sage_persona
 
     path = Path(cfg.dialogue.profiles or SAMPLE_EVAL / "sage_profiles.jsonl")
+    if not path.is_file():
+        raise PromptPoolError(f"dialogue.profiles: {path} is not a file (expected SAGE profiles, "
+                              "JSON Lines of id, player, scene, task, first_talk)")
     loaded = load_profiles(path, skip_invalid=cfg.data.skip_invalid)
     if loaded.skipped:
         log.warning(f"{path}: skipped {len(loaded.skipped)} invalid profile(s): "
