@@ -393,6 +393,24 @@ def save_sharded(directory: str | Path, model, optim, rank: int, include_model: 
                                        encoding="utf-8")
 
 
+def _unsaved_optim_state(flat: dict, osd: dict, reader) -> tuple[dict, list[str]]:
+    """`flat` less the optimizer tensors the checkpoint does not hold, and the parameters whose
+    state that was. AdamW keeps no state for a parameter that never had a gradient (a
+    vision-language policy trained on text alone never trains its vision tower); the load
+    drops theirs after (_forget_state), so such a parameter's first step is a first step, as in
+    the run that was saved. A model tensor the checkpoint lacks still fails the load."""
+    saved = reader.read_metadata().state_dict_metadata
+    unsaved = [f for f, st in osd["state"].items()
+               if not any(f"optim/{f}/{k}" in saved for k in st)]
+    return {k: v for k, v in flat.items() if not k.startswith("optim/") or k in saved}, unsaved
+
+
+def _forget_state(model, optim, fqns: list[str]) -> None:
+    params = dict(model.named_parameters())
+    for fqn in fqns:
+        optim.state.pop(params.get(fqn), None)
+
+
 def load_sharded(directory: str | Path, model, optim, include_model: bool = True,
                  keep=None) -> dict:
     """Collective. Restore what save_sharded wrote, resharded to this group's world size;
@@ -405,9 +423,11 @@ def load_sharded(directory: str | Path, model, optim, include_model: bool = True
                                 "(torch.distributed.checkpoint shards with their state file)")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     msd, osd = get_state_dict(model, optim)
+    reader = HuggingFaceStorageReader(str(d))
+    flat, unsaved = _unsaved_optim_state(_flat(model, msd if include_model else None, osd, keep),
+                                         osd, reader)
     try:
-        dcp.load(_flat(model, msd if include_model else None, osd, keep),
-                 storage_reader=HuggingFaceStorageReader(str(d)))   # in place, into msd / osd
+        dcp.load(flat, storage_reader=reader)   # in place, into msd / osd
     except CheckpointException as exc:   # a BaseException: name the directory and the cause
         causes = "; ".join(sorted({str(e).strip().splitlines()[-1]
                                    for e in exc.failures.values()}))
@@ -419,6 +439,7 @@ def load_sharded(directory: str | Path, model, optim, include_model: bool = True
     set_state_dict(model, optim, model_state_dict=msd if include_model else {},
                    optim_state_dict=osd,
                    options=StateDictOptions(strict=include_model and keep is None))
+    _forget_state(model, optim, unsaved)
     return meta["extra"]
 
 

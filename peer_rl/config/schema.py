@@ -187,7 +187,8 @@ class DialogueConfig:
     # train on dialogues with the simulated seeker (starts the seeker pool) instead of on the
     # data's single replies
     enable: bool = False
-    # SAGE profiles (JSON Lines of id, player, scene, task, first_talk); "" = the bundled sample
+    # the seekers: SAGE profiles (id, player, scene, task, first_talk) or ESC-Eval role cards
+    # (id, base, language), JSON Lines or a JSON list; "" = the bundled SAGE sample
     profiles: str = ""
     max_turns: int = 5                   # policy turns at most; the seeker may end sooner
     # outcome: one advantage per dialogue on all its turns; turn: each turn's reward against the
@@ -207,7 +208,8 @@ class FilterGroupsConfig:
     (peer_rl.trainer.dynamic_sampling.refill)."""
     enable: bool = False                 # drop groups whose `metric` is the same for all G samples
     # reward: the reward model's r_i; reweighted: what the advantages are computed from (r~_i
-    # after RUR, r_i without; `final`, its old name, still reads); format: Step 1-4 complete (0/1)
+    # after RUR, r_i without; with dialogues, the turns' advantages; `final`, its old name,
+    # still reads); format: Step 1-4 complete (0/1)
     metric: Literal["reweighted", "reward", "format"] = "reweighted"
     # batches drawn per step at most, the first included (0 = draw until the batch is full)
     max_num_gen_batches: int = 0
@@ -654,12 +656,10 @@ def _check_dialogue(cfg) -> None:
                           f"{' and retrieval.enable=true' if cfg.retrieval.enable else ''}: "
                           "dialogues are judged turn by turn by a judge of the policy's Steps 1-4 "
                           "(kind unifireward or prm_orm), without retrieval")
-    for key, on in (("algorithm.filter_groups.enable", cfg.algorithm.filter_groups.enable),
-                    ("trainer.async_training.staleness", cfg.trainer.async_training.staleness),
-                    ("trainer.eval_freq", cfg.trainer.eval_freq)):
-        if on:
-            raise ConfigError(f"dialogue.enable=true with {key}={on}: not supported with "
-                              f"dialogues yet; set {key} to its default")
+    if cfg.trainer.eval_freq:
+        raise ConfigError(f"dialogue.enable=true with trainer.eval_freq={cfg.trainer.eval_freq}:"
+                          " the in-training evaluation is not supported with dialogues yet; "
+                          "set trainer.eval_freq=0 and run `peer-rl eval` on a checkpoint")
 
 
 # values renamed since users wrote them into recipes and command lines: key -> {old: new}

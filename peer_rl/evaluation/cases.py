@@ -186,6 +186,29 @@ def load_profiles(path, skip_invalid: bool = False) -> Loaded:
     return _load(path, _profile, skip_invalid)
 
 
+def seeker_kind(path) -> str:
+    """"role_cards" or "profiles": what a file of seeker descriptions holds, told by its first
+    JSON object's keys (an ESC-Eval card has `base`, a SAGE profile `player`). A file with
+    neither fails naming what each kind needs."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    first = next((raw for _, raw in _read_items(path) if isinstance(raw, dict)), None)
+    if first is not None and "base" in first and "player" not in first:
+        return "role_cards"
+    if first is not None and "player" in first:
+        return "profiles"
+    keys = sorted(first)[:8] if first is not None else "no JSON object"
+    raise ValueError(f"{path}: expected SAGE profiles (id, player, scene, task, first_talk) or "
+                     f"ESC-Eval role cards (id, base, language); its first item has {keys}")
+
+
+def load_seekers(path, skip_invalid: bool = False) -> tuple[str, Loaded]:
+    """A file of SAGE profiles or ESC-Eval role cards (seeker_kind), loaded."""
+    kind = seeker_kind(path)
+    return kind, (load_role_cards if kind == "role_cards" else load_profiles)(path, skip_invalid)
+
+
 def _peer_rows(root, subset: str, pattern: str, skip_invalid: bool) -> Loaded:
     from peer_rl.data.loading import load_subset  # deferred: pulls in datasets
 

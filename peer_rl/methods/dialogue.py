@@ -1,7 +1,8 @@
 """Training on whole conversations (dialogue.enable): a step's stages 2-5 for a batch of seeker
 profiles.
 
-2. rollout: rollout.n dialogues per profile between the policy (the rollout pool, asked once a
+2. rollout: a first message for each profile that has none (an ESC-Eval role card: the seeker
+   writes it, once for the profile's group); then rollout.n dialogues per profile between the policy (the rollout pool, asked once a
    turn for every dialogue still going) and the simulated seeker (the seeker pool, SAGE's
    analyser and reply), peer_rl.methods.dialogue_rollout;
 3. each policy turn is parsed (Steps 1-4) and becomes a trained row (dialogue_turns);
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from peer_rl.methods.dialogue_turns import (dialogue_metrics, per_dialogue, turn
 from peer_rl.methods.peer import judge_metrics
 from peer_rl.methods.scored_batch import ScoredBatch
 from peer_rl.prompts.policy import PolicyTemplate
+from peer_rl.prompts.seeker import seeker_line, seeker_messages
 from peer_rl.protocol import Prompt, SamplingConfig, SeekerRequest, request_seed
 
 # the judge metrics that compare with a reference reply, which a simulated dialogue lacks
@@ -54,7 +56,7 @@ class DialogueSettings:
 
 
 def profile_of(row: dict) -> SeekerProfile:
-    """A prompt row of a dialogue run (peer_rl.trainer.run.profile_rows) as the seeker's profile."""
+    """A prompt row of a dialogue run (peer_rl.trainer.profile_rows) as the seeker's profile."""
     return SeekerProfile(row["id"], row["persona"], row["opening"], row["language"])
 
 
@@ -92,8 +94,9 @@ class Dialogues(Method):
         return ask
 
     def _seeker(self, step: int, n_dialogues: int):
-        """The seeker party: SAGE's analyser (with its JSON schema) or reply per request."""
-        rounds = itertools.count()
+        """The seeker party: SAGE's analyser (with its JSON schema) or reply per request. Its
+        rounds count from 1: round 0's seeds are the openings'."""
+        rounds = itertools.count(1)
 
         def ask(requests: list) -> list:
             r = next(rounds)
@@ -103,15 +106,29 @@ class Dialogues(Method):
             return self.groups.seeker.call("chat", asked, step=step)
         return ask
 
+    def _profiles(self, rows: list[dict], step: int) -> list[SeekerProfile]:
+        """Each row's seeker; one without a first message has the seeker write it, once for its
+        group, so the group's dialogues start alike (seeded as the seeker's round 0)."""
+        profiles = [profile_of(row) for row in rows]
+        need = [k for k, p in enumerate(profiles) if p.opening is None]
+        if not need:
+            return profiles
+        asked = [SeekerRequest(seeker_messages(profiles[k].persona, [], profiles[k].language),
+                               None, request_seed(self.settings.seed, step - 1, "seeker", k, 1))
+                 for k in need]
+        for k, text in zip(need, self.groups.seeker.call("chat", asked, step=step)):
+            profiles[k] = replace(profiles[k], opening=seeker_line(text))
+        return profiles
+
     def score(self, rows: list[dict], step: int, timing, samples: list | None = None
               ) -> ScoredBatch:
         if samples is not None:
             raise ValueError("dialogue training draws its own turns; samples given ahead are "
                              "not supported")
         d, n = self.dialogue, self.settings.n
-        programs = [dialogue(uid, profile_of(row), self.template, d.max_turns, d.rules)
-                    for uid, row in enumerate(rows) for _ in range(n)]
         t = time.perf_counter()                                           # 2. dialogues
+        programs = [dialogue(uid, profile, self.template, d.max_turns, d.rules)
+                    for uid, profile in enumerate(self._profiles(rows, step)) for _ in range(n)]
         dialogues = run_dialogues(programs, {"policy": self._policy(step, len(programs)),
                                              "seeker": self._seeker(step, len(programs))})
         timing["rollout"] = time.perf_counter() - t

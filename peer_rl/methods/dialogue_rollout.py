@@ -32,11 +32,12 @@ LANGS = {"english": "en", "chinese": "zh", "en": "en", "zh": "zh"}
 
 @dataclass(frozen=True)
 class SeekerProfile:
-    """Who the seeker is: its system prompt (a SAGE profile, an ESC-Eval role card or a DISC
-    persona, rendered), its first message and its language."""
+    """Who the seeker is: its system prompt (a SAGE profile or an ESC-Eval role card,
+    rendered), its first message (None: not written yet; a role card has none) and its
+    language."""
     id: str
     persona: str
-    opening: str
+    opening: str | None
     language: str              # "en" or "zh"
 
 
@@ -66,6 +67,8 @@ DialogueProgram = Generator[tuple, object, Dialogue]
 def dialogue(uid: int, profile: SeekerProfile, template: PolicyTemplate, max_turns: int,
              rules: EmotionRules = EmotionRules()) -> DialogueProgram:
     """One conversation, up to `max_turns` policy turns."""
+    if profile.opening is None:
+        raise ValueError(f"seeker {profile.id!r}: a dialogue needs its first message")
     lang = profile.language
     out = Dialogue(uid, profile, trajectory=[rules.start])
     history = [{"role": "seeker", "content": profile.opening}]

@@ -424,6 +424,8 @@ class Controller:
                     rec |= {"dialogue": d, "turn": t + 1, "change": turn.change,
                             "emotion": turn.emotion, "seeker": turn.seeker, "end": x.end,
                             "advantage": float(scored.advantages[k])}
+                    if t == 0:        # the seeker's first message (written by it for a card)
+                        rec["opening"] = x.profile.opening
                 if redundancy is not None:
                     rec |= {key: float(getattr(redundancy, key)[k])
                             for key in ("s_hist", "s_group", "tau")}

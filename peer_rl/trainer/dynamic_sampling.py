@@ -26,11 +26,16 @@ class DynamicSamplingLimit(RuntimeError):
     """max_num_gen_batches batches were drawn and the batch is still short (on_limit=raise)."""
 
 
-def group_values(scored: ScoredBatch, metric: str, group_size: int) -> np.ndarray:
-    """(groups, G) of the chosen per-sample value: reward (r_i), reweighted (r~_i, what the
-    advantages use) or format (all four steps present)."""
+def group_values(scored: ScoredBatch, metric: str, group_size: int) -> list[np.ndarray]:
+    """Each group's chosen per-sample values, groups in uid order: reward (r_i), reweighted
+    (r~_i, what the advantages use) or format (all four steps present). A batch that carries
+    its method's own advantages (whole conversations: a group is G dialogues of any number of
+    turns, so groups differ in size) gives those for `reweighted`: its advantages mix the
+    turns' r~ with the dialogue's emotion."""
     if metric == "reward":
         values = np.asarray(scored.rewards, dtype=np.float64)
+    elif metric == "reweighted" and scored.advantages is not None:
+        values = np.asarray(scored.advantages, dtype=np.float64)
     elif metric == "reweighted":
         values = np.asarray(scored.reweighted, dtype=np.float64)
     elif metric == "format":
@@ -39,41 +44,50 @@ def group_values(scored: ScoredBatch, metric: str, group_size: int) -> np.ndarra
         raise ValueError(f"algorithm.filter_groups.metric={metric!r}; expected reward, "
                          "reweighted or format")
     uids = np.array([s.uid for s in scored.samples])
-    groups = np.unique(uids)
-    return np.stack([values[uids == g] for g in groups]) if len(groups) else \
-        np.zeros((0, group_size))
+    return [values[uids == g] for g in np.unique(uids)]
 
 
-def zero_variance(values: np.ndarray, atol: float = 1e-9) -> np.ndarray:
+def zero_variance(values: list[np.ndarray], atol: float = 1e-9) -> np.ndarray:
     """(groups,) True where every sample of the group has the same value."""
-    if values.size == 0:
-        return np.zeros(0, dtype=bool)
-    return np.ptp(values, axis=1) <= atol
+    return np.array([np.ptp(v) <= atol for v in values], dtype=bool)
 
 
 def select_groups(rows: list[dict], scored: ScoredBatch, keep: list[int]
                   ) -> tuple[list[dict], ScoredBatch]:
-    """The groups `keep` (prompt positions in `rows`), renumbered 0..k-1 in that order."""
+    """The groups `keep` (prompt positions in `rows`), renumbered 0..k-1 in that order, with
+    their samples in their order (a dialogue's turns stay in turn order) and, for whole
+    conversations, their dialogues and advantages."""
     new_uid = {g: i for i, g in enumerate(keep)}
     idx = [k for k, s in enumerate(scored.samples) if s.uid in new_uid]
     idx.sort(key=lambda k: (new_uid[scored.samples[k].uid], k))
     pick = np.asarray(idx, dtype=np.int64)
     redundancy = scored.redundancy.take(pick) if scored.redundancy is not None else None
+    advantages = (np.asarray(scored.advantages)[pick] if scored.advantages is not None
+                  else None)
+    dialogues = None
+    if scored.dialogues is not None:
+        order = sorted((new_uid[d.uid], k) for k, d in enumerate(scored.dialogues)
+                       if d.uid in new_uid)
+        dialogues = [replace(scored.dialogues[k], uid=u) for u, k in order]
     return [rows[g] for g in keep], ScoredBatch(
         samples=[replace(scored.samples[k], uid=new_uid[scored.samples[k].uid]) for k in idx],
         parsed=[scored.parsed[k] for k in idx], replies=[scored.replies[k] for k in idx],
         rewards=np.asarray(scored.rewards)[pick], reweighted=np.asarray(scored.reweighted)[pick],
         redundancy=redundancy, metrics=dict(scored.metrics),
-        judge_raw=[scored.judge_raw[k] for k in idx])
+        judge_raw=[scored.judge_raw[k] for k in idx], advantages=advantages,
+        dialogues=dialogues)
 
 
 def concat(parts: list[tuple[list[dict], ScoredBatch]]) -> tuple[list[dict], ScoredBatch]:
     """Several batches' rows and samples as one, uids shifted past the earlier batches'."""
     rows: list[dict] = []
     samples, parsed, replies, judge_raw = [], [], [], []
-    rewards, reweighted, similarities = [], [], []
+    rewards, reweighted, similarities, advantages, dialogues = [], [], [], [], []
     for part_rows, sb in parts:
         samples += [replace(s, uid=s.uid + len(rows)) for s in sb.samples]
+        advantages.append(sb.advantages)
+        dialogues.append([replace(d, uid=d.uid + len(rows)) for d in sb.dialogues]
+                         if sb.dialogues is not None else None)
         rows += part_rows
         parsed += sb.parsed
         replies += sb.replies
@@ -84,10 +98,14 @@ def concat(parts: list[tuple[list[dict], ScoredBatch]]) -> tuple[list[dict], Sco
     redundancy = None
     if parts and all(r is not None for r in similarities):
         redundancy = Similarities.concat(similarities)
+    whole = parts and all(d is not None for d in dialogues)     # whole conversations
     return rows, ScoredBatch(samples=samples, parsed=parsed, replies=replies,
                              rewards=np.concatenate(rewards) if rewards else np.zeros(0),
                              reweighted=np.concatenate(reweighted) if reweighted else np.zeros(0),
-                             redundancy=redundancy, metrics={}, judge_raw=judge_raw)
+                             redundancy=redundancy, metrics={}, judge_raw=judge_raw,
+                             advantages=np.concatenate(advantages) if whole else None,
+                             dialogues=[d for part in dialogues for d in part] if whole
+                             else None)
 
 
 def merge_metrics(batches: list[ScoredBatch]) -> dict:

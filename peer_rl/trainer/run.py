@@ -30,6 +30,7 @@ from peer_rl.trainer.checkpoints import (STATE_FILE, complete_checkpoints, lates
 from peer_rl.trainer.cluster_watch import (ClusterLost, ClusterWatch, effective_lost_after,
                                             lost_message, reachable)
 from peer_rl.trainer.preemption import RunStopped, StopRequest
+from peer_rl.trainer.profile_rows import profile_rows
 from peer_rl.trainer.prompt_lengths import check_prompt_room, load_processors, prompt_lengths
 from peer_rl.trainer.runtime import init_ray, quiet_driver
 
@@ -238,32 +239,6 @@ def check_shared_output(actor_handles: list, out: Path) -> None:
             raise not_shared_error("trainer.output_dir", out, unseen)
     finally:
         shutil.rmtree(probe, ignore_errors=True)
-
-
-def profile_rows(cfg) -> list[dict]:
-    """dialogue.enable: the seeker profiles (dialogue.profiles, SAGE's JSON Lines; the bundled
-    sample by default) as the run's prompt rows, in file order: each row is who the seeker is
-    (its rendered persona), its first message and its language. A malformed profile fails naming
-    its file and item (data.skip_invalid skips it, counted)."""
-    from peer_rl.evaluation.cases import load_profiles  # deferred: pulls in datasets
-    from peer_rl.evaluation.config import SAMPLE_EVAL
-    from peer_rl.prompts.seeker import sage_persona
-
-    path = Path(cfg.dialogue.profiles or SAMPLE_EVAL / "sage_profiles.jsonl")
-    if not path.is_file():
-        raise PromptPoolError(f"dialogue.profiles: {path} is not a file (expected SAGE profiles, "
-                              "JSON Lines of id, player, scene, task, first_talk)")
-    loaded = load_profiles(path, skip_invalid=cfg.data.skip_invalid)
-    if loaded.skipped:
-        log.warning(f"{path}: skipped {len(loaded.skipped)} invalid profile(s): "
-                    f"{loaded.skipped[:3]}")
-    if not loaded.items:
-        raise PromptPoolError(f"dialogue.profiles: {path} holds no profile")
-    rows = [{"id": p.id, "persona": sage_persona(p, p.language), "opening": p.first_talk,
-             "language": p.language, "modality": "textual"} for p in loaded.items]
-    log.info(f"{len(rows)} seeker profile(s) from {path} (dialogues of up to "
-             f"{cfg.dialogue.max_turns} turns, {cfg.rollout.n} a profile)")
-    return rows
 
 
 def measured_prompts(cfg, rows: list[dict], policy: str) -> int:

@@ -290,3 +290,17 @@ def test_shared_prefixes_with_padded_rows_are_refused_at_start_up():
                                           "actor.use_remove_padding=false"):
         load_config(["actor.shared_prefix=true", "actor.use_remove_padding=false"])
     assert load_config(["actor.use_remove_padding=false"]).actor.shared_prefix == "auto"
+
+
+def test_dialogues_are_checked_at_start_up_naming_the_key():
+    with pytest.raises(ConfigError, match=r"dialogue.emotion_start=120: expected 0 to 100"):
+        load_config(["recipe=dialogue_tiny", "dialogue.emotion_start=120"])
+    with pytest.raises(ConfigError, match=r"trainer.eval_freq=2: the in-training evaluation is "
+                                          r"not supported with dialogues yet"):
+        load_config(["recipe=dialogue_tiny", "trainer.eval_freq=2"])
+    with pytest.raises(ConfigError, match=r"reward_model.kind=scalar and retrieval.enable=true"):
+        load_config(["recipe=dialogue_tiny", "reward_model.kind=scalar", "retrieval.enable=true"])
+    # dynamic sampling and the async look-ahead run with dialogues
+    cfg = load_config(["recipe=dialogue_tiny", "algorithm.filter_groups.enable=true",
+                       "trainer.async_training.staleness=1"])
+    assert cfg.algorithm.filter_groups.enable and cfg.trainer.async_training.staleness == 1

@@ -3,6 +3,8 @@ row order, groups, what the judge and RUR are given, and the metrics, worked out
 import numpy as np
 import pytest
 
+from peer_rl.algos.rewards import (count_words, history_similarity, length_coefficient,
+                                  peer_similarity, rur_reweight)
 from peer_rl.methods.dialogue_rollout import Dialogue, PolicyTurn, SeekerProfile
 from peer_rl.methods.dialogue_turns import (dialogue_metrics, per_dialogue, turn_histories,
                                             turn_judge_items, turn_peers, turn_samples, turns)
@@ -74,3 +76,33 @@ def test_the_steps_metrics_are_the_dialogues_turns_emotions_ends_and_turn_reward
     assert m["dialogue/end_success"] == 0 and m["dialogue/end_failure"] == 0
     assert m["dialogue/turn1_reward"] == pytest.approx((1 + 3 + 4) / 3)
     assert m["dialogue/turn2_reward"] == pytest.approx(2.0)
+
+
+# replies as unit vectors (an encoder's output, chosen by hand): cos(A1, B1) = 0.8,
+# cos(A2, A1) = 0.6, C1 orthogonal to all
+EMBED = {"That hurts.": [1.0, 0.0, 0.0], "Tell me more.": [0.6, 0.8, 0.0],
+         "Cheer up!": [0.8, 0.6, 0.0], "I hear you.": [0.0, 0.0, 1.0]}
+
+
+def test_a_turns_reward_and_its_rur_factors_on_a_hand_built_dialogue():
+    items = turn_judge_items(DIALOGUES)
+    verdicts = [["True"] * 3 + [None], ["True", "False", "True", None], [None] * 4,
+                ["True"] * 3 + [None]]
+    rewards = [judge_result(i, v, RewardWeights()).reward for i, v in zip(items, verdicts)]
+    # 3 sound steps + format; 2 + format; no steps, no format; 3 + format
+    assert rewards == pytest.approx([2.5, 2.0, 0.0, 2.5])
+    replies = [i.reply for i in items]
+    hist = turn_histories(DIALOGUES)
+    owner = np.repeat(np.arange(len(hist)), [len(h) for h in hist])
+    s_hist = history_similarity(np.array([EMBED[r] for r in replies]),
+                                np.array([EMBED[u] for h in hist for u in h]).reshape(-1, 3),
+                                owner, np.arange(len(replies)))
+    s_in = peer_similarity(np.array([EMBED[r] for r in replies]), turn_peers(DIALOGUES))
+    assert s_hist == pytest.approx([0.0, 0.6, 0.0, 0.0])
+    assert s_in == pytest.approx([0.8, 0.0, 0.8, 0.0])
+    # tau = sigmoid(0.5 (words - 5)): 2 words 0.182426, 3 words 0.268941 ("I hear you.")
+    tau = length_coefficient([count_words(r, 1.0) for r in replies])
+    assert tau == pytest.approx([0.182426, 0.268941, 0.182426, 0.268941], abs=1e-6)
+    reweighted = rur_reweight(rewards, s_hist, s_in, tau)
+    # A1: 2.5 / (1 + 0.182426 x 0.8); A2: 2.0 / (1 + 0.268941 x 0.6); B1: 0; C1 alone: 2.5
+    assert reweighted == pytest.approx([2.181614, 1.722111, 0.0, 2.5], abs=1e-5)

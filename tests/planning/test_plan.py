@@ -421,6 +421,7 @@ SHAPES = {name: [f"model.path={shape}"] for name, shape in {
     "sft_smollm2": "SmolLM2-135M", "unifireward_smollm2": "SmolLM2-135M"}.items()}
 SHAPES |= {name: ["model.path=SmolLM2-135M", "reward_model.path=SmolLM2-135M"]
            for name in ("peer_smollm2", "peer_rur_smollm2")}
+SHAPES["dialogue_smollm2"] = SHAPES["peer_smollm2"] + ["seeker.path=SmolLM2-135M"]
 SETTINGS = {"data": "recipe=data: the settings of `peer-rl data filter|personas|rewrite|"
                     "preference|cold-start`",
             "eval": "recipe=eval: the settings of `peer-rl eval esc|sage|safety|diversity`"}

@@ -186,3 +186,55 @@ def test_the_line_for_a_batch_with_no_signal_says_what_its_advantages_are():
     fg.metric = "reward"
     _, _, note = refill(_batch("g", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, 2, step=1)
     assert note.endswith("whose reward and reweighted both tie in every group: advantages all 0")
+
+
+def dialogue_batch(turns: list[int], advantages: list[float], uids: list[int], tag: str):
+    """Whole conversations: dialogue k has turns[k] turns and group uids[k]; a row per turn,
+    dialogue by dialogue, carrying the method's advantages."""
+    from peer_rl.methods.dialogue_rollout import Dialogue, PolicyTurn, SeekerProfile
+
+    profile = SeekerProfile("p", "You are Ann.", "Hi.", "en")
+    dialogues, samples = [], []
+    for k, (n, uid) in enumerate(zip(turns, uids)):
+        d = Dialogue(uid, profile, trajectory=[40] * (n + 1), end="max_turns")
+        for t in range(n):
+            sample = Sample(uid=uid, prompt_ids=[1], response_ids=[t], response_logprobs=[0.0],
+                            text=f"{tag}{k}.{t}")
+            d.turns.append(PolicyTurn([], sample, Parsed(True)))
+            samples.append(sample)
+        dialogues.append(d)
+    n = len(samples)
+    return ScoredBatch(samples=samples, parsed=[Parsed(True)] * n,
+                       replies=[s.text for s in samples], rewards=np.ones(n),
+                       reweighted=np.ones(n), redundancy=None, metrics={"judge/asked": n},
+                       judge_raw=[None] * n, advantages=np.array(advantages, float),
+                       dialogues=dialogues)
+
+
+def test_dialogue_groups_tie_on_their_advantages_and_keep_their_dialogues():
+    # group 0: dialogues of 2 and 1 turns, advantages all 0 (tied); group 1: 1 and 2 turns
+    sb = dialogue_batch([2, 1, 1, 2], [0, 0, 0, 0.5, -0.5, -0.5], [0, 0, 1, 1], "a")
+    values = group_values(sb, "reweighted", 2)
+    assert [v.tolist() for v in values] == [[0, 0, 0], [0.5, -0.5, -0.5]]
+    assert zero_variance(values).tolist() == [True, False]
+    assert zero_variance(group_values(sb, "reward", 2)).tolist() == [True, True]
+    rows, out = select_groups([{"id": "x"}, {"id": "y"}], sb, [1])
+    assert rows == [{"id": "y"}] and [s.text for s in out.samples] == ["a2.0", "a3.0", "a3.1"]
+    assert out.advantages.tolist() == [0.5, -0.5, -0.5]
+    assert [(d.uid, len(d.turns)) for d in out.dialogues] == [(0, 1), (0, 2)]
+    assert [d.uid for d in sb.dialogues] == [0, 0, 1, 1]            # the input is untouched
+
+
+def test_a_refilled_dialogue_batch_joins_the_kept_groups_dialogues_and_advantages():
+    first = ([{"id": "x"}, {"id": "y"}],
+             dialogue_batch([1, 1, 1, 1], [0, 0, 1, -1], [0, 0, 1, 1], "a"))
+    more = ([{"id": "z"}, {"id": "w"}],
+            dialogue_batch([2, 1, 1, 1], [1, -1, 1, 0, 0], [0, 0, 1, 1], "b"))
+    rows, out, note = refill(first, lambda: more, FilterGroupsConfig(enable=True), 2, 2, step=1)
+    assert note is None and [r["id"] for r in rows] == ["y", "z"]
+    assert [s.text for s in out.samples] == ["a2.0", "a3.0", "b0.0", "b0.1", "b1.0"]
+    assert [s.uid for s in out.samples] == [0, 0, 1, 1, 1]
+    assert out.advantages.tolist() == [1, -1, 1, -1, 1]
+    assert [(d.uid, [t.sample.text for t in d.turns]) for d in out.dialogues] == \
+        [(0, ["a2.0"]), (0, ["a3.0"]), (1, ["b0.0", "b0.1"]), (1, ["b1.0"])]
+    assert out.metrics["filter/gen_batches"] == 2 and out.metrics["filter/kept_groups"] == 2

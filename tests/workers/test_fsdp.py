@@ -3,7 +3,8 @@ checkpoint's file index, and the module tree the ranks other than 0 build on the
 import pytest
 import torch
 
-from peer_rl.workers.fsdp import build_empty, file_index, freeze_vision_tower, tied_duplicates
+from peer_rl.workers.fsdp import (build_empty, file_index, freeze_vision_tower, load_sharded,
+                                   save_sharded, tied_duplicates)
 
 
 class _Tower(torch.nn.Module):
@@ -78,3 +79,42 @@ def test_a_model_built_on_the_meta_device_is_from_pretrained_s_tree(tiny_models,
     assert not empty.training
     assert all(t.is_meta for t in (*empty.parameters(), *empty.buffers()))
 
+
+
+def _two_towers():
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"language": torch.nn.Linear(4, 4),
+                                 "visual": torch.nn.Linear(4, 4)})
+    return model, torch.optim.AdamW(model.parameters(), lr=0.1)
+
+
+def _step(model, optim, visual: bool = False):
+    x = torch.arange(8.0).reshape(2, 4)
+    y = model["language"](x)
+    (model["visual"](y) if visual else y).pow(2).sum().backward()
+    optim.step()
+    optim.zero_grad()
+
+
+def test_a_parameter_that_never_had_a_gradient_resumes_with_no_steps(tmp_path):
+    """A vision-language policy trained on text alone never steps its vision tower, so AdamW
+    keeps no state for it: the checkpoint loads anyway, and the tower's first step after it
+    is a first step (AdamW's bias correction), as in the run that was not interrupted."""
+    model, optim = _two_towers()
+    _step(model, optim)
+    save_sharded(tmp_path / "ckpt", model, optim, rank=0)
+    again, again_optim = _two_towers()
+    with torch.no_grad():
+        for p in again.parameters():
+            p.add_(1.0)                                    # the load must overwrite these
+    load_sharded(tmp_path / "ckpt", again, again_optim)
+    for (name, p), q in zip(model.named_parameters(), again.parameters()):
+        assert torch.equal(p, q), name
+    w = again["language"].weight
+    assert torch.equal(again_optim.state[w]["exp_avg"], optim.state[model["language"].weight]
+                       ["exp_avg"])
+    assert again["visual"].weight not in again_optim.state     # as in the saved run
+    _step(model, optim, visual=True)            # the tower's first step, after the resume too
+    _step(again, again_optim, visual=True)
+    for (name, p), q in zip(model.named_parameters(), again.parameters()):
+        assert torch.allclose(p, q, atol=1e-7), name
