@@ -79,6 +79,16 @@ class RolloutWorker:
         return for_vllm(attach_images(prompt.messages, prompt.images))
 
     @dispatch(Dispatch.SHARD)
+    def prompt_tokens(self, prompts: list[Prompt]) -> list[int]:
+        """Each text prompt's length in tokens as `generate` would lay it out (the engine's own
+        tokenizer and chat template): a dialogue's next prompt is checked against the room
+        rollout.max_model_len leaves before it is sent (peer_rl.methods.dialogue)."""
+        tokenizer = self.llm.get_tokenizer()
+        return [len(tokenizer.apply_chat_template(strip_tags(p.messages), tokenize=True,
+                                                  add_generation_prompt=True, return_dict=False))
+                for p in prompts]
+
+    @dispatch(Dispatch.SHARD)
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[Sample]:
         """sampling.n samples per prompt, in prompt order then sample order.
 

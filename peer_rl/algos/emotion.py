@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ENDS = ("success", "failure", "goodbye", "max_turns")
+# how a dialogue ends: SAGE's four, and `length` when the policy's next prompt would leave no
+# room for its reply in rollout.max_model_len (the dialogue is trained as far as it got)
+ENDS = ("success", "failure", "goodbye", "max_turns", "length")
 
 
 @dataclass(frozen=True)

@@ -47,12 +47,14 @@ class DialogueSettings:
     turn_weight: float
     dialogue_weight: float
     rules: EmotionRules
+    room: int        # a policy prompt's tokens at most: rollout.max_model_len - response_length
 
     @classmethod
     def from_config(cls, cfg) -> "DialogueSettings":
         d = cfg.dialogue
         return cls(d.max_turns, d.credit, d.turn_weight, d.dialogue_weight,
-                   EmotionRules(start=d.emotion_start))
+                   EmotionRules(start=d.emotion_start),
+                   cfg.rollout.max_model_len - cfg.rollout.response_length)
 
 
 def profile_of(row: dict) -> SeekerProfile:
@@ -79,7 +81,9 @@ class Dialogues(Method):
 
     def _policy(self, step: int, n_dialogues: int):
         """The policy party: one sample per live dialogue, each request seeded by its round and
-        its dialogue's place in the round (so a turn's seed never repeats another's)."""
+        its dialogue's place in the round (so a turn's seed never repeats another's). A prompt
+        longer than dialogue room (counted by the rollout engines' own tokenizer) is not sent:
+        its answer is None, and its dialogue ends there."""
         s = self.settings.sampling
         sampling = SamplingConfig(n=1, temperature=s.temperature, top_p=s.top_p,
                                   max_tokens=s.max_tokens, seed=s.seed)
@@ -90,7 +94,15 @@ class Dialogues(Method):
             prompts = [Prompt(uid=k, messages=m, seed=request_seed(
                 self.settings.seed, step - 1, "rollout", r * n_dialogues + k, 1))
                 for k, m in enumerate(requests)]
-            return self.groups.rollout.call("generate", prompts, sampling, step=step)
+            lengths = self.groups.rollout.call("prompt_tokens", prompts, step=step)
+            fits = [k for k, n in enumerate(lengths) if n <= self.dialogue.room]
+            answers: list = [None] * len(prompts)
+            if fits:
+                done = self.groups.rollout.call("generate", [prompts[k] for k in fits],
+                                                sampling, step=step)
+                for k, sample in zip(fits, done):
+                    answers[k] = sample
+            return answers
         return ask
 
     def _seeker(self, step: int, n_dialogues: int):

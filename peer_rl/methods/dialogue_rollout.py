@@ -8,6 +8,9 @@ JSON its answer must be, or None) and receives its text. `run_dialogues` keeps e
 turn with the requests of all the dialogues still going: a dialogue that ends early simply asks
 nothing more and frees its place in the batch.
 
+The policy party answers None where the prompt would leave its reply no room in
+rollout.max_model_len: the dialogue ends there (`length`), trained as far as it got.
+
 What each party sees:
 - the policy, each turn, its own prompt (PEER's Steps 1-4 instruction) over the dialogue so
   far, where its earlier turns appear as the seeker read them (Step 4), as in PEER's rows;
@@ -64,6 +67,10 @@ class Dialogue:
 DialogueProgram = Generator[tuple, object, Dialogue]
 
 
+class DialogueTooLong(ValueError):
+    """A dialogue whose first policy prompt does not fit the rollout engine's context."""
+
+
 def dialogue(uid: int, profile: SeekerProfile, template: PolicyTemplate, max_turns: int,
              rules: EmotionRules = EmotionRules()) -> DialogueProgram:
     """One conversation, up to `max_turns` policy turns."""
@@ -75,6 +82,14 @@ def dialogue(uid: int, profile: SeekerProfile, template: PolicyTemplate, max_tur
     emotion = rules.start
     for _ in range(max_turns):
         sample = yield "policy", template.messages(history, lang)
+        if sample is None:           # the prompt would leave the reply no room
+            if not out.turns:
+                raise DialogueTooLong(f"seeker {profile.id!r}: the policy's first prompt "
+                                      "leaves no room for its reply in rollout.max_model_len - "
+                                      "rollout.response_length tokens; raise "
+                                      "rollout.max_model_len or shorten the seeker's opening")
+            out.end = "length"
+            return out
         parsed = parse_structured(sample.text)
         turn = PolicyTurn(list(history), sample, parsed)
         out.turns.append(turn)

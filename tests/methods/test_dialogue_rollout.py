@@ -3,8 +3,11 @@ what, when a dialogue ends, and that the parties are asked in lock-step. The par
 test's inputs; the turn-taking, the prompts and the emotion are the code's."""
 import json
 
+import pytest
+
 from peer_rl.algos.emotion import EmotionRules
-from peer_rl.methods.dialogue_rollout import SeekerProfile, dialogue, run_dialogues
+from peer_rl.methods.dialogue_rollout import (DialogueTooLong, SeekerProfile, dialogue,
+                                              run_dialogues)
 from peer_rl.prompts.policy import PolicyTemplate
 from peer_rl.protocol import Sample
 
@@ -97,3 +100,25 @@ def test_dialogues_that_end_early_free_their_place_and_parties_are_asked_once_a_
     # each turn: the analyser for every live dialogue, then the replies
     assert [len(c) for c in script.calls["seeker"]] == [3, 3, 2, 2, 1, 1]
     assert [d.uid for d in dialogues] == [0, 1, 2]
+
+
+def test_a_dialogue_whose_next_prompt_has_no_room_ends_there_trained_as_far_as_it_got():
+    script = Script([[1, 1, 1]])
+    answered = []
+
+    def policy(requests):             # the second turn's prompt does not fit
+        answered.append(len(requests))
+        return script.policy(requests) if len(answered) == 1 else [None] * len(requests)
+
+    (d,) = run_dialogues([dialogue(0, profile(0), PolicyTemplate(), max_turns=3)],
+                         {"policy": policy, "seeker": script.seeker})
+    assert d.end == "length" and len(d.turns) == 1 and d.trajectory == [40, 41]
+    assert d.turns[0].seeker == "more 0.1"            # it had spoken before the end
+
+
+def test_a_first_prompt_without_room_names_the_seeker():
+    with pytest.raises(DialogueTooLong, match=r"seeker 'p0': the policy's first prompt leaves "
+                                              r"no room"):
+        run_dialogues([dialogue(0, profile(0), PolicyTemplate(), max_turns=3)],
+                      {"policy": lambda requests: [None] * len(requests),
+                       "seeker": Script([[1]]).seeker})

@@ -77,6 +77,8 @@ def test_prompt_lengths_are_the_engines_own(worker, tiny_models):
     samples = worker.generate(prompts, SamplingConfig(n=1, max_tokens=2, seed=1))
     rows = [{"messages": p.messages, "images": p.images} for p in prompts]
     assert prompt_lengths(rows, tiny_models["policy"]) == [len(s.prompt_ids) for s in samples]
+    # the worker's own count of text prompts (a dialogue's next turn is checked by it)
+    assert worker.prompt_tokens(prompts[:2]) == [len(s.prompt_ids) for s in samples[:2]]
 
 
 def hf_logprobs(model, ids: list[int]) -> list[float]:
