@@ -190,6 +190,9 @@ class DialogueConfig:
     # the seekers: SAGE profiles (id, player, scene, task, first_talk) or ESC-Eval role cards
     # (id, base, language), JSON Lines or a JSON list; "" = the bundled SAGE sample
     profiles: str = ""
+    # a `peer-rl data personas` output directory: each seeker also talks as a DISC persona of
+    # its language, drawn per seeker with trainer.seed; "" = none
+    personas: str = ""
     max_turns: int = 5                   # policy turns at most; the seeker may end sooner
     # outcome: one advantage per dialogue on all its turns; turn: each turn's reward against the
     # group's same turn, plus the dialogue's (peer_rl.algos.turn_credit)

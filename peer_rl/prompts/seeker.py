@@ -68,6 +68,16 @@ def esc_persona(card_text: str, lang: str, length: str = "message") -> str:
     return _SEEKER_ESC[lang].format(card=card_text, length=TURN_LENGTH[length][lang])
 
 
+_STYLE = {"en": "\n\nHow you talk (stay in it): {description}",
+          "zh": "\n\n你说话的方式（请保持）：{description}"}
+
+
+def with_style(persona: str, description: str, lang: str) -> str:
+    """A seeker's system prompt with how it talks: a DISC persona's description
+    (`peer-rl data personas`), added to the profile or card that says who it is."""
+    return persona + _STYLE[lang].format(description=description)
+
+
 # ---------------------------------------------------------------- SAGE
 CHANGE_SCHEMA = {"type": "object", "properties": {
     "change": {"type": "integer", "minimum": -10, "maximum": 10},

@@ -7,12 +7,18 @@ Two kinds of file, told apart by their items' keys (peer_rl.evaluation.cases.see
   is the card. A card has no first message, so the seeker writes one at each step, shared by the
   G dialogues of the card's group (peer_rl.methods.dialogue).
 
+`dialogue.personas` (a `peer-rl data personas` output) adds how each seeker talks: a DISC
+persona of its language, drawn per seeker from its id and trainer.seed, its description added to
+the seeker's system prompt. The profile or card says who the seeker is and what troubles it; a
+persona, built from how real seekers wrote, says how it talks.
+
 `data.languages` keeps the seekers in those languages, as it keeps PEER's rows; the others are
 counted in one line. A malformed item fails naming its file and item (data.skip_invalid skips it,
 counted).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter
 from pathlib import Path
@@ -44,6 +50,8 @@ def profile_rows(cfg) -> list[dict]:
                     f"{loaded.skipped[:3]}")
     rows = [_row(kind, item) for item in loaded.items]
     rows = _in_languages(rows, cfg.data.languages, path)
+    if cfg.dialogue.personas:
+        rows = _with_personas(rows, cfg.dialogue.personas, cfg.trainer.seed)
     log.info(f"{len(rows)} seeker(s) from {path} ({kind.replace('_', ' ')}; dialogues of up to "
              f"{cfg.dialogue.max_turns} turns, {cfg.rollout.n} a seeker)")
     return rows
@@ -73,3 +81,36 @@ def _in_languages(rows: list[dict], languages, path: Path) -> list[dict]:
         raise PromptPoolError(f"dialogue.profiles: {path} holds no seeker in data.languages="
                               f"{list(languages)} (it holds {dict(sorted(left.items()))})")
     return kept
+
+
+def _with_personas(rows: list[dict], directory: str, seed: int) -> list[dict]:
+    from peer_rl.datajobs.rewrite import load_personas  # deferred: pulls in the data jobs
+    from peer_rl.prompts.seeker import with_style
+
+    try:
+        personas = load_personas(directory)
+    except FileNotFoundError:
+        raise PromptPoolError(f"dialogue.personas={directory}: no personas.jsonl there (the "
+                              f"output of `peer-rl data personas ROOT --out DIR`)") from None
+    except ValueError as exc:                     # names the file and the line
+        raise PromptPoolError(f"dialogue.personas: {exc}") from None
+    by_lang: dict[str, list[dict]] = {}
+    for p in sorted(personas.values(), key=lambda p: p["seeker"]):
+        by_lang.setdefault(language_of(p["language"]) or p["language"], []).append(p)
+    missing = sorted({r["language"] for r in rows} - set(by_lang))
+    if missing:
+        raise PromptPoolError(f"dialogue.personas={directory}: no persona in {missing} for the "
+                              f"seekers in it (it holds {sorted(by_lang)})")
+    out = []
+    for r in rows:
+        persona = draw(r["id"], by_lang[r["language"]], seed)
+        out.append({**r, "persona": with_style(r["persona"], persona["description"],
+                                               r["language"]), "style": persona["seeker"]})
+    log.info(f"seekers talk as DISC personas from {directory} ({len(personas)} persona(s))")
+    return out
+
+
+def draw(seeker_id: str, personas: list[dict], seed: int) -> dict:
+    """One of `personas`, chosen by the seeker's id and the run's seed alone."""
+    digest = hashlib.sha256(f"{seed}:{seeker_id}".encode()).digest()
+    return personas[int.from_bytes(digest[:8], "big") % len(personas)]

@@ -69,3 +69,46 @@ def test_a_file_of_neither_kind_is_refused_naming_what_each_kind_holds(tmp_path)
     card.write_text('[{"id": 1, "base": "x", "language": "klingon"}]')
     with pytest.raises(CaseFileError, match=r"card.json:item 1: language: expected english"):
         profile_rows(load_config(["recipe=dialogue_tiny", f"dialogue.profiles={card}"]))
+
+
+def _personas(d, records):
+    """A `peer-rl data personas` output, as that job writes its personas.jsonl."""
+    d.mkdir()
+    (d / "personas.jsonl").write_text("".join(json.dumps(
+        {"seeker": sid, "language": lang, "cluster": f"{lang}-0", "rows": [],
+         "disc": {"dominance": 2, "influence": 4, "steadiness": 3, "compliance": 2},
+         "description": text}, ensure_ascii=False) + "\n" for sid, lang, text in records))
+    return d
+
+
+def test_dialogue_personas_add_how_each_seeker_talks_in_its_language(tmp_path):
+    d = _personas(tmp_path / "p", [("s1", "en", "Talks in short bursts."),
+                                   ("s2", "en", "Apologises a lot."),
+                                   ("s3", "zh", "说话很委婉。")])
+    plain = profile_rows(load_config(["recipe=dialogue_tiny"]))
+    rows = profile_rows(load_config(["recipe=dialogue_tiny", f"dialogue.personas={d}"]))
+    for r, p in zip(rows, plain):
+        # who the seeker is stays; how it talks comes after, from a persona of its language
+        assert r["persona"].startswith(p["persona"]) and r["opening"] == p["opening"]
+        assert r["style"] in ({"s3"} if r["language"] == "zh" else {"s1", "s2"})
+    assert rows[0]["persona"].endswith("说话很委婉。")
+    assert "How you talk" in rows[2]["persona"]
+    # drawn by the seeker's id and the seed: the same again, and the seed can change it
+    again = profile_rows(load_config(["recipe=dialogue_tiny", f"dialogue.personas={d}"]))
+    assert again == rows
+    draws = {profile_rows(load_config(["recipe=dialogue_tiny", f"dialogue.personas={d}",
+                                       f"trainer.seed={s}"]))[2]["style"] for s in range(8)}
+    assert draws == {"s1", "s2"}
+
+
+def test_dialogue_personas_without_the_seekers_language_or_the_file_are_refused(tmp_path):
+    d = _personas(tmp_path / "p", [("s1", "en", "Talks in short bursts.")])
+    with pytest.raises(PromptPoolError, match=r"no persona in \['zh'\] for the seekers in it "
+                                              r"\(it holds \['en'\]\)"):
+        profile_rows(load_config(["recipe=dialogue_tiny", f"dialogue.personas={d}"]))
+    with pytest.raises(PromptPoolError, match=r"dialogue.personas=.*none: no personas.jsonl"):
+        profile_rows(load_config(["recipe=dialogue_tiny",
+                                  f"dialogue.personas={tmp_path / 'none'}"]))
+    (d / "personas.jsonl").write_text('{"seeker": "s1"}\n')
+    with pytest.raises(PromptPoolError, match=r"personas.jsonl:1: expected a persona record"):
+        profile_rows(load_config(["recipe=dialogue_tiny", f"dialogue.personas={d}"]))
