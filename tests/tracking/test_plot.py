@@ -35,3 +35,17 @@ def test_a_panel_with_no_value_is_left_out_and_none_at_all_draws_nothing():
                         {"reward": ["reward/mean"], "rate": ["flag", "reward/format_rate"]}, "t")
     assert [ax.get_ylabel() for ax in fig.axes] == ["reward"]
     assert curves_figure([{"step": 1}], CURVES, "t") is None
+
+
+def test_a_dialogue_run_adds_the_emotion_and_its_ends():
+    recs = [{**r, "dialogue/emotion_end": e, "dialogue/emotion_mean": m,
+             "dialogue/end_success": 0.0, "dialogue/end_failure": f}
+            for r, e, m, f in zip(RECS, [29.1, 35.0, 41.5], [34.2, 37.0, 40.0], [0.5, 0.25, 0.0])]
+    fig = curves_figure(recs, CURVES, "t")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["reward", "rate", "seeker's emotion",
+                                                    "dialogue end rate"]
+    emotion, ends = fig.axes[2:]
+    assert list(emotion.get_lines()[0].get_ydata()) == [29.1, 35.0, 41.5]
+    assert [ln.get_label() for ln in ends.get_lines()] == ["dialogue/end_success",
+                                                           "dialogue/end_failure"]
+    assert ends.get_ylim() == (-0.02, 1.02)
