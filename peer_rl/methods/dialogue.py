@@ -2,9 +2,10 @@
 profiles.
 
 2. rollout: a first message for each profile that has none (an ESC-Eval role card: the seeker
-   writes it, once for the profile's group); then rollout.n dialogues per profile between the policy (the rollout pool, asked once a
-   turn for every dialogue still going) and the simulated seeker (the seeker pool, SAGE's
-   analyser and reply), peer_rl.methods.dialogue_rollout;
+   writes it, once for the profile's group); then rollout.n dialogues per profile between the
+   policy (the rollout pool, asked once a turn for every dialogue still going) and the
+   simulated seeker (the seeker pool, SAGE's analyser and reply),
+   peer_rl.methods.dialogue_rollout;
 3. each policy turn is parsed (Steps 1-4) and becomes a trained row (dialogue_turns);
 4. UnifiReward judges each turn's steps against the dialogue so far, and its format (no
    reference reply, so no outcome round); the outcome is the seeker's final emotion / 100;
@@ -82,7 +83,7 @@ class Dialogues(Method):
     def _policy(self, step: int, n_dialogues: int):
         """The policy party: one sample per live dialogue, each request seeded by its round and
         its dialogue's place in the round (so a turn's seed never repeats another's). A prompt
-        longer than dialogue room (counted by the rollout engines' own tokenizer) is not sent:
+        longer than `room` (counted by the rollout engines' own tokenizer) is not sent:
         its answer is None, and its dialogue ends there."""
         s = self.settings.sampling
         sampling = SamplingConfig(n=1, temperature=s.temperature, top_p=s.top_p,
