@@ -18,7 +18,8 @@ CURVES = {"reward": ["reward/mean", "reward/rur_mean"],
           "rate": ["reward/format_rate", "judge/parse_failure_rate"],
           "seeker's emotion": ["dialogue/emotion_end", "dialogue/emotion_mean"],
           "dialogue end rate": ["dialogue/end_success", "dialogue/end_failure",
-                                "dialogue/end_goodbye", "dialogue/end_length"]}
+                                "dialogue/end_goodbye", "dialogue/end_max_turns",
+                                "dialogue/end_length"]}
 
 
 def draw_figures(run_dir: Path, out_dir: Path, experiment: str, staleness: int) -> list[Path]:
