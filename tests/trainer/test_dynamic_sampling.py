@@ -221,8 +221,9 @@ def test_dialogue_groups_tie_on_their_advantages_and_keep_their_dialogues():
     # every step logs these, filtering or not: groups of 3 rows each here, of 2 + 1 turns
     assert zero_variance_metrics([sb], 2) == {"groups/zero_variance_share/reward": 1.0,
                                               "groups/zero_variance_share/reweighted": 0.5}
-    ragged = dialogue_batch([2, 1], [0.5, 0.5, -1.0], [0, 0], "r")     # 2 rows + 1
-    assert zero_variance_metrics([ragged], 2)["groups/zero_variance_share/reweighted"] == 0.0
+    ragged = dialogue_batch([2, 1, 1, 1], [0.5, 0.5, -1.0, 0, 0], [0, 0, 1, 1], "r")
+    assert [len(v) for v in group_values(ragged, "reweighted", 2)] == [3, 2]
+    assert zero_variance_metrics([ragged], 2)["groups/zero_variance_share/reweighted"] == 0.5
     rows, out = select_groups([{"id": "x"}, {"id": "y"}], sb, [1])
     assert rows == [{"id": "y"}] and [s.text for s in out.samples] == ["a2.0", "a3.0", "a3.1"]
     assert out.advantages.tolist() == [0.5, -0.5, -0.5]
