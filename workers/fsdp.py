@@ -424,14 +424,17 @@ def load_sharded(directory: str | Path, model, optim, include_model: bool = True
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     msd, osd = get_state_dict(model, optim)
     reader = HuggingFaceStorageReader(str(d))
-    flat, unsaved = _unsaved_optim_state(_flat(model, msd if include_model else None, osd, keep),
-                                         osd, reader)
     try:
+        flat, unsaved = _unsaved_optim_state(
+            _flat(model, msd if include_model else None, osd, keep), osd, reader)
         dcp.load(flat, storage_reader=reader)   # in place, into msd / osd
     except CheckpointException as exc:   # a BaseException: name the directory and the cause
         causes = "; ".join(sorted({str(e).strip().splitlines()[-1]
                                    for e in exc.failures.values()}))
         raise ValueError(f"{d}: the sharded checkpoint cannot be read: {causes}") from None
+    except Exception as exc:             # its headers, read first: not safetensors, torn
+        raise ValueError(f"{d}: the sharded checkpoint cannot be read: "
+                         f"{type(exc).__name__}: {exc}") from None
     osd["param_groups"] = [{k: tuple(v) if k == "betas" else v for k, v in g.items()}
                            for g in meta["param_groups"]]
     if keep is not None:

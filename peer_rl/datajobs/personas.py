@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from peer_rl.data.personas import PERSONAS_FILE
 from peer_rl.datajobs import job
 from peer_rl.datajobs.parse import parse_persona
 from peer_rl.datajobs.prompts import DISC, PERSONA_SCHEMA, persona_messages
@@ -26,7 +27,6 @@ from peer_rl.evaluation.endpoints import Request
 from peer_rl.evaluation.store import RunStore
 from peer_rl.files.out_paths import claim_dir, mark_dir, write_atomic
 
-PERSONAS_FILE = "personas.jsonl"
 CLUSTERS_FILE = "clusters.json"
 
 

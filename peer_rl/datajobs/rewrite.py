@@ -25,7 +25,8 @@ from peer_rl.data.layout import discover
 from peer_rl.datajobs import job
 from peer_rl.datajobs.filter import judge_dialogue
 from peer_rl.datajobs.parse import parse_rewrite
-from peer_rl.datajobs.personas import PERSONAS_FILE, seekers_of
+from peer_rl.data.personas import PERSONAS_FILE, load_personas
+from peer_rl.datajobs.personas import seekers_of
 from peer_rl.datajobs.prompts import CRITERIA, rewrite_messages, rewrite_schema
 from peer_rl.datajobs.rows import Row
 from peer_rl.datajobs.seekers import Seeker
@@ -40,23 +41,6 @@ class RewriteCase:
     id: str
     seeker: Seeker
     persona: dict          # the persona record drawn for this copy
-
-
-def load_personas(directory: str | Path) -> dict[str, dict]:
-    path = Path(directory) / PERSONAS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"--personas {directory}: no {PERSONAS_FILE} there (run "
-                                f"`peer-rl data personas ROOT --out {directory}` first)")
-    out = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            rec = json.loads(line)
-            out[rec["seeker"]] = {"seeker": rec["seeker"], "cluster": rec["cluster"],
-                                  "description": rec["description"], "language": rec["language"]}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{n}: expected a persona record (seeker, cluster, "
-                             f"description, language): {exc}") from None
-    return out
 
 
 def draw_persona(seeker_id: str, copy: int, personas: dict[str, dict], seed: int) -> dict:

@@ -23,6 +23,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+from peer_rl.data.personas import load_personas
 from peer_rl.data.prompt_loader import PromptPoolError
 from peer_rl.data.vocab import language_of
 
@@ -84,7 +85,6 @@ def _in_languages(rows: list[dict], languages, path: Path) -> list[dict]:
 
 
 def _with_personas(rows: list[dict], directory: str, seed: int) -> list[dict]:
-    from peer_rl.datajobs.rewrite import load_personas  # deferred: pulls in the data jobs
     from peer_rl.prompts.seeker import with_style
 
     try:

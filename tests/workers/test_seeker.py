@@ -37,6 +37,7 @@ def seeker():
 
 @pytest.mark.e2e     # a vLLM engine
 def test_the_analyser_answers_its_schema_and_greedy_answers_ignore_the_batch(seeker):
+    before = seeker.health()["answered"]       # the module's engine: other tests asked it too
     analyse = SeekerRequest(sage_analyse_messages("You are Ann.", HISTORY, 40, "en"),
                             CHANGE_SCHEMA)
     reply = SeekerRequest(sage_reply_messages("You are Ann.", HISTORY, 42, "a bit better", "en"))
@@ -50,7 +51,7 @@ def test_the_analyser_answers_its_schema_and_greedy_answers_ignore_the_batch(see
     # each alone, in another order: the same text (so sharding over workers changes nothing)
     assert seeker.chat([other])[0] == together[2]
     assert seeker.chat([reply, analyse]) == [together[1], together[0]]
-    assert seeker.health()["answered"] == 6
+    assert seeker.health()["answered"] - before == 6
 
 
 class _Supporter:
@@ -85,16 +86,22 @@ def test_two_seeker_workers_give_the_same_dialogues_as_one(seeker):
 
     from peer_rl.trainer.worker_group import WorkerGroup
 
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    joined = ray.is_initialized()          # a module before this one may have left one up
+    if not joined:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    actor = ray.remote(num_cpus=0.1)(SeekerWorker)
+    handles = [actor.remote(MODEL, SETTINGS) for _ in range(2)]
     try:
-        actor = ray.remote(num_cpus=0.5)(SeekerWorker)
-        handles = [actor.remote(MODEL, SETTINGS) for _ in range(2)]
         pool = WorkerGroup("seeker", handles, 0, 60.0, cls=SeekerWorker)
         two = _dialogues(lambda requests: pool.call("chat", requests, step=1))
         answered = [h["answered"] for h in ray.get([h.health.remote() for h in handles])]
     finally:
-        ray.shutdown()
+        ray.get([h.close.remote() for h in handles])
+        for h in handles:
+            ray.kill(h)
+        if not joined:
+            ray.shutdown()
     one = _dialogues(seeker.chat)
     # 5 dialogues: each round's requests split 3 + 2 (or fewer) over the two workers
     # 5 dialogues of 2 turns, the seeker asked twice a turn (fewer where its emotion ended one)
