@@ -104,7 +104,7 @@ def emitted_keys() -> set[str]:
         "<prefix>/max": {f"{p}/max" for p in summarised},
         "<prefix>/min": {f"{p}/min" for p in summarised},
         "eval/diversity/<k>": {f"eval/diversity/{k}" for k in _diversity_keys()},
-        "groups/zero_variance_share/<metric>": set(zero_variance_metrics([], 4)),
+        "groups/zero_variance_share/<metric>": set(zero_variance_metrics([])),
     }
     keys = set(literal) - set(RENAMED)       # old names, only ever read back
     for t in templates:

@@ -290,7 +290,7 @@ class Controller:
         rows = self.loader.next_batch() if batch_rows is None else batch_rows
         scored = self.method.score(rows, timing.step, timing)
         if not self.cfg.algorithm.filter_groups.enable:
-            scored.metrics |= zero_variance_metrics([scored], self.G)
+            scored.metrics |= zero_variance_metrics([scored])
             return rows, scored
         return self._refill(rows, scored, timing)
 
@@ -306,7 +306,7 @@ class Controller:
             return more_rows, more_scored
 
         out_rows, out, note = refill((rows, scored), draw, self.cfg.algorithm.filter_groups,
-                                     self.cfg.data.train_batch_size, self.G, timing.step)
+                                     self.cfg.data.train_batch_size, timing.step)
         if note:
             log.warning(note)
         return out_rows, out

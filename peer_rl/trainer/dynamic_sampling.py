@@ -26,7 +26,7 @@ class DynamicSamplingLimit(RuntimeError):
     """max_num_gen_batches batches were drawn and the batch is still short (on_limit=raise)."""
 
 
-def group_values(scored: ScoredBatch, metric: str, group_size: int) -> list[np.ndarray]:
+def group_values(scored: ScoredBatch, metric: str) -> list[np.ndarray]:
     """Each group's chosen per-sample values, groups in uid order: reward (r_i), reweighted
     (r~_i, what the advantages use) or format (all four steps present). A batch that carries
     its method's own advantages (whole conversations: a group is G dialogues of any number of
@@ -123,19 +123,19 @@ def merge_metrics(batches: list[ScoredBatch]) -> dict:
     return out
 
 
-def zero_variance_metrics(batches: list[ScoredBatch], group_size: int) -> dict:
+def zero_variance_metrics(batches: list[ScoredBatch]) -> dict:
     """Share of the step's drawn groups whose reward, or whose reweighted (advantage-input)
     value, is the same for every sample."""
     out = {}
     for metric in ("reward", "reweighted"):
-        flags = np.concatenate([zero_variance(group_values(b, metric, group_size))
+        flags = np.concatenate([zero_variance(group_values(b, metric))
                                 for b in batches]) if batches else np.zeros(0)
         out[f"groups/zero_variance_share/{metric}"] = float(flags.mean()) if flags.size else 0.0
     return out
 
 
-def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, group_size: int,
-           step: int) -> tuple[list[dict], ScoredBatch, str | None]:
+def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, step: int
+           ) -> tuple[list[dict], ScoredBatch, str | None]:
     """A step's batch under dynamic sampling: the groups of `first` (rows, scored) whose
     `fg.metric` varies, then of further batches from `draw()`, until `batch_size` groups are
     kept (the first ones, in draw order). `fg.max_num_gen_batches` (0 = no limit, as verl)
@@ -146,7 +146,7 @@ def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, gro
     rows, scored = first
     drawn, kept, tied = [first], [], []
     while True:
-        flags = zero_variance(group_values(scored, fg.metric, group_size))
+        flags = zero_variance(group_values(scored, fg.metric))
         tied += flags.tolist()
         kept.append(select_groups(rows, scored, [g for g, z in enumerate(flags) if not z]))
         n_kept = sum(len(r) for r, _ in kept)
@@ -164,7 +164,7 @@ def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, gro
             "does. Set algorithm.filter_groups.max_num_gen_batches=0 to draw until the batch is "
             "full, or on_limit=train_short to train on the groups kept")
     batches = [sb for _, sb in drawn]
-    metrics = merge_metrics(batches) | zero_variance_metrics(batches, group_size)
+    metrics = merge_metrics(batches) | zero_variance_metrics(batches)
     if n_kept == 0:       # nothing kept: the first batch, as it is
         out_rows, out = drawn[0]
     else:
@@ -172,7 +172,7 @@ def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, gro
         out_rows, out = select_groups(out_rows, out, list(range(min(n_kept, batch_size))))
     note = None
     if n_kept < batch_size:
-        note = f"{short}; training on " + (first_batch_note(out, fg.metric, group_size)
+        note = f"{short}; training on " + (first_batch_note(out, fg.metric)
                                            if n_kept == 0 else f"those {n_kept}")
     out.metrics = metrics | {"filter/gen_batches": len(drawn),
                              "filter/zero_variance_share": float(np.mean(tied)),
@@ -181,12 +181,12 @@ def refill(first: tuple[list[dict], ScoredBatch], draw, fg, batch_size: int, gro
     return out_rows, out, note
 
 
-def first_batch_note(scored: ScoredBatch, metric: str, group_size: int) -> str:
+def first_batch_note(scored: ScoredBatch, metric: str) -> str:
     """What training on a batch whose groups all tie on `metric` means for its advantages,
     which come from `reweighted`: all 0 only when `reweighted` ties in every group too."""
     if metric == "reweighted":
         return "the first batch, whose advantages are all 0"
-    tied = zero_variance(group_values(scored, "reweighted", group_size))
+    tied = zero_variance(group_values(scored, "reweighted"))
     if tied.all():
         return (f"the first batch, whose {metric} and reweighted both tie in every group: "
                 "advantages all 0")

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def profile_rows(cfg) -> list[dict]:
     """Each seeker as a row, in file order: its id, persona (the seeker's system prompt), opening
     (None: the seeker writes it), language (en / zh) and source."""
-    from peer_rl.evaluation.cases import load_seekers  # deferred: pulls in datasets
+    from peer_rl.evaluation.cases import CaseFileError, load_seekers  # deferred: datasets
     from peer_rl.evaluation.config import SAMPLE_EVAL
 
     path = Path(cfg.dialogue.profiles or SAMPLE_EVAL / "sage_profiles.jsonl")
@@ -42,9 +42,9 @@ def profile_rows(cfg) -> list[dict]:
                               "or ESC-Eval role cards, JSON Lines or a JSON list)")
     try:
         kind, loaded = load_seekers(path, skip_invalid=cfg.data.skip_invalid)
-    except ValueError as exc:
-        if type(exc) is not ValueError:      # CaseFileError: its items, named one by one
-            raise
+    except CaseFileError:                    # its items, named one by one
+        raise
+    except ValueError as exc:                # neither kind of seeker file
         raise PromptPoolError(f"dialogue.profiles: {exc}") from None
     if loaded.skipped:
         log.warning(f"{path}: skipped {len(loaded.skipped)} invalid item(s): "

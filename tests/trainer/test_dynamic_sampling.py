@@ -38,13 +38,13 @@ def scored(rewards, reweighted=None, complete=None, G=2, tag="x"):
 def test_group_values_per_metric_and_zero_variance():
     sb = scored([1.5, 1.5, 2.0, 3.0, 0.5, 0.5], reweighted=[1.4, 1.5, 1.0, 1.0, 0.2, 0.2],
                 complete=[True, True, False, True, False, False])
-    np.testing.assert_array_equal(group_values(sb, "reward", 2), [[1.5, 1.5], [2.0, 3.0],
+    np.testing.assert_array_equal(group_values(sb, "reward"), [[1.5, 1.5], [2.0, 3.0],
                                                                   [0.5, 0.5]])
-    assert zero_variance(group_values(sb, "reward", 2)).tolist() == [True, False, True]
-    assert zero_variance(group_values(sb, "reweighted", 2)).tolist() == [False, True, True]
-    assert zero_variance(group_values(sb, "format", 2)).tolist() == [True, False, True]
+    assert zero_variance(group_values(sb, "reward")).tolist() == [True, False, True]
+    assert zero_variance(group_values(sb, "reweighted")).tolist() == [False, True, True]
+    assert zero_variance(group_values(sb, "format")).tolist() == [True, False, True]
     with pytest.raises(ValueError, match="filter_groups.metric='acc'"):
-        group_values(sb, "acc", 2)
+        group_values(sb, "acc")
 
 
 def test_the_kept_groups_are_renumbered_in_order_with_their_samples():
@@ -80,7 +80,7 @@ def test_metrics_of_a_step_count_and_weigh_every_batch():
     m = merge_metrics([a, b])
     assert m["judge/asked"] == 6                                # summed
     assert m["reward/format_rate"] == pytest.approx((0.5 * 4 + 1.0 * 2) / 6)
-    z = zero_variance_metrics([a, b], 2)
+    z = zero_variance_metrics([a, b])
     assert z["groups/zero_variance_share/reward"] == pytest.approx(2 / 3)
 
 
@@ -89,7 +89,7 @@ def test_the_reweighted_share_counts_ties_after_rur_not_of_the_rewards():
     (reweighted) a tied reward of 1 splits (0.5 vs 0.7) and a tied 0 stays tied: 2 of 4."""
     a = scored([1.0, 1.0, 5.0, 5.0], reweighted=[0.5, 0.7, 2.0, 2.0])
     b = scored([0.0, 0.0, 1.0, 3.0], reweighted=[0.0, 0.0, 0.4, 1.5])
-    z = zero_variance_metrics([a, b], 2)
+    z = zero_variance_metrics([a, b])
     assert z["groups/zero_variance_share/reward"] == pytest.approx(3 / 4)
     assert z["groups/zero_variance_share/reweighted"] == pytest.approx(2 / 4)
 
@@ -138,7 +138,7 @@ def test_the_metrics_old_name_final_still_reads_as_reweighted_in_recipes_and_ove
 def test_without_a_limit_batches_are_drawn_until_the_batch_is_full():
     tied = [_batch(f"t{i}", [1.0, 1.0, 2.0, 2.0]) for i in range(6)]
     draw, calls = _draws(*tied[1:], _batch("v", [0.0, 1.0, 3.0, 2.0]))
-    rows, out, note = refill(tied[0], draw, FilterGroupsConfig(enable=True), 2, 2, step=1)
+    rows, out, note = refill(tied[0], draw, FilterGroupsConfig(enable=True), 2, step=1)
     assert len(calls) == 6 and note is None
     assert [r["id"] for r in rows] == ["v0", "v1"]
     assert out.metrics["filter/gen_batches"] == 7 and out.metrics["filter/short"] == 0.0
@@ -153,9 +153,9 @@ def test_at_the_limit_a_short_batch_raises_unless_on_limit_says_train_short():
                        r"varies after 2 batch\(es\) "
                        r"\(algorithm.filter_groups.max_num_gen_batches=2\); "
                        r"algorithm.filter_groups.on_limit=raise"):
-        refill(first, _draws(second)[0], fg, 2, 2, step=4)
+        refill(first, _draws(second)[0], fg, 2, step=4)
     fg.on_limit = "train_short"
-    rows, out, note = refill(first, _draws(second)[0], fg, 2, 2, step=4)
+    rows, out, note = refill(first, _draws(second)[0], fg, 2, step=4)
     assert [r["id"] for r in rows] == ["a0"] and note.endswith("training on those 1")
     assert out.metrics["filter/short"] == 1.0 and out.metrics["filter/kept_groups"] == 1
 
@@ -174,17 +174,17 @@ def test_the_line_for_a_batch_with_no_signal_says_what_its_advantages_are():
                             on_limit="train_short")
     # every group ties on the judge's reward, but RUR's reweighted varies in the first group
     rewards, reweighted = [2.0, 2.0, 1.0, 1.0], [1.5, 1.2, 0.8, 0.8]
-    _, out, note = refill(_batch("r", rewards, reweighted), None, fg, 2, 2, step=1)
+    _, out, note = refill(_batch("r", rewards, reweighted), None, fg, 2, step=1)
     assert np.abs(_grpo_advantages(out.reweighted)).max() > 0.5       # not all 0
     assert "advantages are all 0" not in note and "all 0" not in note
     assert ("reweighted (what the advantages are computed from) varies in 1 of its 2 group(s)"
             in note)
     fg.metric = "reweighted"
-    _, out, note = refill(_batch("f", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, 2, step=1)
+    _, out, note = refill(_batch("f", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, step=1)
     assert np.abs(_grpo_advantages(out.reweighted)).max() == 0.0
     assert note.endswith("training on the first batch, whose advantages are all 0")
     fg.metric = "reward"
-    _, _, note = refill(_batch("g", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, 2, step=1)
+    _, _, note = refill(_batch("g", rewards, [1.0, 1.0, 0.8, 0.8]), None, fg, 2, step=1)
     assert note.endswith("whose reward and reweighted both tie in every group: advantages all 0")
 
 
@@ -214,16 +214,16 @@ def dialogue_batch(turns: list[int], advantages: list[float], uids: list[int], t
 def test_dialogue_groups_tie_on_their_advantages_and_keep_their_dialogues():
     # group 0: dialogues of 2 and 1 turns, advantages all 0 (tied); group 1: 1 and 2 turns
     sb = dialogue_batch([2, 1, 1, 2], [0, 0, 0, 0.5, -0.5, -0.5], [0, 0, 1, 1], "a")
-    values = group_values(sb, "reweighted", 2)
+    values = group_values(sb, "reweighted")
     assert [v.tolist() for v in values] == [[0, 0, 0], [0.5, -0.5, -0.5]]
     assert zero_variance(values).tolist() == [True, False]
-    assert zero_variance(group_values(sb, "reward", 2)).tolist() == [True, True]
+    assert zero_variance(group_values(sb, "reward")).tolist() == [True, True]
     # every step logs these, filtering or not: groups of 3 rows each here, of 2 + 1 turns
-    assert zero_variance_metrics([sb], 2) == {"groups/zero_variance_share/reward": 1.0,
+    assert zero_variance_metrics([sb]) == {"groups/zero_variance_share/reward": 1.0,
                                               "groups/zero_variance_share/reweighted": 0.5}
     ragged = dialogue_batch([2, 1, 1, 1], [0.5, 0.5, -1.0, 0, 0], [0, 0, 1, 1], "r")
-    assert [len(v) for v in group_values(ragged, "reweighted", 2)] == [3, 2]
-    assert zero_variance_metrics([ragged], 2)["groups/zero_variance_share/reweighted"] == 0.5
+    assert [len(v) for v in group_values(ragged, "reweighted")] == [3, 2]
+    assert zero_variance_metrics([ragged])["groups/zero_variance_share/reweighted"] == 0.5
     rows, out = select_groups([{"id": "x"}, {"id": "y"}], sb, [1])
     assert rows == [{"id": "y"}] and [s.text for s in out.samples] == ["a2.0", "a3.0", "a3.1"]
     assert out.advantages.tolist() == [0.5, -0.5, -0.5]
@@ -236,7 +236,7 @@ def test_a_refilled_dialogue_batch_joins_the_kept_groups_dialogues_and_advantage
              dialogue_batch([1, 1, 1, 1], [0, 0, 1, -1], [0, 0, 1, 1], "a"))
     more = ([{"id": "z"}, {"id": "w"}],
             dialogue_batch([2, 1, 1, 1], [1, -1, 1, 0, 0], [0, 0, 1, 1], "b"))
-    rows, out, note = refill(first, lambda: more, FilterGroupsConfig(enable=True), 2, 2, step=1)
+    rows, out, note = refill(first, lambda: more, FilterGroupsConfig(enable=True), 2, step=1)
     assert note is None and [r["id"] for r in rows] == ["y", "z"]
     assert [s.text for s in out.samples] == ["a2.0", "a3.0", "b0.0", "b0.1", "b1.0"]
     assert [s.uid for s in out.samples] == [0, 0, 1, 1, 1]
